@@ -1,1 +1,24 @@
-"""roll.envs"""
+"""Text environments for LLM agents (gymnasium API, text spaces) and their registry.
+
+Importing ``roll.envs`` registers the built-in envs; build one with
+``make_env("sokoban", {"dim_room": (6, 6)})`` or ``gymnasium.make("roll/Sokoban-v0")``.
+Envs import neither torch nor ray.
+"""
+
+from roll.envs.base import Transition, TextEnv
+from roll.envs.parsing import ActionParser
+from roll.envs.registry import get_env_class, list_envs, make_env, register_env
+
+# Built-in envs: importing a module registers its env.
+# --- envs contributed by other components: add one import line each, below this marker ---
+# --- end of contributed envs ---
+
+__all__ = [
+    "ActionParser",
+    "TextEnv",
+    "Transition",
+    "get_env_class",
+    "list_envs",
+    "make_env",
+    "register_env",
+]
