@@ -1,0 +1,221 @@
+"""Advantage estimators (one registry) and advantage post-processing.
+
+All estimators take :class:`AdvantageInputs` and return :class:`AdvantageOutputs`; tensors are (B, T) =
+batch x response tokens, and outputs are 0 where ``response_mask`` is 0. The episode (outcome) reward of a
+sample is the sum of its token-level rewards over masked positions; it usually sits on the last response token.
+Multi-turn samples may have several separate spans of response tokens; see :mod:`roll.algorithms.returns`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from roll.algorithms.groups import STD_ZERO_TOL, group_stats
+from roll.algorithms.masking import masked_sum, masked_whiten
+from roll.algorithms.registry import Registry
+from roll.algorithms.returns import discounted_returns, gae_advantages
+from roll.algorithms.reward_norm import normalize_scores
+
+
+@dataclass
+class AdvantageInputs:
+    """Inputs of an advantage estimator.
+
+    Attributes:
+        token_level_rewards: (B, T) rewards per response token (KL penalty already applied, if any).
+        response_mask: (B, T) 1 on tokens the model generated.
+        values: (B, T) critic values; required by ``gae``.
+        group_ids: (B,) integer group ids (same prompt / same env seed); ``None`` = the whole batch is one group.
+        gamma: discount per response token.
+        lambd: GAE lambda.
+        norm_eps: epsilon of the group-std normalization of ``grpo``.
+    """
+
+    token_level_rewards: Tensor
+    response_mask: Tensor
+    values: Tensor | None = None
+    group_ids: Tensor | None = None
+    gamma: float = 1.0
+    lambd: float = 1.0
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.token_level_rewards.shape)
+        if len(shape) != 2 or tuple(self.response_mask.shape) != shape:
+            raise ValueError(
+                f"token_level_rewards {shape} and response_mask {tuple(self.response_mask.shape)} must both be (B, T)"
+            )
+        if self.values is not None and tuple(self.values.shape) != shape:
+            raise ValueError(f"values must have the rewards' shape {shape}, got {tuple(self.values.shape)}")
+        if self.group_ids is not None and tuple(self.group_ids.shape) != shape[:1]:
+            raise ValueError(f"group_ids must have shape ({shape[0]},), got {tuple(self.group_ids.shape)}")
+        for name in ("gamma", "lambd"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass
+class AdvantageOutputs:
+    """Outputs of an advantage estimator: ``advantages`` (B, T) and ``returns`` (B, T) (the critic's targets)."""
+
+    advantages: Tensor
+    returns: Tensor
+
+
+class AdvantageFn(Protocol):
+    """Signature of an advantage estimator."""
+
+    def __call__(self, inputs: AdvantageInputs) -> AdvantageOutputs: ...
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "register_advantage")
+register_advantage = ADVANTAGES.register
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    """Return the estimator registered as ``name`` (a KeyError lists the valid names)."""
+    return ADVANTAGES.get(name)
+
+
+def compute_advantage(name: str, inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Run the estimator registered as ``name`` on ``inputs``."""
+    return get_advantage_fn(name)(inputs)
+
+
+def episode_rewards(token_level_rewards: Tensor, response_mask: Tensor) -> Tensor:
+    """``R_i = sum_t r_{i,t} m_{i,t}``: (B, T), (B, T) -> (B,)."""
+    return masked_sum(token_level_rewards, response_mask, dim=-1)
+
+
+def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
+    """(B,) -> (B, T): the sample's value on its response tokens, 0 elsewhere."""
+    return per_sample[:, None] * mask.to(per_sample.dtype)
+
+
+@register_advantage("gae")
+@torch.no_grad()
+def gae(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """GAE(gamma, lambd) with a critic (Schulman et al. 2016, PPO: Schulman et al. 2017).
+
+    ``A`` from :func:`roll.algorithms.returns.gae_advantages`; returns ``R_t = A_t + V_t`` on response tokens.
+    """
+    if inputs.values is None:
+        raise ValueError("adv_estimator 'gae' needs critic values (AdvantageInputs.values, shape (B, T)); "
+                         "compute them with the critic or choose a critic-free estimator such as 'grpo'")
+    mask = inputs.response_mask
+    adv = gae_advantages(inputs.token_level_rewards, inputs.values, mask, inputs.gamma, inputs.lambd)
+    returns = torch.where(mask.bool(), adv + inputs.values, torch.zeros_like(adv))
+    return AdvantageOutputs(advantages=adv, returns=returns)
+
+
+@register_advantage("reinforce")
+@torch.no_grad()
+def reinforce(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE without baseline (Williams 1992): ``A_t = G_t``, the discounted return-to-go over response tokens."""
+    returns = discounted_returns(inputs.token_level_rewards, inputs.response_mask, inputs.gamma)
+    return AdvantageOutputs(advantages=returns.clone(), returns=returns)
+
+
+@register_advantage("reinforce_plus_plus")
+@torch.no_grad()
+def reinforce_plus_plus(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted returns whitened over the batch's response tokens.
+
+    ``A = (G - mean(G)) / sqrt(var(G) + 1e-8)`` with mean/var over all masked tokens. The KL term is part of the
+    rewards (the caller applies :func:`roll.algorithms.kl.apply_kl_penalty` first). Returns are the raw ``G``.
+    """
+    returns = discounted_returns(inputs.token_level_rewards, inputs.response_mask, inputs.gamma)
+    return AdvantageOutputs(advantages=masked_whiten(returns, inputs.response_mask), returns=returns)
+
+
+@register_advantage("grpo")
+@torch.no_grad()
+def grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300): group-normalized outcome reward.
+
+    ``A_i = (R_i - mean_g) / (std_g + norm_eps)`` with the sample (unbiased) std of the episode rewards R in the
+    sample's group, broadcast to its response tokens. A group of one, or whose rewards are all equal
+    (std < 1e-6), gets advantage 0 (no contrast, no signal). Returns equal the advantages.
+    """
+    mask = inputs.response_mask
+    r = episode_rewards(inputs.token_level_rewards, mask)
+    stats = group_stats(r, inputs.group_ids, unbiased=True)
+    adv = (r - stats.mean) / (stats.std + inputs.norm_eps)
+    adv = torch.where(stats.std < STD_ZERO_TOL, torch.zeros_like(adv), adv)
+    token_adv = _broadcast(adv, mask)
+    return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
+
+
+@register_advantage("rloo")
+@torch.no_grad()
+def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline.
+
+    ``A_i = R_i - (sum_{j in g, j != i} R_j) / (n_g - 1)``, broadcast to response tokens; a group of one gets 0.
+    Returns equal the advantages.
+    """
+    mask = inputs.response_mask
+    r = episode_rewards(inputs.token_level_rewards, mask)
+    stats = group_stats(r, inputs.group_ids)
+    others = stats.mean * stats.count - r
+    baseline = others / (stats.count - 1).clamp(min=1)
+    adv = torch.where(stats.count > 1, r - baseline, torch.zeros_like(r))
+    token_adv = _broadcast(adv, mask)
+    return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
+
+
+@torch.no_grad()
+def step_level_advantages(
+    turn_returns: Tensor,
+    turn_group_ids: Tensor,
+    turn_state_ids: Tensor,
+    episode_advantages: Tensor,
+    *,
+    episode_weight: float = 1.0,
+    step_weight: float = 1.0,
+    method: str = "mean_std",
+) -> Tensor:
+    """Step-level (anchor-state) advantages of GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization for
+    LLM Agent Training", arXiv:2505.10978).
+
+    Each row is one turn of some trajectory. Turns of the same rollout group that start from the same
+    environment state (equal ``(group_id, state_id)``) form an anchor group; their returns are normalized
+    within it by ``method`` (see :func:`roll.algorithms.reward_norm.normalize_scores`; an anchor group of one
+    gives 0 with ``mean``/``mean_std``). Result: ``episode_weight * episode_adv + step_weight * step_adv``.
+
+    Args:
+        turn_returns: (N,) (discounted) return from each turn to the episode end.
+        turn_group_ids: (N,) rollout group id of the turn's trajectory.
+        turn_state_ids: (N,) id of the state the turn acted in (e.g. a hash of the observation).
+        episode_advantages: (N,) the trajectory's episode-level advantage (e.g. GRPO's), repeated per turn.
+    Returns:
+        (N,) combined per-turn advantages.
+    """
+    n = turn_returns.shape[0]
+    for name, t in (("turn_group_ids", turn_group_ids), ("turn_state_ids", turn_state_ids),
+                    ("episode_advantages", episode_advantages)):
+        if tuple(t.shape) != (n,):
+            raise ValueError(f"{name} must have shape ({n},) like turn_returns, got {tuple(t.shape)}")
+    keys = torch.stack([turn_group_ids.long(), turn_state_ids.long()], dim=1)  # (N, 2)
+    anchor_ids = torch.unique(keys, dim=0, return_inverse=True)[1]  # (N,)
+    step_adv = normalize_scores(turn_returns, anchor_ids, method)
+    return episode_weight * episode_advantages + step_weight * step_adv
+
+
+@torch.no_grad()
+def whiten_and_clip_advantages(adv: Tensor, mask: Tensor, whiten: bool, clip: float | None) -> Tensor:
+    """Optionally whiten advantages over masked tokens, then clamp them to ``[-clip, clip]``.
+
+    Formula: ``A' = clamp((A - mean) / sqrt(var + 1e-8), -clip, clip)`` (each step optional). Shapes: (B, T),
+    (B, T) -> (B, T), 0 where the mask is 0.
+    """
+    out = masked_whiten(adv, mask) if whiten else torch.where(mask.bool(), adv, torch.zeros_like(adv))
+    if clip is not None:
+        if clip <= 0:
+            raise ValueError(f"advantage_clip must be positive or None, got {clip}; e.g. advantage_clip=5.0")
+        out = out.clamp(-clip, clip)
+    return out

@@ -1,0 +1,73 @@
+"""Loss aggregation modes: how a (B, T) per-token loss matrix becomes one scalar (one registry).
+
+Sequence-level modes average over the rows that hold at least one masked token; rows that are pure padding do not
+count. An all-zero mask gives a loss of 0.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import Tensor
+
+from roll.algorithms.masking import masked_mean, masked_sum
+from roll.algorithms.registry import Registry
+
+
+class AggFn(Protocol):
+    """Signature of an aggregation mode: ``(loss_mat (B,T), mask (B,T), norm_len) -> scalar``."""
+
+    def __call__(self, loss_mat: Tensor, mask: Tensor, norm_len: int | None) -> Tensor: ...
+
+
+AGG_MODES: Registry[AggFn] = Registry("loss aggregation mode", "register_agg_mode")
+register_agg_mode = AGG_MODES.register
+
+
+def _mean_over_sequences(per_seq: Tensor, mask: Tensor) -> Tensor:
+    """Mean of per-sequence values (B,) over sequences with at least one masked token."""
+    return masked_mean(per_seq, mask.sum(dim=-1) > 0)
+
+
+@register_agg_mode("token-mean")
+def token_mean(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> Tensor:
+    """``sum_{i,t} l_it m_it / sum_{i,t} m_it``: every response token weighs the same (DAPO, Yu et al. 2025)."""
+    return masked_mean(loss_mat, mask)
+
+
+@register_agg_mode("seq-mean-token-sum")
+def seq_mean_token_sum(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> Tensor:
+    """``mean_i sum_t l_it m_it``: each sequence's token sum, averaged over sequences."""
+    return _mean_over_sequences(masked_sum(loss_mat, mask, dim=-1), mask)
+
+
+@register_agg_mode("seq-mean-token-mean")
+def seq_mean_token_mean(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> Tensor:
+    """``mean_i (sum_t l_it m_it / sum_t m_it)``: each sequence weighs the same (original GRPO, Shao et al. 2024)."""
+    return _mean_over_sequences(masked_mean(loss_mat, mask, dim=-1), mask)
+
+
+@register_agg_mode("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> Tensor:
+    """``mean_i (sum_t l_it m_it / L)`` with a fixed L = ``norm_len`` (default T): Dr.GRPO (Liu et al. 2025,
+    arXiv:2503.20783), which removes GRPO's per-sequence length normalization bias."""
+    length = loss_mat.shape[-1] if norm_len is None else norm_len
+    if length <= 0:
+        raise ValueError(f"norm_len must be a positive length, got {norm_len}; e.g. the max response length")
+    return _mean_over_sequences(masked_sum(loss_mat, mask, dim=-1) / length, mask)
+
+
+def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_len: int | None = None) -> Tensor:
+    """Aggregate a per-token loss matrix with the registered ``mode``.
+
+    Args:
+        loss_mat: (B, T) per-token losses.
+        mask: (B, T) response mask.
+        mode: ``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` or ``seq-mean-token-sum-norm``.
+        norm_len: the fixed length L of ``seq-mean-token-sum-norm`` (default T); ignored by the other modes.
+    Returns:
+        A scalar tensor.
+    """
+    if loss_mat.dim() != 2 or loss_mat.shape != mask.shape:
+        raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} must both be (B, T)")
+    return AGG_MODES.get(mode)(loss_mat, mask, norm_len)
