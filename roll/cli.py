@@ -1,0 +1,72 @@
+"""The ``roll`` command line: ``roll <command> [args]``.
+
+Subcommands register themselves with :func:`command`; ``roll --help`` lists them. Today: ``doctor``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Callable, Sequence
+
+AddArguments = Callable[[argparse.ArgumentParser], None]
+Handler = Callable[[argparse.Namespace], int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help, how to declare its arguments, and the handler returning an exit code."""
+
+    name: str
+    help: str
+    add_arguments: AddArguments
+    handler: Handler
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, add_arguments: AddArguments) -> Callable[[Handler], Handler]:
+    """Decorator registering ``handler`` as subcommand ``name``; a duplicate name raises ``ValueError``."""
+
+    def register(handler: Handler) -> Handler:
+        if name in COMMANDS:
+            raise ValueError(f"roll subcommand {name!r} is already registered (by "
+                             f"{COMMANDS[name].handler.__module__}); pick another name")
+        COMMANDS[name] = Command(name, help, add_arguments, handler)
+        return handler
+
+    return register
+
+
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``roll doctor`` (defined in :mod:`roll.doctor`)."""
+    from roll import doctor
+
+    doctor.add_arguments(parser)
+
+
+@command("doctor", help="check that this machine can run roll (and a config: --config-name X)",
+         add_arguments=_doctor_arguments)
+def _doctor(args: argparse.Namespace) -> int:
+    """Run ``roll doctor``."""
+    from roll import doctor
+
+    return doctor.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``roll`` parser with one subparser per registered command."""
+    parser = argparse.ArgumentParser(prog="roll", description="RL for LLMs in multi-turn agentic environments.")
+    subparsers = parser.add_subparsers(dest="command", metavar="command", required=True)
+    for cmd in COMMANDS.values():
+        sub = subparsers.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(sub)
+        sub.set_defaults(handler=cmd.handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``roll`` console script and ``python -m roll``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
