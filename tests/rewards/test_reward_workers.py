@@ -1,0 +1,70 @@
+"""Tests for roll.rewards.workers: registry, in-process worker, and the Ray-actor pool (one Ray session)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from roll.rewards.registry import RewardResult, get_reward_fn, register_reward, registered_rewards
+from roll.rewards.workers import RewardWorker, RewardWorkerPool
+
+RESPONSES = ["\\boxed{4}", "#### 1,000", "<answer>7</answer>", "it is 3", "no idea", "\\boxed{\\frac{1}{2}}"]
+TRUTHS = ["4", "1000", "8", "3", "1", "0.5"]
+CORRECT = [True, True, False, True, False, True]
+
+
+def test_registry_rejects_duplicates_and_lists_names():
+    assert "math" in registered_rewards()
+    with pytest.raises(ValueError, match="already registered"):
+        register_reward("math")(lambda response, ground_truth: None)
+    with pytest.raises(KeyError, match=r"unknown reward 'nope'.*'math'"):
+        get_reward_fn("nope")
+
+
+def test_worker_in_process_with_options_and_tag_mapping():
+    worker = RewardWorker(reward_options={"math": {"format_reward": 0.5}}, tag_to_reward={"gsm8k": "math"})
+    results = worker.compute(RESPONSES, TRUTHS, ["gsm8k", "math", "math", "math", "math", "gsm8k"])
+    assert [r.correct for r in results] == CORRECT
+    assert [r.score for r in results] == [1.5, 1.5, 0.5, 1.0, 0.0, 1.5]
+    assert all(isinstance(r, RewardResult) for r in results)
+
+
+def test_worker_errors():
+    with pytest.raises(KeyError, match="registered rewards"):
+        RewardWorker(tag_to_reward={"gsm8k": "gsm"})
+    with pytest.raises(ValueError, match="lengths 1, 2, 1"):
+        RewardWorker().compute(["a"], ["1", "2"], ["math"])
+    with pytest.raises(KeyError, match="unknown reward 'chess'"):
+        RewardWorker().compute(["a"], ["1"], ["chess"])
+
+
+def test_pool_in_process_debug_mode():
+    pool = RewardWorkerPool(num_workers=3, use_ray=False)
+    assert [r.correct for r in pool.compute(RESPONSES, TRUTHS, ["math"] * 6)] == CORRECT
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    repo_root = str(Path(__file__).resolve().parents[2])
+    pythonpath = os.pathsep.join(filter(None, [repo_root, os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    yield ray
+    ray.shutdown()
+
+
+def test_pool_on_ray_shards_and_keeps_order(ray_session):
+    pool = RewardWorkerPool(num_workers=2, num_cpus_per_worker=1, reward_options={"math": {"format_reward": 0.25}})
+    try:
+        # 7 samples over 2 actors: uneven shards (3 + 4) must come back in input order
+        responses = RESPONSES + ["\\boxed{-2}"]
+        truths = TRUTHS + ["-2"]
+        results = pool.compute(responses, truths, ["math"] * 7)
+        assert [r.correct for r in results] == CORRECT + [True]
+        assert [r.extracted for r in results] == ["4", "1,000", "7", "3", None, "\\frac{1}{2}", "-2"]
+        assert results[2].score == 0.25 and results[6].score == 1.25
+        assert pool.compute(["\\boxed{1}"], ["1"], ["math"])[0].correct  # fewer samples than actors
+    finally:
+        pool.shutdown()
