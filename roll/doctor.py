@@ -48,7 +48,7 @@ TESTED_TORCH = "2.13.0"
 """The torch release roll is tested with; the fix command for a missing or too-old torch installs it."""
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_PINNING_BACKENDS = {
-    "sglang": ("pip install 'roll[gpu]'", "from a source checkout: pip install -e '.[gpu]'."),
+    "sglang": ("pip install 'roll[gpu]'", "From a source checkout: pip install -e '.[gpu]'."),
     "vllm": ("pip install vllm", ""),
 }
 """Backends that pin an exact torch (and transformers) version: (install command, extra hint)."""
@@ -227,7 +227,7 @@ def split_requirements(lines: Iterable[str]) -> tuple[tuple[Requirement, ...], t
     return tuple(required), tuple(optional)
 
 
-def _requirements_from_setup_cfg(path: Path) -> tuple[str, list[str]]:
+def requirements_from_setup_cfg(path: Path) -> tuple[str, list[str]]:
     """(python_requires, requirement strings with ``extra`` markers) parsed from a setup.cfg."""
     parser = configparser.ConfigParser()
     if not parser.read(path):
@@ -254,7 +254,7 @@ def load_roll_requirements(setup_cfg: Path | None = None) -> RollRequirements:
         python, lines, source = dist.metadata.get("Requires-Python") or "", dist.requires or [], "installed metadata"
     except importlib.metadata.PackageNotFoundError:
         path = setup_cfg or REPO_ROOT / "setup.cfg"
-        (python, lines), source = _requirements_from_setup_cfg(path), str(path)
+        (python, lines), source = requirements_from_setup_cfg(path), str(path)
     required, optional = split_requirements(lines)
     listed = {canonicalize_name(r.name) for r in required + optional}
     extra = tuple(Requirement(name) for name in EXTRA_BACKENDS if canonicalize_name(name) not in listed)
@@ -284,7 +284,7 @@ def fix_for(req: Requirement, gpu_machine: bool) -> tuple[str, str]:
     if name in TORCH_PINNING_BACKENDS:
         fix, hint = TORCH_PINNING_BACKENDS[name]
         return fix, (f"{req.name} pins exact torch/transformers versions and replaces the installed torch; install "
-                     f"it in a separate GPU environment; {hint}".rstrip("; "))
+                     f"it in a separate GPU environment. {hint}".strip())
     return "pip install " + shlex.quote(f"{req.name}{req.specifier}"), ""
 
 
