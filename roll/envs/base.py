@@ -134,6 +134,10 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         """
         return self._valid_lookup.get(parsed.strip().lower())
 
+    def _reset_info(self) -> dict[str, Any]:
+        """Extra keys for the info dict returned by ``reset`` (e.g. the optimal solution length)."""
+        return {}
+
     def _metrics(self) -> dict[str, float]:
         """Per-env metrics merged into ``info["metrics"]`` (e.g. ``boxes_on_target``)."""
         return {}
@@ -155,6 +159,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         self._episode_over = False
         observation = self._reset(self.np_random, dict(options or {}))
         info = {
+            **self._reset_info(),
             "env_instruction": self.instruction(),
             "message_role": self.message_role,
             "success": False,

@@ -1,0 +1,172 @@
+"""The Sokoban text environment."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from roll.envs.base import TextEnv, Transition
+from roll.envs.registry import register_env
+from roll.envs.sokoban.generator import generate_room
+from roll.envs.sokoban.room import MOVES, SYMBOLS, Room
+from roll.envs.sokoban.solver import solve
+
+#: RGB colour per symbol for ``render_mode="rgb_array"``.
+TILE_COLORS: dict[str, tuple[int, int, int]] = {
+    "#": (70, 70, 70),
+    "_": (225, 225, 210),
+    "O": (225, 120, 120),
+    "X": (170, 110, 40),
+    "*": (80, 170, 80),
+    "P": (60, 90, 220),
+    "S": (140, 60, 200),
+}
+TILE_PIXELS = 16
+
+
+@register_env("sokoban")
+class SokobanEnv(TextEnv):
+    """Push every box onto a target in a procedurally generated room.
+
+    Action space:
+        Model text whose answer is one of ``Up``, ``Down``, ``Left``, ``Right`` (case-insensitive).
+
+    Observation space:
+        The room as a text grid, one line per row: ``#`` wall, ``_`` floor, ``O`` target, ``X`` box,
+        ``*`` box on target, ``P`` player, ``S`` player on target. ``show_border=False`` drops the
+        outer ring (always wall).
+
+    Starting state:
+        A room generated from the reset seed by breadth-first reverse play from a solved state
+        (see :mod:`roll.envs.sokoban.generator`): every room is solvable in at most
+        ``min(search_depth, max_solution_length)`` moves, and no box starts on a target.
+        ``reset(options={"room": text})`` plays a given room instead.
+
+    Rewards:
+        -0.1 per valid action; +1 when a push puts a box on a target; -1 when a push moves a box off
+        a target; +10 when the room is solved. An unparseable or unknown action gets
+        ``format_penalty`` instead and changes nothing. Walking into a wall is valid (-0.1).
+
+    Episode end:
+        Terminated (``success=True``) when all boxes are on targets; truncated after ``max_steps``
+        actions.
+
+    Info:
+        The base keys; ``reset`` adds ``optimal_solution_length``; ``metrics`` has ``boxes_on_target``, ``num_boxes``, ``num_steps`` and
+        ``invalid_actions``.
+
+    Args:
+        dim_room: ``(rows, cols)`` including the border wall; each at least 5.
+        num_boxes: number of boxes (and targets).
+        max_steps: actions per episode.
+        search_depth: depth of the reverse-play search, i.e. the longest optimal solution generated.
+        max_solution_length: if set, only rooms whose optimal solution has at most this many moves
+            (easy curricula).
+        show_border: include the outer wall ring in observations.
+        format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    valid_actions: ClassVar[tuple[str, ...]] = tuple(MOVES)
+    STEP_PENALTY = -0.1
+    BOX_ON_TARGET_REWARD = 1.0
+    SOLVED_REWARD = 10.0
+
+    def __init__(
+        self,
+        dim_room: Sequence[int] = (6, 6),
+        num_boxes: int = 1,
+        max_steps: int = 10,
+        search_depth: int = 30,
+        max_solution_length: int | None = None,
+        show_border: bool = True,
+        format_penalty: float = -0.1,
+        action_format: str = "answer",
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            max_steps=max_steps, format_penalty=format_penalty, action_format=action_format, render_mode=render_mode
+        )
+        self.dim_room = tuple(int(d) for d in dim_room)
+        if len(self.dim_room) != 2 or min(self.dim_room) < 5:
+            raise ValueError(f"dim_room={tuple(dim_room)!r} must be (rows, cols) with both >= 5 (border included).")
+        interior = (self.dim_room[0] - 2) * (self.dim_room[1] - 2)
+        if not 1 <= num_boxes <= interior // 3:
+            raise ValueError(f"num_boxes={num_boxes!r} must be in [1, {interior // 3}] for dim_room={self.dim_room}.")
+        if search_depth < 1:
+            raise ValueError(f"search_depth={search_depth!r} must be >= 1.")
+        if max_solution_length is not None and max_solution_length < 1:
+            raise ValueError(f"max_solution_length={max_solution_length!r} must be None or >= 1.")
+        self.num_boxes = int(num_boxes)
+        self.search_depth = int(search_depth)
+        self.max_solution_length = max_solution_length
+        self.show_border = bool(show_border)
+        self.room: Room | None = None
+        self.optimal_solution_length: int | None = None
+
+    def instruction(self) -> str:
+        """The rules of Sokoban, the symbols and the answer words."""
+        legend = ", ".join(f"{s} {name}" for s, name in SYMBOLS.items())
+        return (
+            "You are solving Sokoban. Push every box onto a target. You can push a box but not pull it, "
+            "and you cannot push two boxes or push into a wall. "
+            f"Symbols: {legend}. Actions: Up, Down, Left, Right. "
+            "Answer with exactly one action, e.g. <answer>Left</answer>."
+        )
+
+    def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> str:
+        """Generate a room (or take ``options["room"]``: a text grid or :class:`Room`)."""
+        if "room" in options:
+            given = options["room"]
+            self.room = Room.from_text(given) if isinstance(given, str) else given.copy()
+            plan = solve(self.room)
+            self.optimal_solution_length = None if plan is None else len(plan)
+            return self._observation()
+        generated = generate_room(self.dim_room, self.num_boxes, self.search_depth, rng, self.max_solution_length)
+        self.room, self.optimal_solution_length = generated.room, generated.solution_length
+        return self._observation()
+
+    def _reset_info(self) -> dict[str, Any]:
+        return {"optimal_solution_length": self.optimal_solution_length}
+
+    def _apply(self, action: str) -> Transition:
+        room = self._require_room()
+        before = room.boxes_on_target
+        room.move(action)
+        after = room.boxes_on_target
+        solved = room.solved
+        reward = self.STEP_PENALTY + self.BOX_ON_TARGET_REWARD * (after - before)
+        if solved:
+            reward += self.SOLVED_REWARD
+        return Transition(self._observation(), round(reward, 10), solved, success=solved)
+
+    def _observation(self) -> str:
+        return self._require_room().to_text(self.show_border)
+
+    def _metrics(self) -> dict[str, float]:
+        room = self._require_room()
+        return {"boxes_on_target": room.boxes_on_target, "num_boxes": len(room.boxes)}
+
+    def _require_room(self) -> Room:
+        if self.room is None:
+            raise RuntimeError("SokobanEnv has no room yet; call reset() first.")
+        return self.room
+
+    def solution(self) -> list[str] | None:
+        """A shortest list of action words that solves the room from the current state."""
+        return solve(self._require_room())
+
+    def render(self) -> str | np.ndarray | None:
+        """``"ansi"``: the text grid; ``"rgb_array"``: a uint8 image, 16x16 pixels per cell."""
+        if self.render_mode != "rgb_array":
+            return super().render()
+        grid = self._require_room().to_text(show_border=True).splitlines()
+        image = np.zeros((len(grid) * TILE_PIXELS, len(grid[0]) * TILE_PIXELS, 3), dtype=np.uint8)
+        for r, line in enumerate(grid):
+            for c, symbol in enumerate(line):
+                tile = image[r * TILE_PIXELS:(r + 1) * TILE_PIXELS, c * TILE_PIXELS:(c + 1) * TILE_PIXELS]
+                tile[:] = TILE_COLORS["_" if symbol != "#" else "#"]
+                inset = 2 if symbol in "OXS*P" else 0
+                tile[inset:TILE_PIXELS - inset, inset:TILE_PIXELS - inset] = TILE_COLORS[symbol]
+        return image
