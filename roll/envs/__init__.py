@@ -10,7 +10,7 @@ from roll.envs.parsing import ActionParser
 from roll.envs.registry import get_env_class, list_envs, make_env, register_env
 
 # Built-in envs: importing a module registers its env.
-from roll.envs import sokoban  # noqa: E402,F401  (registers "sokoban")
+from roll.envs import frozen_lake, sokoban  # noqa: E402,F401  (register "frozen_lake", "sokoban")
 # --- envs contributed by other components: add one import line each, below this marker ---
 # --- end of contributed envs ---
 
