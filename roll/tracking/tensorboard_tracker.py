@@ -69,8 +69,9 @@ class TensorboardTracker(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Print and record ``metrics`` at ``step``, then add one TensorBoard scalar per key."""
-        self._stdout.log(metrics, step)
-        for key, value in to_float_metrics(metrics).items():
+        values = to_float_metrics(metrics)  # converted once: 0-d device tensors sync once
+        self._stdout.log(values, step)
+        for key, value in values.items():
             self._writer.add_scalar(key, value, global_step=step)
 
     def log_text(self, key: str, text: str, step: int) -> None:

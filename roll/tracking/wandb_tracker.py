@@ -84,6 +84,7 @@ class WandbTracker(Tracker):
             reinit="finish_previous",
         )
         self.run_dir: str = self._run.dir
+        self._finished = False
         # The stdout part prints W&B's run id, the one to resume with.
         self._stdout = StdoutTracker(
             exp_name=exp_name, log_dir=log_dir, config=config, options=options, run_id=self._run.id,
@@ -97,8 +98,9 @@ class WandbTracker(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Print and record ``metrics`` at ``step``, then log them to the W&B run at that step."""
-        self._stdout.log(metrics, step)
-        self._run.log(to_float_metrics(metrics), step=step)
+        values = to_float_metrics(metrics)  # converted once: 0-d device tensors sync once
+        self._stdout.log(values, step)
+        self._run.log(values, step=step)
 
     def log_text(self, key: str, text: str, step: int) -> None:
         """Print ``text`` and log it to W&B as preformatted HTML."""
@@ -107,6 +109,7 @@ class WandbTracker(Tracker):
 
     def finish(self) -> None:
         """Finish the W&B run (idempotent) and close the stdout tracker."""
-        if self._run is not None:
+        if not self._finished:
             self._run.finish()
+            self._finished = True
         self._stdout.finish()

@@ -168,6 +168,7 @@ def test_wandb_offline_writes_run_dir_and_resumes(offline_wandb, tmp_path, capsy
     tracker.log({"rollout/success_rate": 0.5}, step=0)
     tracker.log_text("rollout/sample", "<b>#</b>", step=0)
     tracker.finish()
+    tracker.finish()  # idempotent
     run_id = tracker.run_id
     run_dirs = glob.glob(os.path.join(log_dir, "wandb", f"offline-run-*-{run_id}"))
     assert len(run_dirs) == 1
