@@ -1,18 +1,10 @@
 """``roll doctor``: check that this machine can run roll, and optionally that it can run a given config.
 
-What it checks:
-
-* Python against roll's ``python_requires``.
-* Every package roll requires, found vs required. Requirements come from roll's installed metadata
-  (``importlib.metadata``) or, in a source checkout that is not installed, from ``setup.cfg``. Versions are read
-  from package metadata, never by importing the package; only torch is imported, for its CUDA facts.
-* Optional backends (the ``gpu`` extra: sglang; megatron-core, vllm) as ``optional-missing`` when absent.
-* Known-bad version combinations (:data:`KNOWN_BAD_RULES`, each with its reason).
-* With ``--config-name``: the backend packages of each worker's strategy, the tracker packages, and the GPUs that
-  the config's ``device_mapping`` lists (:func:`check_config_requirements`).
-
-Every failing row carries the command that fixes it. Exit codes: 0 when nothing needed is missing, 1 when
-something needed is missing or incompatible, 2 when the config cannot be loaded (argparse usage errors are 2 too).
+Checks Python, every package roll requires (found vs required, read from package metadata; only torch is
+imported, for its CUDA facts), optional backends, known-bad version combinations (:data:`KNOWN_BAD_RULES`) and,
+with ``--config-name``, what the config's strategies, tracker and ``device_mapping`` need. Every failing row
+carries the command that fixes it. Exit codes: 0 ok, 1 something needed is missing or incompatible, 2 the config
+cannot be loaded (or bad usage). See docs/doctor.md.
 
 Run as ``roll doctor [--config-name X] [--config-path P] [overrides ...]``, ``python -m roll doctor`` or
 ``python -m roll.doctor``.
@@ -173,10 +165,6 @@ TRACKER_NEEDS: dict[str, tuple[str, ...]] = {"stdout": (), "tensorboard": ("tens
 WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Facts about this machine
-
-
 def installed_version(name: str) -> str | None:
     """The installed version of distribution ``name`` from its metadata, or None when it is not installed."""
     try:
@@ -207,10 +195,6 @@ def detect_gpus() -> GpuInfo:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = tuple(torch.cuda.get_device_name(i) for i in range(count))
     return GpuInfo(count=count, cuda=torch.version.cuda, names=names)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# roll's requirements
 
 
 def split_requirements(lines: Iterable[str]) -> tuple[tuple[Requirement, ...], tuple[Requirement, ...]]:
@@ -259,10 +243,6 @@ def load_roll_requirements(setup_cfg: Path | None = None) -> RollRequirements:
     listed = {canonicalize_name(r.name) for r in required + optional}
     extra = tuple(Requirement(name) for name in EXTRA_BACKENDS if canonicalize_name(name) not in listed)
     return RollRequirements(SpecifierSet(python), required, optional + extra, source)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Checks
 
 
 def torch_fix(specifier: SpecifierSet, gpu_machine: bool) -> tuple[str, str]:
@@ -383,10 +363,6 @@ def check_environment(reqs: RollRequirements, versions: Mapping[str, str | None]
     return results + check_known_bad(versions)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Config checks
-
-
 def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
     """role -> (strategy name, device_mapping) for each worker block present in ``cfg``."""
     workers = {}
@@ -394,7 +370,12 @@ def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
         block = getattr(cfg, role, None)
         if block is None:
             continue
-        workers[role] = (str(block.strategy_args.strategy_name), [int(d) for d in (block.device_mapping or [])])
+        mapping = block.device_mapping
+        if isinstance(mapping, str):  # an unvalidated 'list(range(a, b))'
+            from roll.config.validation import parse_device_mapping
+
+            mapping = parse_device_mapping(mapping, f"{role}.device_mapping")
+        workers[role] = (str(block.strategy_args.strategy_name), [int(d) for d in (mapping or [])])
     return workers
 
 
@@ -464,10 +445,6 @@ def check_config_requirements(cfg: Any, versions: Mapping[str, str | None] | Non
     return results
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Report and command line
-
-
 def exit_code(results: Iterable[CheckResult]) -> int:
     """0 when no row failed, 1 otherwise."""
     return 1 if any(r.status.failed for r in results) else 0
@@ -483,17 +460,17 @@ def format_table(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines + (["notes:"] + notes if notes else []))
 
 
-def _load_config(config_path: str, config_name: str, overrides: list[str]) -> Any:
-    """Load a config through :func:`roll.config.load_config` (imported here: it pulls in Hydra)."""
-    from roll.config import load_config
+def _load_config(config_path: str | None, config_name: str, overrides: list[str]) -> Any:
+    """Load a validated config with roll's loader (imported here: it pulls in Hydra)."""
+    from roll.config.loader import load_config
 
-    return load_config(config_path, config_name, overrides)
+    return load_config(config_name=config_name, config_path=config_path, overrides=overrides)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``doctor`` arguments, shared by ``roll doctor`` and ``python -m roll.doctor``."""
     parser.add_argument("--config-name", help="also check what this config needs (e.g. agentic_sokoban_cpu)")
-    parser.add_argument("--config-path", default=str(REPO_ROOT / "examples" / "config"),
+    parser.add_argument("--config-path", default=None,
                         help="directory of the config files (default: the repo's examples/config)")
     parser.add_argument("overrides", nargs="*", help="Hydra-style overrides for the config, e.g. num_gpus_per_node=8")
 
@@ -509,7 +486,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = _load_config(args.config_path, args.config_name, list(args.overrides))
         except Exception as exc:  # any load failure is reported in one line
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"roll doctor: cannot load config {args.config_name!r} from {args.config_path}: "
+            print(f"roll doctor: cannot load config {args.config_name!r} from {args.config_path or 'examples/config'}: "
                   f"{type(exc).__name__}: {msg}", file=sys.stderr)
             return 2
     reqs = load_roll_requirements()

@@ -270,13 +270,50 @@ def test_overrides_without_config_name_exit_2(capsys):
     assert "--config-name" in capsys.readouterr().err
 
 
-def test_config_that_cannot_run_exits_1(monkeypatch, capsys):
-    # Stands in for roll.config.load_config only: it returns a config needing 1024 GPUs on one node.
-    cfg = fake_config(devices=list(range(1024)), num_gpus_per_node=1024)
-    monkeypatch.setattr(doctor, "_load_config", lambda path, name, overrides: cfg)
-    assert cli.main(["doctor", "--config-name", "huge"]) == 1
+TINY_CONFIG = """\
+defaults:
+  - roll_agentic
+  - _self_
+track_with: tensorboard
+actor_train:
+  strategy_args:
+    strategy_name: deepspeed_train
+custom_envs:
+  SimpleSokoban:
+    env_type: sokoban
+"""
+
+
+@pytest.fixture
+def config_dir(tmp_path):
+    pytest.importorskip("roll.config.loader")
+    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
+    return str(tmp_path)
+
+
+def test_real_config_on_cpu(config_dir, capsys):
+    env_code = doctor.exit_code(doctor.check_environment(doctor.load_roll_requirements()))
+    assert cli.main(["doctor", "--config-path", config_dir, "--config-name", "tiny"]) == env_code
     out = capsys.readouterr().out
-    assert ">=1024 CUDA GPU(s)" in out and "cannot run here" in out.splitlines()[-1]
+    rows = [line.split() for line in out[out.index("config 'tiny'"):].splitlines()[2:5]]
+    roll_reqs = doctor.load_roll_requirements()
+    assert rows == [[name, str(roll_reqs.find(name).specifier), doctor.installed_version(name), "ok"]
+                    for name in ("deepspeed", "transformers", "tensorboard")]
+
+
+def test_real_config_needing_more_gpus_exits_1(config_dir, capsys):
+    devices = "[" + ",".join(map(str, range(64))) + "]"
+    argv = ["doctor", "--config-path", config_dir, "--config-name", "tiny", "num_gpus_per_node=64",
+            f"actor_train.device_mapping={devices}", f"actor_infer.device_mapping={devices}"]
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    assert ">=64 CUDA GPU(s)" in out and "cannot run here" in out.splitlines()[-1]
+
+
+def test_real_config_bad_key_exit_2(config_dir, capsys):
+    assert cli.main(["doctor", "--config-path", config_dir, "--config-name", "tiny", "no_such_key=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no_such_key" in err
 
 
 def test_duplicate_subcommand_raises():
@@ -295,12 +332,11 @@ def test_module_entry_points_print_the_table(module):
 
 
 def test_real_loader_on_example_configs():
-    config_dir = REPO / "examples" / "config"
-    names = sorted(p.stem for p in config_dir.glob("*.yaml"))
-    load_config = getattr(pytest.importorskip("roll.config"), "load_config", None)
-    if load_config is None or not names:
-        pytest.skip("roll.config.load_config or examples/config/*.yaml not there yet")
+    names = sorted(p.stem for p in (REPO / "examples" / "config").glob("*.yaml"))
+    if not names:
+        pytest.skip("no examples/config/*.yaml yet")
+    from roll.config.loader import load_config
+
     for name in names:
-        cfg = load_config(str(config_dir), name, [])
-        results = doctor.check_config_requirements(cfg)
+        results = doctor.check_config_requirements(load_config(config_name=name))
         assert all(r.status is not Status.ERROR for r in results), (name, results)
