@@ -57,7 +57,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
 
     Episode end:
         ``terminated`` when the subclass says so (goal reached, failure, answer given);
-        ``truncated`` when ``max_steps`` actions (valid or not) were taken without termination.
+        ``truncated`` when ``max_steps`` actions (valid or not) were taken without termination
+        (``terminated`` instead for envs that set ``max_steps_terminates``).
         Stepping a finished episode raises ``RuntimeError``: call ``reset()``.
 
     Info (every step): ``action_is_valid`` (bool), ``success`` (bool), ``parsed_action``
@@ -79,6 +80,10 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     valid_actions: ClassVar[tuple[str, ...]] = ()
     #: Chat role of the env's observation messages ("user"; a tool env sets "tool").
     message_role: ClassVar[str] = "user"
+    #: True for answer-budget tasks (Countdown: a fixed number of attempts is a rule of the game):
+    #: the last allowed action then sets ``terminated`` instead of ``truncated``, so learners do
+    #: not bootstrap a value past the end of the task.
+    max_steps_terminates: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -197,7 +202,9 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             observation, reward, terminated = result.observation, float(result.reward), bool(result.terminated)
             self._success = self._success or bool(result.success)
             extra = dict(result.info or {})
-        truncated = not terminated and self._num_steps >= self.max_steps
+        out_of_steps = not terminated and self._num_steps >= self.max_steps
+        terminated = terminated or (out_of_steps and self.max_steps_terminates)
+        truncated = out_of_steps and not self.max_steps_terminates
         self._episode_over = terminated or truncated
         info = {
             **extra,
