@@ -1,0 +1,80 @@
+"""Convert GSM8K (``question``, ``answer`` ending in ``#### N``) to RLVR JSONL (``prompt``, ``ground_truth``, ``tag``).
+
+Usage::
+
+    python scripts/convert_gsm8k.py gsm8k/main/train-00000-of-00001.parquet -o data/gsm8k/train.jsonl \
+        [--instruction "Put the final answer in <answer></answer>."] [--tag math]
+
+Inputs may be ``.parquet`` or ``.jsonl`` (several files are concatenated). The ground truth is the text after
+the last ``####`` with thousands separators removed (``1,000`` -> ``1000``). Rows without a question or a
+``####`` answer stop the conversion with one error listing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+_FINAL = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``.parquet`` or ``.jsonl`` file as dicts."""
+    path = Path(path)
+    if path.suffix.lower() == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(path).to_dict(orient="records")
+    if path.suffix.lower() not in (".jsonl", ".json"):
+        raise ValueError(f"input {str(path)!r} must be .parquet or .jsonl")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def raise_bad_rows(path: str | Path, bad: list[tuple[int, str]]) -> None:
+    """Raise one ValueError naming the file and (up to 20) bad rows with their problems."""
+    if bad:
+        lines = [f"  row {row}: {why}" for row, why in bad[:20]]
+        if len(bad) > 20:
+            lines.append(f"  ... and {len(bad) - 20} more")
+        raise ValueError(f"{path}: {len(bad)} row(s) cannot be converted:\n" + "\n".join(lines))
+
+
+def convert_gsm8k(inputs: list[str], output: str, *, instruction: str | None = None, tag: str = "math") -> int:
+    """Convert GSM8K files to one RLVR JSONL file; returns the number of rows written."""
+    out_rows = []
+    for path in inputs:
+        bad = []
+        for row, rec in enumerate(read_rows(path)):
+            question, answer = rec.get("question"), rec.get("answer")
+            final = _FINAL.search(answer) if isinstance(answer, str) else None
+            if not isinstance(question, str) or not question.strip():
+                bad.append((row, "missing or empty 'question'"))
+            elif final is None:
+                bad.append((row, "'answer' has no '#### N' final answer"))
+            else:
+                prompt = question.strip() + (f"\n{instruction}" if instruction else "")
+                out_rows.append({"prompt": prompt, "ground_truth": final.group(1).replace(",", ""), "tag": tag})
+        raise_bad_rows(path, bad)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
+    return len(out_rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("inputs", nargs="+", help="GSM8K .parquet or .jsonl files")
+    parser.add_argument("-o", "--output", required=True, help="RLVR .jsonl file to write")
+    parser.add_argument("--instruction", default=None, help="text appended to every question (answer format)")
+    parser.add_argument("--tag", default="math", help="tag of every row (selects the reward)")
+    args = parser.parse_args(argv)
+    n = convert_gsm8k(args.inputs, args.output, instruction=args.instruction, tag=args.tag)
+    print(f"wrote {n} rows to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
