@@ -124,6 +124,25 @@ def to_float_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def as_plain_dict(obj: Any, what: str = "config") -> dict[str, Any]:
+    """A plain ``dict`` (nested lists and dicts only) from a mapping, a dataclass or an OmegaConf config.
+
+    Raises:
+        TypeError: ``obj`` is none of these; ``what`` names the argument in the message.
+    """
+    if obj is None:
+        return {}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if type(obj).__module__.startswith("omegaconf"):  # DictConfig: resolve interpolations, drop ListConfig wrappers
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(obj, resolve=True)  # type: ignore[return-value]
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    raise TypeError(f"{what} must be a dict, a dataclass or an OmegaConf DictConfig, got {type(obj).__name__}.")
+
+
 def json_safe(value: float) -> float | None:
     """``value``, or ``None`` where it is NaN or infinite (strict JSON has no such numbers)."""
     return value if math.isfinite(value) else None
@@ -197,7 +216,7 @@ def make_tracker(
     *,
     exp_name: str,
     log_dir: str,
-    config: Mapping[str, Any] | None = None,
+    config: Any = None,
     tracker_kwargs: Mapping[str, Any] | None = None,
     run_id: str | None = None,
 ) -> Tracker:
@@ -207,13 +226,15 @@ def make_tracker(
         track_with: registered tracker name.
         exp_name: experiment name (the W&B run name unless ``tracker_kwargs["name"]`` is set).
         log_dir: where ``metrics.jsonl`` (and TensorBoard / W&B files unless overridden) go.
-        config: the run's config as a plain dict; recorded by TensorBoard (as text) and W&B.
-        tracker_kwargs: backend options, checked against the backend's options dataclass.
+        config: the run's config (dict, dataclass or OmegaConf DictConfig); recorded by TensorBoard (as text)
+            and W&B.
+        tracker_kwargs: backend options (dict or DictConfig), checked against the backend's options dataclass.
         run_id: the run id saved in a checkpoint, to continue that run; ``None`` starts a new run.
 
     Raises:
         ValueError: unknown ``track_with`` or unknown ``tracker_kwargs`` keys.
+        TypeError: ``config`` or ``tracker_kwargs`` is not a mapping (or dataclass / DictConfig).
     """
     cls = get_tracker_class(track_with)
-    options = build_options(cls, track_with, tracker_kwargs or {})
-    return cls(exp_name=exp_name, log_dir=log_dir, config=dict(config or {}), options=options, run_id=run_id)
+    options = build_options(cls, track_with, as_plain_dict(tracker_kwargs, "tracker_kwargs"))
+    return cls(exp_name=exp_name, log_dir=log_dir, config=as_plain_dict(config), options=options, run_id=run_id)

@@ -80,6 +80,7 @@ class StdoutTracker(Tracker):
     ) -> None:
         self.exp_name = exp_name
         self.log_dir = log_dir
+        self.options = options
         self.headline_keys = list(options.headline_keys)
         self._run_id = run_id or new_run_id()
         self._stream = stream

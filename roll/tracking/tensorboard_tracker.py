@@ -56,6 +56,7 @@ class TensorboardTracker(Tracker):
             raise ImportError(
                 "track_with='tensorboard' needs the tensorboard package: pip install tensorboard"
             ) from err
+        self.options = options
         self._stdout = StdoutTracker(exp_name=exp_name, log_dir=log_dir, config=config, options=options, run_id=run_id)
         self.event_dir = options.log_dir or log_dir
         self._writer = SummaryWriter(log_dir=self.event_dir, flush_secs=options.flush_secs)

@@ -66,6 +66,7 @@ class WandbTracker(Tracker):
     ) -> None:
         if not isinstance(options, WandbOptions):
             raise TypeError(f"WandbTracker needs WandbOptions, got {type(options).__name__}.")
+        self.options = options
         self._wandb = _import_wandb()
         wandb_dir = options.dir or log_dir
         os.makedirs(wandb_dir, exist_ok=True)

@@ -180,3 +180,30 @@ def test_wandb_offline_writes_run_dir_and_resumes(offline_wandb, tmp_path, capsy
     resumed.finish()
     assert resumed.run_id == run_id
     assert [r["rollout/success_rate"] for r in read_jsonl(os.path.join(log_dir, "metrics.jsonl"))] == [0.5, 0.75]
+
+
+def test_dataclass_config_and_omegaconf_kwargs(tmp_path, capsys) -> None:
+    import dataclasses
+
+    from omegaconf import OmegaConf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 0.001
+        tags: list = dataclasses.field(default_factory=lambda: ["a"])
+
+    kwargs = OmegaConf.create({"headline_keys": ["b/x"], "flush_secs": "${n}", "n": 5})
+    with pytest.raises(ValueError, match=r"\['n'\] are not accepted"):
+        make_tracker("tensorboard", exp_name="e", log_dir=str(tmp_path), config=Cfg(), tracker_kwargs=kwargs)
+    kwargs = OmegaConf.create({"tb": {"headline_keys": ["b/x"], "flush_secs": "${n}"}, "n": 5}).tb
+    with make_tracker("tensorboard", exp_name="e", log_dir=str(tmp_path), config=Cfg(), tracker_kwargs=kwargs) as t:
+        t.log({"a/z": 1.0, "b/x": 2.0}, step=0)
+    assert t.options.flush_secs == 5 and type(t.options.headline_keys) is list
+    assert capsys.readouterr().out.splitlines()[-1] == "step 0 | b/x 2 | a/z 1"
+    acc = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    config_text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert '"lr": 0.001' in config_text and '"a"' in config_text
+    with pytest.raises(TypeError, match="config must be a dict, a dataclass or an OmegaConf DictConfig, got list"):
+        make_tracker("stdout", exp_name="e", log_dir=str(tmp_path), config=[1, 2])
