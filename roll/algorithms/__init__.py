@@ -9,6 +9,7 @@ from roll.algorithms.advantages import (
     AdvantageInputs,
     AdvantageOutputs,
     compute_advantage,
+    discounted_turn_returns,
     get_advantage_fn,
     register_advantage,
     step_level_advantages,
@@ -36,7 +37,7 @@ from roll.algorithms.reward_norm import (
 
 __all__ = [
     "ActorLossConfig", "AdaptiveKLController", "AdvantageInputs", "AdvantageOutputs", "FixedKLController",
-    "RunningMeanStd", "actor_loss", "agg_loss", "apply_kl_penalty", "compute_advantage", "entropy_from_logits",
+    "RunningMeanStd", "actor_loss", "agg_loss", "apply_kl_penalty", "compute_advantage", "discounted_turn_returns", "entropy_from_logits",
     "explained_variance", "full_kl", "get_advantage_fn", "get_policy_loss_fn", "gspo_policy_loss", "kl_penalty",
     "make_kl_controller", "masked_mean", "masked_sum", "masked_var", "masked_whiten", "normalize_scores",
     "postprocess_rlvr_rewards", "ppo_policy_loss", "register_advantage", "register_agg_mode", "register_kl",

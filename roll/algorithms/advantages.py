@@ -150,6 +150,21 @@ def grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
 
 
+@register_advantage("dr_grpo")
+@torch.no_grad()
+def dr_grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783): GRPO without the std.
+
+    ``A_i = R_i - mean_g`` (no division by the group std, which over-weights easy and hard prompts), broadcast to
+    response tokens; a group of one gets 0. Pair it with ``loss_agg_mode='seq-mean-token-sum-norm'``.
+    Returns equal the advantages.
+    """
+    mask = inputs.response_mask
+    r = episode_rewards(inputs.token_level_rewards, mask)
+    token_adv = _broadcast(r - group_stats(r, inputs.group_ids).mean, mask)
+    return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
+
+
 @register_advantage("rloo")
 @torch.no_grad()
 def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
@@ -166,6 +181,34 @@ def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
     adv = torch.where(stats.count > 1, r - baseline, torch.zeros_like(r))
     token_adv = _broadcast(adv, mask)
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
+
+
+@torch.no_grad()
+def discounted_turn_returns(turn_rewards: Tensor, episode_ids: Tensor, gamma: float) -> Tensor:
+    """Per-turn discounted return-to-go within each episode, for :func:`step_level_advantages`.
+
+    Formula: ``G_k = r_k + gamma * G_{k+1}`` over the turns k of one episode (``G = 0`` after its last turn).
+    Rows of one episode must appear in turn order; episodes may interleave.
+
+    Args:
+        turn_rewards: (N,) reward of each turn.
+        episode_ids: (N,) integer id of each turn's episode (trajectory).
+        gamma: discount per turn, in [0, 1].
+    Returns:
+        (N,) returns.
+    """
+    if tuple(episode_ids.shape) != tuple(turn_rewards.shape) or turn_rewards.dim() != 1:
+        raise ValueError(f"turn_rewards {tuple(turn_rewards.shape)} and episode_ids {tuple(episode_ids.shape)} "
+                         "must both be (N,)")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    running: dict[int, float] = {}
+    out = torch.empty_like(turn_rewards)
+    for k in reversed(range(turn_rewards.shape[0])):  # N turns: small, a plain loop is clear and fast enough
+        episode = int(episode_ids[k])
+        running[episode] = float(turn_rewards[k]) + gamma * running.get(episode, 0.0)
+        out[k] = running[episode]
+    return out
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ import torch
 from roll.algorithms.advantages import (
     AdvantageInputs,
     compute_advantage,
+    discounted_turn_returns,
     get_advantage_fn,
     step_level_advantages,
     whiten_and_clip_advantages,
@@ -85,7 +86,7 @@ def test_reinforce_plus_plus_hand():
 
 
 def test_unknown_estimator_lists_names():
-    with pytest.raises(KeyError, match="gae.*grpo.*reinforce.*reinforce_plus_plus.*rloo"):
+    with pytest.raises(KeyError, match="dr_grpo.*gae.*grpo.*reinforce.*reinforce_plus_plus.*rloo"):
         get_advantage_fn("ppo")
 
 
@@ -199,3 +200,22 @@ def test_whiten_and_clip_advantages():
     torch.testing.assert_close(whiten_and_clip_advantages(adv, mask, False, 2.0), torch.tensor([[1.0, 2], [2, 0]]))
     with pytest.raises(ValueError, match="advantage_clip"):
         whiten_and_clip_advantages(adv, mask, False, -1.0)
+
+
+def test_dr_grpo_hand():
+    r, m = _outcome_batch([1.0, 0.0, 0.0, 2.0, 4.0, 5.0])
+    g = torch.tensor([0, 0, 0, 1, 1, 2])
+    out = compute_advantage("dr_grpo", AdvantageInputs(r, m, group_ids=g))
+    # R - group mean: {1,0,0} mean 1/3; {2,4} mean 3; singleton 0
+    expected = torch.tensor([2 / 3, -1 / 3, -1 / 3, -1.0, 1.0, 0.0])
+    torch.testing.assert_close(out.advantages, expected[:, None].expand(6, 3))
+
+
+def test_discounted_turn_returns():
+    # episodes 0 and 1 interleaved; episode 0 rewards [0, 1, 2], episode 1 rewards [5]
+    rewards = torch.tensor([0.0, 5.0, 1.0, 2.0])
+    episodes = torch.tensor([0, 1, 0, 0])
+    # episode 0 with gamma .5: G2 = 2, G1 = 1 + 1 = 2, G0 = 0 + 1 = 1
+    torch.testing.assert_close(discounted_turn_returns(rewards, episodes, 0.5), torch.tensor([1.0, 5.0, 2.0, 2.0]))
+    with pytest.raises(ValueError, match="gamma"):
+        discounted_turn_returns(rewards, episodes, 2.0)

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roll.algorithms.advantages import AdvantageInputs, compute_advantage
+from roll.algorithms.advantages import ADVANTAGES, AdvantageInputs, compute_advantage
 from roll.algorithms.aggregation import AGG_MODES, agg_loss
 from roll.algorithms.kl import AdaptiveKLController
 from roll.algorithms.policy_losses import ppo_policy_loss
@@ -28,12 +28,12 @@ def token_batches(draw, max_b=6, max_t=7):
 
 @SETTINGS
 @given(token_batches())
-def test_grpo_and_rloo_advantages_sum_to_zero_per_group(batch):
+def test_group_baseline_advantages_sum_to_zero_per_group(batch):
     rewards, mask, _, groups = batch
     # one advantage per sample: give every row one response token so that none is dropped by the mask
     mask = mask.clone()
     mask[:, -1] = 1
-    for name in ("grpo", "rloo"):
+    for name in ("grpo", "rloo", "dr_grpo"):
         adv = compute_advantage(name, AdvantageInputs(rewards, mask, group_ids=groups)).advantages[:, -1]
         for g in groups.unique():
             members = adv[groups == g]
@@ -41,7 +41,7 @@ def test_grpo_and_rloo_advantages_sum_to_zero_per_group(batch):
 
 
 @SETTINGS
-@given(token_batches(), st.sampled_from(["gae", "reinforce", "grpo", "rloo", "reinforce_plus_plus"]),
+@given(token_batches(), st.sampled_from(ADVANTAGES.names()),
        st.floats(0.5, 1.0), st.floats(0.0, 1.0))
 def test_values_at_unmasked_positions_do_not_matter(batch, name, gamma, lambd):
     rewards, mask, values, groups = batch
