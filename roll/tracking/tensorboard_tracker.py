@@ -23,6 +23,10 @@ class TensorboardOptions(TrackerOptions):
     )
     flush_secs: int = dataclasses.field(default=10, metadata={"help": "Seconds between flushes of pending events."})
 
+    def __post_init__(self) -> None:
+        if not (isinstance(self.flush_secs, int) and self.flush_secs > 0):
+            raise ValueError(f"tracker_kwargs flush_secs={self.flush_secs!r} must be a positive integer (seconds).")
+
 
 def _as_code_block(text: str) -> str:
     """Wrap ``text`` in a Markdown code fence so TensorBoard keeps its line breaks and spacing."""

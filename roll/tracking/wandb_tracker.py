@@ -11,10 +11,13 @@ import dataclasses
 import html
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 from roll.tracking.base import Tracker, TrackerOptions, register_tracker, to_float_metrics
 from roll.tracking.stdout import StdoutTracker
+
+
+WandbMode = Literal["online", "offline", "disabled"]
 
 
 @dataclasses.dataclass
@@ -30,10 +33,17 @@ class WandbOptions(TrackerOptions):
     group: str | None = dataclasses.field(default=None, metadata={"help": "Group runs together in the W&B UI."})
     tags: list[str] = dataclasses.field(default_factory=list, metadata={"help": "Run tags."})
     notes: str | None = dataclasses.field(default=None, metadata={"help": "Free-text run description."})
-    mode: str | None = dataclasses.field(
+    mode: WandbMode | None = dataclasses.field(
         default=None,
         metadata={"help": "'online', 'offline' or 'disabled'; None = the WANDB_MODE variable or W&B's default."},
     )
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in get_args(WandbMode):
+            raise ValueError(
+                f"tracker_kwargs mode={self.mode!r} is not a W&B mode; use one of {list(get_args(WandbMode))} "
+                "or leave it unset to follow WANDB_MODE."
+            )
 
 
 def _import_wandb() -> Any:

@@ -207,3 +207,10 @@ def test_dataclass_config_and_omegaconf_kwargs(tmp_path, capsys) -> None:
     assert '"lr": 0.001' in config_text and '"a"' in config_text
     with pytest.raises(TypeError, match="config must be a dict, a dataclass or an OmegaConf DictConfig, got list"):
         make_tracker("stdout", exp_name="e", log_dir=str(tmp_path), config=[1, 2])
+
+
+def test_option_values_are_checked(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"mode='offlin' is not a W&B mode; use one of \['online', 'offline', 'disabled'\]"):
+        make_tracker("wandb", exp_name="e", log_dir=str(tmp_path), tracker_kwargs={"mode": "offlin"})
+    with pytest.raises(ValueError, match="flush_secs=0 must be a positive integer"):
+        make_tracker("tensorboard", exp_name="e", log_dir=str(tmp_path), tracker_kwargs={"flush_secs": 0})
