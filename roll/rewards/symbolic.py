@@ -94,7 +94,10 @@ class SymbolicVerifier:
             return bool(json.loads(line).get("match", False))
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the child also exits when its stdin closes
+            pass
 
 
 _DEFAULT: SymbolicVerifier | None = None
