@@ -106,8 +106,8 @@ class ToolUseEnv(TextEnv):
         wrong arguments, too many calls, no tags).
 
     Episode end:
-        Terminated by the answer (right or wrong); truncated after ``max_steps`` turns (tool calls plus
-        the answer).
+        Terminated by the answer (right or wrong), or after ``max_steps`` turns (tool calls plus the
+        answer) without an answer (``max_steps_terminates``: the turn budget is a rule of the task).
 
     Info:
         Base keys, plus ``tool_results`` (list of ``{"name", "ok"}``) after a tool turn and ``answer``
@@ -122,6 +122,9 @@ class ToolUseEnv(TextEnv):
         max_tool_output_chars: longer tool output is cut (with a note) before it becomes the observation.
         sandbox_timeout_s, sandbox_memory_mb: limits of the ``python`` tool.
     """
+
+    #: Running out of turns is a rule of the task (no answer = failure), so it terminates the episode.
+    max_steps_terminates = True
 
     def __init__(
         self,
