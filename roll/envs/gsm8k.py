@@ -90,8 +90,9 @@ class GSM8KEnv(TextEnv):
         0 for a wrong answer; ``format_penalty`` for text with no parseable answer.
 
     Episode end:
-        Terminated on a correct answer (``success=True``); truncated after ``max_turns`` actions
-        (answers and unparseable texts both count).
+        Terminated on a correct answer (``success=True``), or when ``max_turns`` actions are used up
+        (answers and unparseable texts both count): the attempt budget is part of the task, so running out
+        terminates rather than truncates (``max_steps_terminates``).
 
     Info:
         The base keys; reset adds ``ground_truth`` and ``problem_index``; ``metrics`` has ``attempts``
@@ -106,6 +107,8 @@ class GSM8KEnv(TextEnv):
         timeout_s: time limit of one symbolic answer comparison.
         format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`.
     """
+
+    max_steps_terminates = True
 
     def __init__(
         self,

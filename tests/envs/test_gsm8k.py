@@ -54,14 +54,16 @@ def test_wrong_then_retry_with_discount(data_file):
     assert info["metrics"] == {"num_steps": 2.0, "invalid_actions": 0.0, "attempts": 2.0, "correct": 1.0}
 
 
-def test_invalid_answer_and_truncation(data_file):
+def test_invalid_answer_and_running_out_of_attempts(data_file):
     env = GSM8KEnv(data_path=data_file, max_turns=2, format_penalty=-0.2)
     question, _ = env.reset(seed=0, options={"index": 0})
     obs, reward, terminated, truncated, info = env.step("I think it is 7")  # no <answer> tag
     assert (obs, reward, terminated, truncated) == (question, -0.2, False, False)
     assert not info["action_is_valid"]
     obs, reward, terminated, truncated, info = env.step("<answer>8</answer>")
-    assert (obs, reward, terminated, truncated) == ("Incorrect, try again. (0 attempts left)", 0.0, False, True)
+    # the attempt budget is part of the task: running out terminates (no bootstrapping past it)
+    assert (obs, reward, terminated, truncated) == ("Incorrect, try again. (0 attempts left)", 0.0, True, False)
+    assert not info["success"]
     with pytest.raises(RuntimeError, match="reset"):
         env.step("<answer>7</answer>")
 
