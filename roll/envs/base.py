@@ -227,6 +227,17 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             return self._observation()
         raise NotImplementedError(f"render_mode={self.render_mode!r} is not implemented by {type(self).__name__}.")
 
+    def solution(self) -> list[str] | None:
+        """Canonical actions that solve the task from the current state (for demonstrations).
+
+        Envs with a solver override this (Sokoban, FrozenLake, Countdown); ``None`` means unsolvable.
+
+        Raises:
+            NotImplementedError: this env has no solver.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no solver; solution() is available for "
+                                  "envs that ship one (sokoban, frozen_lake, countdown).")
+
     # ----------------------------------------------------------------- helpers
     @property
     def num_steps(self) -> int:

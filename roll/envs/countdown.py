@@ -52,8 +52,11 @@ def parse_expression(text: str) -> ast.expr | None:
 
 
 def leaves(tree: ast.expr) -> list[int]:
-    """The integer literals of an expression tree, left to right."""
-    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
+    """The integer literals of a tree accepted by :func:`parse_expression`, left to right."""
+    if isinstance(tree, ast.BinOp):
+        return leaves(tree.left) + leaves(tree.right)
+    assert isinstance(tree, ast.Constant)
+    return [tree.value]
 
 
 def evaluate(tree: ast.expr) -> Fraction:

@@ -74,6 +74,13 @@ def test_think_answer_format_and_options():
     assert env.step("<think>one more</think><answer>Inc</answer>")[2] is True
 
 
+def test_solution_is_optional():
+    env = make_env("test_counter")
+    env.reset(seed=0)
+    with pytest.raises(NotImplementedError, match="CounterEnv has no solver"):
+        env.solution()
+
+
 def test_registry_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"Unknown env_type 'nope'.*test_counter"):
         make_env("nope")

@@ -1,6 +1,8 @@
 """ActionParser on messy model text."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from roll.envs.parsing import ActionParser
 
@@ -70,3 +72,14 @@ def test_bad_formats_raise(bad, message):
 
 def test_non_string_is_unparseable():
     assert ActionParser().parse(None) is None  # type: ignore[arg-type]
+
+
+TOKENS = st.sampled_from(["<answer>", "</answer>", "<think>", "</think>", "<ANSWER>", "Up", " ", "\n", "<", "/", "x"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TOKENS, max_size=12).map("".join))
+def test_parser_never_raises_and_returns_stripped_text(text):
+    for fmt in ("answer", "think_answer"):
+        result = ActionParser(fmt).parse(text)
+        assert result is None or (result == result.strip() and result and "<answer>" not in result.lower())
