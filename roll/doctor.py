@@ -408,12 +408,13 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
 
 
 def gpus_needed(cfg: Any) -> int:
-    """GPUs this node needs for ``cfg``: max device id + 1 over all workers, capped at ``num_gpus_per_node`` when
-    that is set (a device_mapping wider than one node spans several nodes; each needs ``num_gpus_per_node``)."""
+    """GPUs this node needs for ``cfg``: max device id + 1 over all workers; on a multi-node config
+    (``num_nodes > 1``) the mapping spans the nodes, and this node needs ``num_gpus_per_node`` of them."""
     ids = [d for _, mapping in _worker_strategies(cfg).values() for d in mapping]
     needed = max(ids) + 1 if ids else 0
-    per_node = int(getattr(cfg, "num_gpus_per_node", 0) or 0)
-    return min(needed, per_node) if per_node > 0 else needed
+    if int(getattr(cfg, "num_nodes", 1) or 1) > 1:
+        return min(needed, int(getattr(cfg, "num_gpus_per_node", 0) or 0))
+    return needed
 
 
 def check_config_requirements(cfg: Any, versions: Mapping[str, str | None] | None = None,

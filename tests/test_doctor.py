@@ -220,7 +220,9 @@ def test_gpu_config_on_cpu_machine_fails():
 def test_gpus_needed_from_device_mapping():
     cfg = fake_config(devices=[2, 5])
     assert doctor.gpus_needed(cfg) == 6
-    assert doctor.gpus_needed(fake_config(devices=list(range(16)), num_gpus_per_node=8)) == 8
+    # One node: the whole mapping is here, whatever num_gpus_per_node says; two nodes: half of it.
+    assert doctor.gpus_needed(fake_config(devices=list(range(16)), num_gpus_per_node=8)) == 16
+    assert doctor.gpus_needed(fake_config(devices=list(range(16)), num_gpus_per_node=8, num_nodes=2)) == 8
     assert doctor.gpus_needed(fake_config()) == 0
     cfg.critic = worker("deepspeed_train", [9])
     assert doctor.gpus_needed(cfg) == 10
