@@ -221,3 +221,16 @@ def test_concurrent_calls_from_threads():
 def test_bad_limits_are_rejected():
     with pytest.raises(ValueError, match="wall_timeout_s=0"):
         run_python("pass", wall_timeout_s=0)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nfd = os.open(DIR, os.O_RDONLY)\nos.close(os.open('x', os.O_WRONLY | os.O_CREAT, dir_fd=fd))",
+        "open('evil.cpython-311-x86_64-linux-gnu.so', 'wb').write(b'ELF')",
+    ],
+)
+def test_dir_fd_escape_and_native_module_writes_are_blocked(tmp_path, code):
+    result = run_python(f"DIR = {str(tmp_path)!r}\n" + code, wall_timeout_s=WALL)
+    assert not result.ok and result.error.startswith("blocked: ")
+    assert list(tmp_path.iterdir()) == []
