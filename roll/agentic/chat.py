@@ -1,0 +1,62 @@
+"""Chat formatting at token level: the first prompt, and the tokens between one model reply and the next.
+
+History is appended as token ids and never re-templated, so the ids a trajectory trains on are exactly the ids the
+model was given and produced. :meth:`ChatFormatter.turn_delta` derives, from the tokenizer's own chat template, the
+text that follows an assistant reply's end-of-turn token (``<|im_end|>``): e.g. ``\\n<|im_start|>user\\n{obs}
+<|im_end|>\\n<|im_start|>assistant\\n``. :meth:`ChatFormatter.conformance` re-renders the whole conversation with the
+template and reports whether the ids agree (templates that strip earlier ``<think>`` blocks do not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_PROBE = "\x00probe\x00"
+_PROBE_USER = "\x00user-probe\x00"
+
+
+class ChatFormatter:
+    """Builds prompt token ids from chat messages with ``tokenizer``'s chat template."""
+
+    def __init__(self, tokenizer: Any, system_prompt: str | None):
+        self.tokenizer = tokenizer
+        self.system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.eos_id = tokenizer.eos_token_id
+        self.eos_text = tokenizer.decode([self.eos_id])
+        self._delta_parts: dict[str, tuple[str, str]] = {}
+
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def first_prompt(self, user_text: str, role: str = "user") -> list[int]:
+        """Token ids of system + first user message + the assistant header."""
+        return self.encode(self.render(self.system + [{"role": role, "content": user_text}], True))
+
+    def turn_delta(self, user_text: str, role: str = "user") -> list[int]:
+        """Token ids that follow an assistant reply's end-of-turn token up to the next assistant header."""
+        if role not in self._delta_parts:
+            self._delta_parts[role] = self._probe_delta(role)
+        before, after = self._delta_parts[role]
+        return self.encode(before + user_text + after)
+
+    def _probe_delta(self, role: str) -> tuple[str, str]:
+        """The template text around a ``role`` message's content after an assistant reply, found by probing."""
+        head = self.system + [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}]
+        before = self.render(head, False)
+        after = self.render(head + [{"role": role, "content": _PROBE_USER}], True)
+        end = before.index(_PROBE) + len(_PROBE)
+        cut = before.index(self.eos_text, end) + len(self.eos_text) if self.eos_text in before[end:] else end
+        if not after.startswith(before[:cut]) or after.count(_PROBE_USER) != 1:
+            raise ValueError("chat template renders a prefix differently once a message is added; "
+                             "token-level history cannot be used with it")
+        delta = after[cut:]
+        i = delta.index(_PROBE_USER)
+        return delta[:i], delta[i + len(_PROBE_USER):]
+
+    def conformance(self, messages: list[dict[str, str]], token_ids: list[int]) -> bool:
+        """Whether the template applied to the whole conversation gives exactly ``token_ids``."""
+        return self.encode(self.render(self.system + messages, False)).__eq__(token_ids)

@@ -1,0 +1,102 @@
+"""The pipeline block shared by the agentic and RLVR pipelines: run control, batch sizes, PPO/reward keys.
+
+Key names and meanings follow ROLL's configuration guide; defaults live only here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from roll.config.fields import fld
+
+
+@dataclass
+class PPOConfig:
+    """PPO, reward and loss keys (flat at the top level of a config file, as in ROLL)."""
+
+    adv_estimator: str = fld("grpo", "Advantage estimator.",
+                             choices=["gae", "reinforce", "grpo", "reinforce_plus_plus", "rloo", "gigpo"])
+    ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
+    max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).")
+    l2: float = fld(0.0, "L2 regularization coefficient added to the loss.")
+    gamma: float = fld(1.0, "Discount factor over response tokens.")
+    lambd: float = fld(0.95, "GAE lambda.")
+    pg_clip: float = fld(0.2, "PPO ratio clip range (symmetric).")
+    pg_clip_low: Optional[float] = fld(None, "Lower clip range (1 - low); overrides pg_clip when set.")
+    pg_clip_high: Optional[float] = fld(None, "Upper clip range (1 + high); overrides pg_clip (DAPO clip-higher).")
+    dual_clip_loss: bool = fld(False, "Bound the loss of negative-advantage tokens by c * |A| (dual-clip PPO).")
+    dual_clip_c: float = fld(3.0, "The c of dual-clip PPO (> 1).")
+    value_clip: Optional[float] = fld(None, "Clip range of the value loss around old values; None = no clip.")
+    loss_agg_mode: str = fld("token-mean", "How token losses are aggregated.",
+                             choices=["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                      "seq-mean-token-sum-norm"])
+    kl_penalty: str = fld("kl", "KL estimator for the reward penalty.",
+                          choices=["kl", "abs", "mse", "low_var_kl", "k3", "full"])
+    init_kl_coef: float = fld(0.2, "Initial KL coefficient of the reward penalty (fixed or adaptive controller).")
+    target_kl: Optional[float] = fld(None, "Target KL of the adaptive controller; None = fixed coefficient.")
+    kl_horizon: int = fld(10000, "Horizon of the adaptive KL controller.")
+    add_token_level_kl: bool = fld(False, "Subtract kl_coef * KL(actor || reference) from token rewards.")
+    use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(actor || reference) to the actor loss.")
+    kl_loss_coef: float = fld(0.0, "Coefficient of the KL loss.")
+    kl_loss_type: str = fld("low_var_kl", "KL estimator for the KL loss.",
+                            choices=["kl", "abs", "mse", "low_var_kl", "k3"])
+    allow_kl_in_reward_and_loss: bool = fld(False, "Allow add_token_level_kl and use_kl_loss together.")
+    entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
+    sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (0 = off).")
+    rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss.")
+    use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")
+    critic_warmup: int = fld(0, "Steps during which only the critic is trained.")
+    reward_clip: Optional[float] = fld(None, "Clip episode scores to [-reward_clip, reward_clip].")
+    whiten_rewards: bool = fld(False, "Whiten token rewards over the batch before advantages.")
+    whiten_advantages: bool = fld(False, "Whiten advantages over the batch's response tokens.")
+    advantage_clip: Optional[float] = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
+    reward_norm: Optional[str] = fld(None, "RLVR reward normalization.", choices=["batch", "group", "running", None])
+    reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
+    reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
+    use_reward_scaling: bool = fld(False, "RLVR: scale rewards (enables use_reward_norm).")
+    use_reward_norm: bool = fld(False, "RLVR: normalize rewards; only with use_reward_scaling.")
+    add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
+    difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
+    length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
+    step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.")
+    episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.")
+
+
+@dataclass
+class BaseConfig(PPOConfig):
+    """Run control, batch sizes, lengths, cluster and tracking keys shared by all pipelines."""
+
+    exp_name: str = fld("roll_exp", "Experiment name (output and tracker naming).")
+    seed: int = fld(42, "Global seed (models, sampling, env seeds).")
+    rpc_timeout: int = fld(3600, "Seconds a call to a worker may take before it is an error.")
+    output_dir: str = fld("./output", "Checkpoints and the final model are written here.")
+    logging_dir: str = fld("./output/logs", "Logs, metrics.jsonl, tensorboard and trajectory dumps.")
+    render_save_dir: Optional[str] = fld(None, "Save rendered frames of validation episodes here (None = off).")
+    system_envs: Dict[str, str] = fld(default_factory=dict, help="Environment variables set for every worker.")
+    track_with: str = fld("stdout", "Tracker; tensorboard and wandb also print to stdout.",
+                          choices=["stdout", "tensorboard", "wandb"])
+    tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
+    num_nodes: int = fld(1, "Nodes in the Ray cluster.")
+    num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.")
+    distributed: str = fld("ray", "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "
+                                  "process without Ray, for debugging.", choices=["ray", "local"])
+    ray_address: Optional[str] = fld(None, "Join this Ray cluster (e.g. 'auto' or 'host:6379'); None = start a "
+                                           "local Ray instance on loopback.")
+    ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).")
+    ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
+    max_steps: int = fld(100, "Training steps (one rollout batch each).")
+    save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).")
+    logging_steps: int = fld(1, "Log metrics every N steps.")
+    eval_steps: int = fld(0, "Run validation every N steps (0 = never).")
+    resume_from_checkpoint: Any = fld(False, "true: continue from the newest complete checkpoint in output_dir; "
+                                             "or a checkpoint path.")
+    checkpoint_config: Dict[str, Any] = fld(default_factory=dict, help="Checkpoint options (e.g. max_to_keep).")
+    rollout_batch_size: int = fld(64, "Samples (agentic: trajectories; RLVR: prompts) per training step.")
+    val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).")
+    prompt_length: int = fld(1024, "Maximum prompt tokens.")
+    response_length: int = fld(512, "Maximum response tokens.")
+    sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).")
+    num_return_sequences_in_group: int = fld(1, "Responses sampled per prompt (RLVR group size).")
+    pretrain: Optional[str] = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
+    reward_pretrain: Optional[str] = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")

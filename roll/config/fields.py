@@ -1,0 +1,29 @@
+"""Field helpers for the typed config: every field carries a help text and, where it applies, its choices.
+
+OmegaConf structured configs do not accept ``Literal`` types, so a choice field is a ``str`` whose allowed values
+live in the field's metadata; :func:`roll.config.validation.check_choices` enforces them for every dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+
+def fld(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
+        default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with a one-line ``help`` text and optional ``choices``."""
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def help_of(cls: type, name: str) -> str:
+    """The help text of field ``name`` of dataclass ``cls``."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(name)

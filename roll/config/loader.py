@@ -1,0 +1,163 @@
+"""Compose a config with Hydra, type it against a dataclass schema, and validate it.
+
+Steps: Hydra composes the YAML (defaults lists, ``@_here_`` fragments, ``key=value`` overrides); the result is
+merged over the schema's defaults and resolved; top-level keys the schema does not know but that other values
+reference by interpolation (``${deepspeed_zero2}``, ``${max_actions}``) are YAML variables and are dropped; the rest
+is merged into the structured schema, where an unknown key or a wrong type is a :class:`ConfigError`; finally the
+dataclass is validated (choices and cross-field rules).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Type, TypeVar
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from roll.config.errors import ConfigError
+
+T = TypeVar("T")
+_REF = re.compile(r"\$\{([A-Za-z_][\w-]*)(?=[.}\[])")
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "examples" / "config"
+
+
+def register_schemas() -> None:
+    """Register the pipeline schemas with Hydra's ConfigStore (``roll_agentic``, ``roll_rlvr``)."""
+    from roll.config.agentic import AgenticConfig
+
+    cs = ConfigStore.instance()
+    cs.store(name="roll_agentic", node=AgenticConfig)
+    try:
+        from roll.config.rlvr import RLVRConfig
+    except ImportError:  # the RLVR schema is optional in a partial install
+        return
+    cs.store(name="roll_rlvr", node=RLVRConfig)
+
+
+def resolve_config_dir(config_path: str | None) -> Path:
+    """A config directory: as given (absolute or relative to the cwd), else under ``examples/``."""
+    if not config_path:
+        return DEFAULT_CONFIG_DIR
+    for base in (Path.cwd(), DEFAULT_CONFIG_DIR.parent, DEFAULT_CONFIG_DIR.parent.parent):
+        candidate = (base / config_path).resolve()
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError("--config-path", config_path, f"no such directory (looked in the cwd and {DEFAULT_CONFIG_DIR.parent})")
+
+
+def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return compose(config_name=config_name, overrides=overrides)
+
+
+def _referenced_roots(node: Any) -> set[str]:
+    """First path segments of every ``${...}`` interpolation in a container tree."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            found.update(_REF.findall(item))
+    return found
+
+
+def _key_exists(cfg: DictConfig, dotted: str) -> bool:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return True
+
+
+def _prepare_overrides(raw: DictConfig, schema_defaults: DictConfig, overrides: Iterable[str]) -> list[str]:
+    """Turn ``key=value`` for a key the YAML lacks but the schema has into Hydra's ``+key=value``."""
+    out = []
+    for ov in overrides:
+        key = ov.split("=", 1)[0]
+        if "=" in ov and not key.startswith(("+", "~")) and "@" not in key and "/" not in key:
+            if not _key_exists(raw, key) and _key_exists(schema_defaults, key):
+                ov = "+" + ov
+        out.append(ov)
+    return out
+
+
+def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
+    key = getattr(exc, "full_key", None) or "?"
+    if isinstance(exc, ConfigKeyError):
+        parent_type = getattr(exc, "object_type", None) or schema
+        allowed = sorted(getattr(parent_type, "__dataclass_fields__", {}).keys())
+        leaf = key.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(leaf, allowed, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return ConfigError(key, "<unknown key>", f"not a key of {parent_type.__name__}{hint} "
+                                                  f"Allowed: {', '.join(allowed)}")
+    msg = str(exc).splitlines()[0]
+    value = getattr(exc, "value", None)
+    return ConfigError(key, value if value is not None else "?", msg)
+
+
+def load_config(config_name: str, config_path: str | None = None, overrides: list[str] | None = None,
+                schema: Type[T] | None = None) -> T:
+    """Load ``<config_path>/<config_name>.yaml`` with ``overrides`` into a validated ``schema`` dataclass.
+
+    Raises:
+        ConfigError: unknown key, wrong type, bad choice or inconsistent sizes (one line, names the key).
+    """
+    from roll.config.validation import validate
+
+    if schema is None:
+        from roll.config.agentic import AgenticConfig as schema  # type: ignore[no-redef]
+    register_schemas()
+    config_dir = resolve_config_dir(config_path)
+    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
+    if not (config_dir / f"{name}.yaml").is_file():
+        found = sorted(p.stem for p in config_dir.glob("*.yaml"))
+        raise ConfigError("--config-name", config_name, f"no {name}.yaml in {config_dir}; found: {', '.join(found)}")
+    schema_defaults = OmegaConf.structured(schema)
+    try:
+        raw = _compose(config_dir, name, [])
+        raw = _compose(config_dir, name, _prepare_overrides(raw, schema_defaults, overrides or []))
+    except OmegaConfBaseException as exc:
+        raise _one_line(exc, schema) from None
+    except Exception as exc:  # Hydra's override / defaults-list errors
+        raise ConfigError("overrides", overrides, str(exc).splitlines()[0]) from None
+    raw_tree = OmegaConf.to_container(raw, resolve=False)
+    variables = (_referenced_roots(raw_tree) & set(raw_tree)) - set(schema.__dataclass_fields__)
+    try:
+        untyped = OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(schema_defaults)), raw)
+        resolved = OmegaConf.to_container(untyped, resolve=True)
+        for var in variables:
+            resolved.pop(var, None)
+        typed = OmegaConf.merge(schema_defaults, resolved)
+        cfg = OmegaConf.to_object(typed)
+    except OmegaConfBaseException as exc:
+        raise _one_line(exc, schema) from None
+    validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    """A plain nested dict of a config dataclass (for trackers and checkpoints)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+def apply_system_envs(envs: dict[str, str]) -> None:
+    """Export ``system_envs`` into this process (workers inherit them through Ray's runtime env)."""
+    for k, v in envs.items():
+        os.environ[str(k)] = str(v)
+
+
+__all__ = ["load_config", "register_schemas", "resolve_config_dir", "to_dict", "ConfigError", "ValidationError"]

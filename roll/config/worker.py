@@ -1,0 +1,93 @@
+"""Worker blocks (``actor_train``, ``actor_infer``, ``reference``, ``critic``): model, training, data,
+generation and strategy arguments, plus placement (``device_mapping``, ``world_size``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from roll.config.fields import fld
+
+
+@dataclass
+class ModelArgs:
+    """How a worker loads its model."""
+
+    model_name_or_path: Optional[str] = fld(None, "Hugging Face model directory (or hub name) the worker loads.")
+    dtype: str = fld("fp32", "Model dtype.", choices=["fp32", "bf16", "fp16"])
+    disable_gradient_checkpointing: bool = fld(
+        False, "Disable activation (gradient) checkpointing; only used by training strategies.")
+    attn_implementation: Optional[str] = fld(
+        None, "transformers attention implementation (eager, sdpa, flash_attention_2); None = library default.")
+    trust_remote_code: bool = fld(False, "Passed to transformers from_pretrained.")
+
+
+@dataclass
+class TrainingArgs:
+    """Optimizer and batch settings of a training role."""
+
+    learning_rate: float = fld(1.0e-6, "Peak learning rate of AdamW.")
+    weight_decay: float = fld(0.0, "AdamW weight decay.")
+    adam_beta1: float = fld(0.9, "AdamW beta1.")
+    adam_beta2: float = fld(0.999, "AdamW beta2.")
+    per_device_train_batch_size: int = fld(1, "Micro-batch size per training worker (samples per forward).")
+    gradient_accumulation_steps: int = fld(1, "Micro-batches accumulated before one optimizer step.")
+    warmup_steps: int = fld(0, "Linear learning-rate warmup, in optimizer steps.")
+    lr_scheduler_type: str = fld("constant", "Learning-rate schedule after warmup.",
+                                 choices=["constant", "linear", "cosine"])
+    max_steps: int = fld(0, "Optimizer steps the schedule decays over (linear/cosine); 0 = derive from the pipeline.")
+
+
+@dataclass
+class DataArgs:
+    """Where a worker's prompt data comes from (RLVR and SFT)."""
+
+    template: str = fld("native", "Chat template: 'native' uses the tokenizer's own chat template.")
+    file_name: Optional[List[str]] = fld(None, "Data files (parquet, jsonl or json).")
+    prompt: Optional[str] = fld(None, "Column used as the prompt text (exclusive with messages).")
+    messages: Optional[str] = fld(None, "Column holding chat messages (exclusive with prompt).")
+
+
+@dataclass
+class GeneratingArgs:
+    """Sampling parameters for generation."""
+
+    max_new_tokens: int = fld(128, "Maximum tokens generated per request (per turn in agentic rollouts).")
+    temperature: float = fld(1.0, "Sampling temperature; 0 = greedy.")
+    top_p: float = fld(1.0, "Nucleus sampling threshold.")
+    top_k: int = fld(0, "Top-k sampling; 0 or -1 disables it.")
+    do_sample: bool = fld(True, "Sample (True) or decode greedily (False).")
+    num_beams: int = fld(1, "Beam count (1 = no beam search; RL needs 1).")
+    num_return_sequences: int = fld(1, "Samples per prompt returned by one request.")
+    repetition_penalty: float = fld(1.0, "Repetition penalty (1.0 = off).")
+    stop_token_ids: List[int] = fld(default_factory=list, help="Extra token ids that end generation.")
+
+
+@dataclass
+class StrategyArgs:
+    """Which backend serves the role and its backend-specific settings."""
+
+    strategy_name: str = fld("hf_infer", "Backend of this role (see roll.strategies.list_strategies()).")
+    strategy_config: Dict[str, Any] = fld(
+        default_factory=dict, help="Backend settings passed through (e.g. a DeepSpeed config, SGLang Engine args).")
+
+
+@dataclass
+class WorkerConfig:
+    """One role: what model it runs, with which backend, where."""
+
+    model_args: ModelArgs = field(default_factory=ModelArgs, metadata={"help": "Model loading arguments."})
+    training_args: TrainingArgs = field(default_factory=TrainingArgs,
+                                        metadata={"help": "Optimizer and batch arguments (training roles)."})
+    data_args: DataArgs = field(default_factory=DataArgs, metadata={"help": "Data arguments (RLVR/SFT)."})
+    generating_args: GeneratingArgs = field(default_factory=GeneratingArgs,
+                                            metadata={"help": "Sampling arguments (inference roles)."})
+    strategy_args: StrategyArgs = field(default_factory=StrategyArgs,
+                                        metadata={"help": "Backend selection and settings."})
+    device_mapping: Any = fld(None, "GPU ids of this role: a list or the string 'list(range(a,b))'; "
+                                    "empty/None on CPU.")
+    world_size: int = fld(1, "Number of workers of this role (CPU); on GPU derived from device_mapping.")
+    num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).")
+    num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.")
+    infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.")
+    model_update_frequency: int = fld(1, "Sync weights to this role every N training steps.")

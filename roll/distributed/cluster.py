@@ -1,0 +1,56 @@
+"""Starting or joining Ray.
+
+Local mode binds every Ray listener to loopback (127.0.0.1), starts no dashboard unless asked and sends no usage
+statistics; ``ray_address`` joins an existing cluster instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+LOOPBACK_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_DEDUP_LOGS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
+}
+
+
+def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
+              include_dashboard: bool = False, env_vars: dict[str, str] | None = None) -> dict[str, Any]:
+    """Initialise Ray once per process; returns the cluster's resources.
+
+    Workers inherit ``env_vars`` (the config's ``system_envs``) through Ray's runtime env.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    runtime_env = {"env_vars": {**{k: os.environ[k] for k in LOOPBACK_ENV}, **(env_vars or {})}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
+    else:
+        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
+                 _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
+                 configure_logging=True, log_to_driver=True)
+    return ray.cluster_resources()
+
+
+def check_resources(needed_cpus: float, needed_gpus: int) -> None:
+    """Fail fast when the cluster cannot host the configured workers (an infeasible actor would wait forever)."""
+    import ray
+
+    have = ray.cluster_resources()
+    missing = []
+    if needed_cpus > have.get("CPU", 0):
+        missing.append(f"{needed_cpus:g} CPUs requested by the worker blocks, the cluster has {have.get('CPU', 0):g} "
+                       f"(lower num_cpus_per_worker / world_size, or raise ray_num_cpus)")
+    if needed_gpus > have.get("GPU", 0):
+        missing.append(f"{needed_gpus} GPUs requested by device_mapping, the cluster has {have.get('GPU', 0):g}")
+    if missing:
+        raise RuntimeError("cannot place the workers: " + "; ".join(missing))

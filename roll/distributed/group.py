@@ -1,0 +1,110 @@
+"""Worker groups: all ranks of one role behind one call interface, over Ray actors or in-process objects.
+
+``call`` runs a method on every rank with the same arguments; ``call_dp`` splits a :class:`Batch` into one chunk
+per rank (data parallel) and concatenates the per-rank results in order.
+"""
+
+from __future__ import annotations
+
+import socket
+from abc import ABC, abstractmethod
+from typing import Any
+
+from roll.config.worker import WorkerConfig
+from roll.data.batch import Batch
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for a role's torch.distributed rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WorkerGroup(ABC):
+    """All workers of one role."""
+
+    role: str
+    world_size: int
+
+    @abstractmethod
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args, **kwargs)`` on every rank; results in rank order."""
+
+    @abstractmethod
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on rank 0 only."""
+
+    @abstractmethod
+    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+        """``method(*per_rank_args[r])`` on rank r, concurrently; results in rank order."""
+
+    def call_dp(self, method: str, batch: Batch, **kwargs: Any) -> list[Any]:
+        """``method(chunk_r, **kwargs)`` on rank r, with ``batch`` split into ``world_size`` chunks."""
+        chunks = batch.chunk(self.world_size)
+        return self.call_each(method, [(c,) for c in chunks], **kwargs)
+
+
+class LocalWorkerGroup(WorkerGroup):
+    """Workers in this process (local mode: no Ray); plain stack traces point into user code."""
+
+    def __init__(self, role: str, config: WorkerConfig, num_threads: int | None = None):
+        from roll.distributed.worker import Worker
+
+        if config.world_size != 1:
+            raise ValueError(f"{role}.world_size={config.world_size}: local mode runs one worker per role")
+        self.role, self.world_size = role, 1
+        self.workers = [Worker(role, config, 0, 1, free_port(), num_threads)]
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return [getattr(w, method)(*args, **kwargs) for w in self.workers]
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.workers[0], method)(*args, **kwargs)
+
+    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+        return [getattr(w, method)(*a, **kwargs) for w, a in zip(self.workers, per_rank_args)]
+
+
+class RayWorkerGroup(WorkerGroup):
+    """``world_size`` Ray actors of :class:`Worker`, each reserving ``num_cpus_per_worker`` CPUs (and GPUs)."""
+
+    def __init__(self, role: str, config: WorkerConfig, timeout_s: float, gpu_ids: list[int] | None = None):
+        import ray
+
+        from roll.distributed.worker import Worker
+
+        self.role, self.world_size, self.timeout_s = role, config.world_size, timeout_s
+        port = free_port()
+        num_gpus = config.num_gpus_per_worker if gpu_ids else 0
+        threads = max(1, int(config.num_cpus_per_worker))
+        actor_cls = ray.remote(Worker)
+        self.actors = [
+            actor_cls.options(num_cpus=config.num_cpus_per_worker, num_gpus=num_gpus,
+                              name=None, max_concurrency=1).remote(role, config, rank, self.world_size, port, threads)
+            for rank in range(self.world_size)
+        ]
+
+    def _get(self, refs: Any) -> Any:
+        import ray
+
+        return ray.get(refs, timeout=self.timeout_s)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Object refs of ``method`` on every rank (for overlapping calls)."""
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._get(getattr(self.actors[0], method).remote(*args, **kwargs))
+
+    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+        return self._get([getattr(a, method).remote(*args, **kwargs) for a, args in zip(self.actors, per_rank_args)])
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a)

@@ -1,0 +1,73 @@
+"""A worker: one rank of one role, holding one strategy. Runs as a Ray actor or in-process (local mode)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+import torch
+
+from roll.config.worker import GeneratingArgs, WorkerConfig
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationOutput, StrategyContext
+from roll.strategies.registry import get_strategy_class
+
+
+class Worker:
+    """Role ``role``, rank ``rank`` of ``world_size``; forwards calls to its strategy and times them."""
+
+    def __init__(self, role: str, config: WorkerConfig, rank: int, world_size: int, master_port: int,
+                 num_threads: int | None = None):
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "RANK": str(rank),
+                           "LOCAL_RANK": "0" if not torch.cuda.is_available() else os.environ.get("LOCAL_RANK", "0"),
+                           "WORLD_SIZE": str(world_size)})
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.role, self.rank = role, rank
+        self.strategy = get_strategy_class(config.strategy_args.strategy_name)(config, rank, world_size)
+
+    def initialize(self, ctx: StrategyContext) -> float:
+        """Build the strategy; returns seconds taken."""
+        start = time.perf_counter()
+        self.strategy.initialize(ctx)
+        return time.perf_counter() - start
+
+    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
+                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+        return self.strategy.generate(prompts, args, max_new_tokens)
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        return self.strategy.compute_log_probs(batch, with_entropy)
+
+    def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None,
+                   with_entropy: bool = False) -> dict[str, float]:
+        return self.strategy.train_step(batch, loss_fn, lr, with_entropy)
+
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        return list(self.strategy.named_weights())
+
+    def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> float:
+        start = time.perf_counter()
+        self.strategy.load_weights(named_tensors)
+        return time.perf_counter() - start
+
+    def save_pretrained(self, path: str) -> None:
+        self.strategy.save_pretrained(path)
+
+    def save_checkpoint(self, path: str) -> None:
+        self.strategy.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        self.strategy.load_checkpoint(path)
+
+    def offload_states(self) -> None:
+        self.strategy.offload_states()
+
+    def reload_states(self) -> None:
+        self.strategy.reload_states()
+
+    def ping(self) -> Any:
+        return self.role, self.rank, os.getpid()

@@ -1,0 +1,110 @@
+"""A tiny Qwen2-architecture model and a locally trained tokenizer, saved as a normal Hugging Face directory.
+
+For machines with no model hub: the tokenizer is a byte-level BPE trained on text the built-in envs emit (their
+instructions, observations and action formats), so grid symbols are single tokens and action words are one token
+each; the model is a randomly initialised ``Qwen2ForCausalLM`` built from a config.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Iterable
+
+#: Chat template in the Qwen style: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: Markup the model writes; added whole so each is one token and decodes verbatim.
+MARKUP_TOKENS = ["<answer>", "</answer>", "<think>", "</think>", "<tool_call>", "</tool_call>"]
+#: Words are one pre-token (BPE can merge them); every other symbol, capital letter and digit stands alone.
+PRETOKEN_PATTERN = r" ?[A-Za-z][a-z]+| ?[0-9]|[^\sA-Za-z0-9]|[A-Z]|\s+"
+
+
+def env_corpus(episodes_per_env: int = 40, seed: int = 0) -> list[str]:
+    """Text the registered envs produce: instructions, observations and answers, from random play."""
+    from roll.envs import list_envs, make_env
+
+    rng = random.Random(seed)
+    lines: list[str] = []
+    for name in list_envs():
+        try:
+            env = make_env(name)
+        except Exception:  # an env that needs arguments or data contributes no text
+            continue
+        words = list(getattr(env, "valid_actions", ())) or ["42"]
+        for episode in range(episodes_per_env):
+            obs, info = env.reset(seed=seed * 100_003 + episode)
+            lines += [info["env_instruction"], obs]
+            for _ in range(4):
+                action = f"<answer>{rng.choice(words)}</answer>"
+                obs, _, terminated, truncated, _ = env.step(action)
+                lines += [action, obs]
+                if terminated or truncated:
+                    break
+    lines += [str(n) for n in range(200)]
+    return lines
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
+    """Train a byte-level BPE on ``corpus`` and wrap it as a ``PreTrainedTokenizerFast`` with a chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKEN_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + MARKUP_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"], padding_side="left",
+                                   clean_up_tokenization_spaces=False)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_size: int = 512,
+                     num_hidden_layers: int = 4, num_attention_heads: int = 4, num_key_value_heads: int = 2,
+                     vocab_size: int = 1024, max_position_embeddings: int = 2048, seed: int = 0,
+                     corpus: Iterable[str] | None = None) -> Path:
+    """Build tokenizer + random Qwen2 model and ``save_pretrained`` both into ``path``; returns ``path``."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    path = Path(path)
+    tokenizer = build_tokenizer(env_corpus() if corpus is None else corpus, vocab_size)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    tmp = path.with_name(path.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "roll_tiny.json").write_text(json.dumps({"seed": seed, "vocab_size": vocab_size}))
+    tmp.rename(path)  # atomic: a half-written directory is never mistaken for a model
+    return path
+
+
+def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
+    """Build the tiny model at ``path`` unless a model is already there."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return build_tiny_model(path, **kwargs)

@@ -1,0 +1,179 @@
+"""The agentic pipeline: grouped multi-turn rollouts -> batch -> log-probs -> advantages -> PPO update -> sync.
+
+Orchestration only: rollouts live in ``roll.agentic``, math in ``roll.algorithms``, backends behind
+``roll.strategies`` and placement in ``roll.distributed``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from roll.agentic.rollout import RolloutScheduler, rollout_metrics
+from roll.agentic.trajectory import Trajectory, trajectories_to_batch
+from roll.algorithms.kl import make_kl_controller
+from roll.algorithms.reward_norm import normalize_scores
+from roll.config.agentic import AgenticConfig
+from roll.config.loader import to_dict
+from roll.pipelines.common import (compute_advantages, forward_log_probs, group_keys, start_workers,
+                                   sync_weights, train_actor)
+from roll.pipelines.loss_fns import sft_loss
+
+
+class AgenticPipeline:
+    """Runs ``cfg.max_steps`` training steps; ``run()`` returns the last step's metrics."""
+
+    def __init__(self, cfg: AgenticConfig):
+        self.cfg = cfg
+        self.output_dir = Path(cfg.output_dir)
+        self.log_dir = Path(cfg.logging_dir)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        from roll.models.loading import load_tokenizer
+        from roll.tracking import make_tracker
+
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        if cfg.tiny_model is not None:
+            from roll.models.tiny import ensure_tiny_model
+
+            if not cfg.pretrain:
+                raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
+            ensure_tiny_model(cfg.pretrain, **vars(cfg.tiny_model))
+        self.groups = start_workers(cfg)
+        self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
+        use_ray = cfg.distributed == "ray"
+        infer = self.groups["actor_infer"]
+        path = cfg.actor_infer.model_args.model_name_or_path
+        self.train_rollout = RolloutScheduler(cfg, cfg.train_env_manager, "train", path, infer, use_ray)
+        self.val_rollout = (RolloutScheduler(cfg, cfg.val_env_manager, "val", path, infer, use_ray)
+                            if cfg.val_env_manager is not None else None)
+        self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+        self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
+                                    config=to_dict(cfg), tracker_kwargs=dict(cfg.tracker_kwargs))
+
+    # ------------------------------------------------------------------ phases
+    def warm_start(self) -> dict[str, float]:
+        """Supervised warm start on solver demonstrations (``sft_warmup``), then sync to inference."""
+        from roll.pipelines.sft_warmup import make_demo_batches
+
+        cfg, sft = self.cfg, self.cfg.sft_warmup
+        tag = sft.tag or cfg.train_env_manager.tags[0]
+        spec = cfg.custom_envs[tag]
+        kwargs = {"format_penalty": cfg.train_env_manager.format_penalty,
+                  "action_format": cfg.train_env_manager.action_format, **dict(spec.env_config)}
+        batches = make_demo_batches(spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps,
+                                    sft.seed)
+        start, losses = time.perf_counter(), []
+        train = self.groups["actor_train"]
+        for i, batch in enumerate(batches):
+            parts = train.call_dp("train_step", batch, loss_fn=sft_loss, lr=sft.learning_rate)
+            losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
+            if (i + 1) % max(1, len(batches) // 10) == 0:
+                print(f"[sft warm start] step {i + 1}/{len(batches)} loss {losses[-1]:.4f}", flush=True)
+        sync_weights(train, self.groups["actor_infer"])
+        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start}
+
+    def validate(self, step: int) -> dict[str, float]:
+        """Validation rollouts on fixed seeds (comparable across steps)."""
+        start = time.perf_counter()
+        manager = self.cfg.val_env_manager
+        size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
+        trajs, _ = self.val_rollout.rollout(0, size)
+        metrics = rollout_metrics(trajs, prefix="val")
+        metrics["time/val"] = time.perf_counter() - start
+        return metrics
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One rollout batch and one PPO update; returns the step's metrics."""
+        cfg, groups, timings = self.cfg, self.groups, {}
+        t0 = time.perf_counter()
+        trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
+        timings["time/rollout"] = time.perf_counter() - t0
+        timings.update({f"time/rollout_{k}": v for k, v in rollout_times.items()})
+        self._maybe_dump(step, trajs)
+        batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
+        t = time.perf_counter()
+        batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+        timings["time/old_log_probs"] = time.perf_counter() - t
+        if "reference" in groups:
+            t = time.perf_counter()
+            batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
+            timings["time/ref_log_probs"] = time.perf_counter() - t
+        scores = batch["scores"]
+        if cfg.reward_clip is not None:
+            scores = scores.clamp(-cfg.reward_clip, cfg.reward_clip)
+        norm = normalize_scores(scores, group_keys(cfg.reward_normalization.grouping, batch),
+                                cfg.reward_normalization.method)
+        metrics = compute_advantages(cfg, batch, norm, group_keys("state", batch), self.kl_ctl.value)
+        t = time.perf_counter()
+        metrics.update(train_actor(cfg, groups["actor_train"], batch, cfg.seed * 100_003 + step))
+        timings["time/train"] = time.perf_counter() - t
+        if "actor/ref_kl" in metrics:
+            self.kl_ctl.update(metrics["actor/ref_kl"], n_steps=len(batch))
+        metrics["actor/kl_coef"] = self.kl_ctl.value
+        timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        timings["time/step"] = time.perf_counter() - t0
+        metrics.update(rollout_metrics(trajs))
+        metrics.update(timings)
+        return metrics
+
+    def _maybe_dump(self, step: int, trajs: list[Trajectory]) -> None:
+        every = self.cfg.trajectory_dump_steps
+        if not every or step % every:
+            return
+        path = self.log_dir / "trajectories" / f"step_{step:05d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for t in trajs:
+                turns = [{"observation": x.observation, "response": x.response_text, "action": x.parsed_action,
+                          "reward": x.reward, "valid": x.action_is_valid, "prompt_tokens": len(x.prompt_ids),
+                          "response_tokens": len(x.response_ids)} for x in t.turns]
+                f.write(json.dumps({"traj_id": t.traj_id, "tag": t.tag, "group_id": t.group_id, "seed": t.seed,
+                                    "score": t.score, "success": t.success, "failure": t.failure,
+                                    "turns": turns}) + "\n")
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> dict[str, float]:
+        """Set up, warm start, train ``max_steps`` steps with validation, save the final actor."""
+        from roll.tracking import progress
+
+        cfg = self.cfg
+        self.setup()
+        if cfg.sft_warmup.enabled:
+            self.tracker.log(self.warm_start(), step=0)
+        last: dict[str, float] = {}
+        if self.val_rollout is not None and cfg.eval_steps:
+            self.tracker.log(self.validate(0), step=0)
+        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RL") as bar:
+            for step in range(1, cfg.max_steps + 1):
+                metrics = self.train_step(step)
+                if self.val_rollout is not None and cfg.eval_steps and (step % cfg.eval_steps == 0
+                                                                        or step == cfg.max_steps):
+                    metrics.update(self.validate(step))
+                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
+                    self.tracker.log(metrics, step=step)
+                if cfg.save_steps and step % cfg.save_steps == 0:
+                    self.groups["actor_train"].call("save_pretrained", str(self.output_dir / f"checkpoint-{step}"))
+                bar.advance(metrics)
+                last = metrics
+        final = self.output_dir / "final"
+        self.groups["actor_train"].call("save_pretrained", str(final))
+        self.tracker.finish()
+        self._plot()
+        print(f"[roll] final actor saved to {final}", flush=True)
+        return last
+
+    def _plot(self) -> None:
+        from roll.tracking.plot import plot_metrics
+
+        jsonl = self.log_dir / "metrics.jsonl"
+        if jsonl.exists():
+            try:
+                plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"))
+            except Exception as exc:  # a plot must never fail a finished run
+                print(f"[roll] could not plot metrics: {exc}")

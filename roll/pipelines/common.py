@@ -1,0 +1,145 @@
+"""Pieces both pipelines use: worker-group setup, weight sync, the reward -> advantage step, actor training."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from typing import Any
+
+import torch
+
+from roll.algorithms.advantages import AdvantageInputs, compute_advantage, whiten_and_clip_advantages
+from roll.algorithms.kl import apply_kl_penalty
+from roll.algorithms.losses import ActorLossConfig
+from roll.algorithms.masking import masked_mean, masked_whiten
+from roll.config.base import BaseConfig
+from roll.data.batch import Batch
+from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
+from roll.pipelines.loss_fns import loss_mask, ppo_actor_loss
+from roll.strategies.base import StrategyContext
+
+ROLES = ("actor_train", "actor_infer", "reference", "critic")
+
+
+def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
+    """Start (Ray or local) the worker groups of every configured role and initialise their strategies."""
+    roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    for worker in roles.values():
+        if not worker.model_args.model_name_or_path:
+            worker.model_args.model_name_or_path = cfg.pretrain
+    if cfg.distributed == "local":
+        groups: dict[str, WorkerGroup] = {
+            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in roles.items()}
+    else:
+        from roll.distributed.cluster import check_resources, start_ray
+
+        needed = sum(w.num_cpus_per_worker * w.world_size for w in roles.values()) + 1
+        start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
+                  num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
+                  env_vars=dict(cfg.system_envs))
+        gpus = max([max(w.device_mapping) + 1 for w in roles.values() if w.device_mapping] or [0])
+        check_resources(needed, gpus)
+        groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping) for r, w in roles.items()}
+    train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, _optimizer_steps_per_rollout(cfg))
+    ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps)
+    for group in groups.values():
+        group.call("initialize", ctx)
+    return groups
+
+
+def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:
+    ta, world = cfg.actor_train.training_args, cfg.actor_train.world_size
+    samples = cfg.rollout_batch_size * max(1, getattr(cfg, "num_return_sequences_in_group", 1))
+    return samples // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world)
+
+
+def sync_weights(train: WorkerGroup, infer: WorkerGroup) -> float:
+    """Copy actor_train's weights into every actor_infer worker; returns seconds."""
+    start = time.perf_counter()
+    weights = train.call("named_weights")[0]  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
+    if isinstance(infer, RayWorkerGroup):
+        import ray
+
+        weights = ray.put(weights)
+    infer.call("load_weights", weights)
+    return time.perf_counter() - start
+
+
+def forward_log_probs(group: WorkerGroup, batch: Batch) -> torch.Tensor:
+    """(B, L-1) log-probs of ``batch`` from a worker group, data parallel."""
+    return torch.cat([part["log_probs"] for part in group.call_dp("compute_log_probs", batch)])
+
+
+def normalized_token_rewards(batch: Batch, normalized_scores: torch.Tensor) -> torch.Tensor:
+    """Put each sample's (normalized) score on its last response token: (B, L-1)."""
+    rewards = torch.zeros_like(batch["token_level_scores"])
+    mask = loss_mask(batch)
+    last = mask.shape[1] - 1 - torch.flip(mask, dims=[1]).argmax(dim=1)  # index of the last 1 per row
+    has = mask.sum(1) > 0
+    rewards[has, last[has]] = normalized_scores[has].to(rewards.dtype)
+    return rewards
+
+
+def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, group_ids: torch.Tensor | None,
+                       kl_coef: float) -> dict[str, float]:
+    """Token rewards (+ KL penalty) -> advantages/returns stored in ``batch``; returns metrics."""
+    metrics: dict[str, float] = {}
+    mask = loss_mask(batch)
+    rewards = normalized_token_rewards(batch, scores)
+    if cfg.add_token_level_kl:
+        rewards, kl_metrics = apply_kl_penalty(rewards, batch["old_log_probs"], batch["ref_log_probs"], mask,
+                                               kl_coef, cfg.kl_penalty)
+        metrics.update(kl_metrics)
+    if cfg.whiten_rewards:
+        rewards = masked_whiten(rewards, mask, shift_mean=False)
+    values = batch.tensors.get("values")
+    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(rewards, mask, values=values, group_ids=group_ids,
+                                                                gamma=cfg.gamma, lambd=cfg.lambd))
+    batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
+    batch["returns"] = out.returns
+    metrics.update({"critic/advantages_mean": float(masked_mean(batch["advantages"], mask)),
+                    "critic/advantages_max": float(batch["advantages"][mask.bool()].max()) if mask.any() else 0.0,
+                    "critic/advantages_min": float(batch["advantages"][mask.bool()].min()) if mask.any() else 0.0,
+                    "critic/returns_mean": float(masked_mean(out.returns, mask)),
+                    "critic/score_mean": float(scores.mean())})
+    return metrics
+
+
+def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
+    """The actor loss settings from the config's PPO keys."""
+    return ActorLossConfig(pg_clip=cfg.pg_clip, pg_clip_low=cfg.pg_clip_low, pg_clip_high=cfg.pg_clip_high,
+                           dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
+                           loss_agg_mode=cfg.loss_agg_mode, entropy_loss_coef=cfg.entropy_loss_coef,
+                           use_kl_loss=cfg.use_kl_loss, kl_loss_coef=cfg.kl_loss_coef,
+                           kl_loss_type=cfg.kl_loss_type)
+
+
+def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
+    """``ppo_epochs`` passes over shuffled mini-batches of the global train batch; mean metrics."""
+    ta = cfg.actor_train.training_args
+    mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * train.world_size
+    loss_fn = functools.partial(ppo_actor_loss, cfg=actor_loss_config(cfg))
+    gen = torch.Generator().manual_seed(seed)
+    sums: dict[str, float] = {}
+    count = 0
+    for _ in range(cfg.ppo_epochs):
+        order = torch.randperm(len(batch), generator=gen)
+        for start in range(0, len(batch), mini):
+            part = batch.select(order[start:start + mini])
+            for rank_metrics in train.call_dp("train_step", part, loss_fn=loss_fn,
+                                              with_entropy=True):
+                for k, v in rank_metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+    return {k: v / max(1, count) for k, v in sums.items()}
+
+
+def group_keys(grouping: str, batch: Batch) -> torch.Tensor | None:
+    """Group ids for reward normalization: same-seed group (state), env tag (inductive) or None (batch)."""
+    if grouping == "batch":
+        return None
+    key = "group_id" if grouping == "state" else "tag"
+    index: dict[Any, int] = {}
+    return torch.tensor([index.setdefault(v, len(index)) for v in batch[key]], dtype=torch.long)

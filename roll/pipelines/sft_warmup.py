@@ -1,0 +1,67 @@
+"""Supervised warm start: solver demonstrations rendered exactly like rollouts, trained with an NLL loss.
+
+Demonstrations go through the same chat formatter and trajectory -> batch conversion as RL rollouts, so the model
+learns the very token layout it will later be sampled in.
+"""
+
+from __future__ import annotations
+
+import random
+
+from roll.agentic.chat import ChatFormatter
+from roll.agentic.env_manager import group_seed
+from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.config.agentic import CustomEnvConfig
+from roll.data.batch import Batch
+
+
+def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str,
+                    answer_template: str = "<answer>{action}</answer>") -> Trajectory | None:
+    """Play the env's ``solution()`` from ``reset(seed)`` as a conversation; None if there is no solution."""
+    obs, info = env.reset(seed=seed)
+    plan = env.solution()
+    if not plan or len(plan) > spec.max_actions_per_traj:
+        return None
+    traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
+    text = spec.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
+    prompt = formatter.first_prompt(text)
+    for action in plan:
+        reply = formatter.encode(answer_template.format(action=action)) + [formatter.eos_id]
+        traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
+        obs, reward, terminated, truncated, info = env.step(answer_template.format(action=action))
+        traj.turns[-1].reward = float(reward)
+        if terminated or truncated:
+            traj.success = bool(info.get("success"))
+            break
+        prompt = formatter.turn_delta(spec.turn_template.format(observation=obs, reward=reward))
+    return traj if traj.success else None
+
+
+def make_demo_batches(spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int,
+                      batch_size: int, steps: int, seed: int) -> list[Batch]:
+    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them)."""
+    from roll.envs import make_env
+
+    env = make_env(spec.env_type, env_kwargs)
+    formatter = ChatFormatter(tokenizer, spec.system_prompt)
+    demos = []
+    index = 0
+    while len(demos) < num_demos and index < num_demos * 5:
+        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag)
+        index += 1
+        if traj is not None:
+            demos.append(traj)
+    if not demos:
+        raise RuntimeError(f"sft_warmup: env {spec.env_type!r} produced no solvable demonstrations "
+                           f"(does it implement solution()?)")
+    rng = random.Random(seed)
+    batches = []
+    order: list[int] = []
+    for _ in range(steps):
+        while len(order) < batch_size:
+            extra = list(range(len(demos)))
+            rng.shuffle(extra)
+            order += extra
+        picked, order = order[:batch_size], order[batch_size:]
+        batches.append(trajectories_to_batch([demos[i] for i in picked], tokenizer.pad_token_id))
+    return batches

@@ -1,0 +1,186 @@
+"""``deepspeed_train``: DeepSpeed ZeRO 0-3 training (gloo on CPU, NCCL on GPU).
+
+``strategy_config`` is a DeepSpeed config dict (as in ROLL's ``deepspeed_zero*`` fragments; ``"auto"`` values are
+filled from the worker block), plus shorthands: ``zero_stage`` (int), ``offload_optimizer`` and ``offload_param``
+("cpu" or "none"). The optimizer is torch AdamW, so no DeepSpeed op has to be compiled for it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from roll.data.batch import Batch
+from roll.models.loading import load_causal_lm, load_tokenizer, sequence_log_probs
+from roll.strategies.base import LossFn, StrategyContext, TrainStrategy
+
+SHORTHANDS = ("zero_stage", "offload_optimizer", "offload_param")
+
+
+def build_ds_config(strategy_config: dict[str, Any], *, micro_batch: int, grad_accum: int, world_size: int,
+                    max_grad_norm: float, dtype: str) -> dict[str, Any]:
+    """A complete DeepSpeed config: shorthands folded in, ``auto`` values resolved from the worker block."""
+    cfg = copy.deepcopy(dict(strategy_config))
+    zero = dict(cfg.get("zero_optimization") or {})
+    if "zero_stage" in cfg:
+        zero["stage"] = int(cfg.pop("zero_stage"))
+    for key in ("offload_optimizer", "offload_param"):
+        if key in cfg:
+            device = cfg.pop(key)
+            if device not in ("cpu", "none", None):
+                raise ValueError(f"deepspeed_train: {key}={device!r}; allowed: cpu, none")
+            if device == "cpu":
+                zero[key] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    zero.setdefault("stage", 0)
+    if zero["stage"] not in (0, 1, 2, 3):
+        raise ValueError(f"deepspeed_train: zero_optimization.stage={zero['stage']}; allowed: 0, 1, 2, 3")
+    cfg["zero_optimization"] = {k: v for k, v in zero.items() if v != "auto"}
+    resolved = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+                "train_batch_size": micro_batch * grad_accum * world_size,
+                "gradient_clipping": max_grad_norm}
+    for key, value in resolved.items():
+        if cfg.get(key, "auto") == "auto":
+            cfg[key] = value
+        elif cfg[key] != value:
+            raise ValueError(f"deepspeed_train: strategy_config.{key}={cfg[key]} disagrees with the worker block "
+                             f"({value}); set it to 'auto' or remove it")
+    cfg["bf16"] = {"enabled": dtype == "bf16"}
+    cfg["fp16"] = {"enabled": dtype == "fp16"}
+    cfg.pop("optimizer", None)  # the optimizer is built from training_args
+    cfg.pop("scheduler", None)
+    cfg.setdefault("steps_per_print", 10 ** 9)
+    cfg.setdefault("wall_clock_breakdown", False)
+    return cfg
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int, kind: str) -> float:
+    """Learning rate after ``step`` optimizer steps: linear warmup, then constant / linear / cosine decay."""
+    if warmup and step < warmup:
+        return peak * (step + 1) / warmup
+    if kind == "constant" or total <= warmup:
+        return peak
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (1 - frac) if kind == "linear" else peak * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+class DeepSpeedTrainStrategy(TrainStrategy):
+    """A causal LM wrapped in a DeepSpeed engine; one ``train_step`` = one or more optimizer steps."""
+
+    def initialize(self, ctx: StrategyContext) -> None:
+        import deepspeed
+
+        torch.manual_seed(ctx.seed)
+        on_gpu = torch.cuda.is_available()
+        if on_gpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
+        margs, targs = self.config.model_args, self.config.training_args
+        model = load_causal_lm(margs.model_name_or_path, "fp32" if margs.dtype == "fp32" else margs.dtype,
+                               margs.attn_implementation, margs.trust_remote_code)
+        if not margs.disable_gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+        self.tokenizer = load_tokenizer(margs.model_name_or_path)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=targs.learning_rate,
+                                      betas=(targs.adam_beta1, targs.adam_beta2), weight_decay=targs.weight_decay)
+        self.ds_config = build_ds_config(
+            self.config.strategy_args.strategy_config, micro_batch=targs.per_device_train_batch_size,
+            grad_accum=targs.gradient_accumulation_steps, world_size=self.world_size,
+            max_grad_norm=ctx.max_grad_norm, dtype=margs.dtype)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                 config=self.ds_config)
+        self.device = self.engine.device
+        self.total_steps = targs.max_steps or ctx.total_steps
+        self.optimizer_steps = 0
+
+    @property
+    def zero_stage(self) -> int:
+        return int(self.ds_config["zero_optimization"]["stage"])
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        self.engine.eval()
+        parts, ents = [], []
+        with torch.no_grad():
+            for mb in batch.split(self.config.infer_batch_size):
+                lp, ent = sequence_log_probs(self.engine, mb["input_ids"].to(self.device),
+                                             mb["attention_mask"].to(self.device), with_entropy)
+                parts.append(lp.float().cpu())
+                if ent is not None:
+                    ents.append(ent.float().cpu())
+        out = {"log_probs": torch.cat(parts)}
+        if with_entropy:
+            out["entropy"] = torch.cat(ents)
+        return out
+
+    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None,
+                   with_entropy: bool = False) -> dict[str, float]:
+        """Micro-batches of ``per_device_train_batch_size``; every ``gradient_accumulation_steps`` of them make
+        one optimizer step. ``lr`` (warm start) replaces the scheduled rate and does not advance the schedule."""
+        targs = self.config.training_args
+        micro = batch.split(targs.per_device_train_batch_size)
+        if len(micro) % targs.gradient_accumulation_steps:
+            raise ValueError(f"deepspeed_train: {len(batch)} samples make {len(micro)} micro-batches of "
+                             f"{targs.per_device_train_batch_size}, not a multiple of gradient_accumulation_steps "
+                             f"({targs.gradient_accumulation_steps})")
+        self.engine.train()
+        sums: dict[str, float] = {}
+        grad_norms = []
+        for i, mb in enumerate(micro):
+            if i % targs.gradient_accumulation_steps == 0:
+                rate = lr if lr is not None else lr_at(self.optimizer_steps, targs.learning_rate,
+                                                       targs.warmup_steps, self.total_steps,
+                                                       targs.lr_scheduler_type)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = rate
+            mb = mb.to(self.device)
+            log_probs, entropy = sequence_log_probs(self.engine, mb["input_ids"], mb["attention_mask"],
+                                                    with_entropy)
+            loss, metrics = loss_fn(log_probs, entropy, mb)
+            self.engine.backward(loss)
+            boundary = self.engine.is_gradient_accumulation_boundary()
+            self.engine.step()
+            if boundary:
+                grad_norms.append(float(self.engine.get_global_grad_norm() or 0.0))
+                if lr is None:
+                    self.optimizer_steps += 1
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        out = {k: v / len(micro) for k, v in sums.items()}
+        out["actor/grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
+        out["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return out
+
+    def _gathered(self):
+        import deepspeed
+
+        params = [p for _, p in self.engine.module.named_parameters()]
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=self.zero_stage == 3)
+
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        with self._gathered():
+            return [(n, p.detach().to("cpu", copy=True)) for n, p in self.engine.module.named_parameters()]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.engine.module.named_parameters())
+        with self._gathered(), torch.no_grad():
+            for name, tensor in named_tensors:
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def save_pretrained(self, path: str) -> None:
+        weights = dict(self.named_weights())
+        if self.rank == 0:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            self.engine.module.save_pretrained(path, state_dict=weights)
+            self.tokenizer.save_pretrained(path)
+
+    def save_checkpoint(self, path: str) -> None:
+        self.engine.save_checkpoint(path, tag="engine", client_state={"optimizer_steps": self.optimizer_steps})
+
+    def load_checkpoint(self, path: str) -> None:
+        _, client = self.engine.load_checkpoint(path, tag="engine")
+        self.optimizer_steps = int((client or {}).get("optimizer_steps", 0))
