@@ -73,6 +73,37 @@ def _referenced_roots(node: Any) -> set[str]:
     return found
 
 
+def _fragment_blocks(config_dir: Path, name: str) -> set[str]:
+    """Top-level mapping keys merged in by ``<path>@_here_`` / ``@_global_`` entries of the defaults lists.
+
+    Such a block (``deepspeed_zero3:`` from ``- ../config/deepspeed_zero3@_here_``) is a YAML variable whether or
+    not the config references it, as in ROLL's guide, which lists all DeepSpeed fragments and uses one. Entries are
+    relative to the directory of the file that lists them, like Hydra's own resolution.
+    """
+    blocks: set[str] = set()
+    todo, seen = [config_dir / f"{name}.yaml"], set()
+    while todo:
+        path = todo.pop().resolve()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        if not isinstance(tree, dict):
+            continue
+        if path != (config_dir / f"{name}.yaml").resolve():
+            blocks.update(k for k, v in tree.items() if k != "defaults" and isinstance(v, dict))
+        for entry in tree.get("defaults") or []:
+            if isinstance(entry, dict) and len(entry) == 1:
+                group, option = next(iter(entry.items()))
+                entry = f"{str(group).split('@')[0]}/{option}@{str(group).partition('@')[2]}"
+            if not isinstance(entry, str) or "@" not in entry:
+                continue
+            target, _, package = entry.partition("@")
+            if package in ("_here_", "_global_"):
+                todo.append(path.parent / f"{target.strip()}.yaml")
+    return blocks
+
+
 def _key_exists(cfg: DictConfig, dotted: str) -> bool:
     node: Any = cfg
     for part in dotted.split("."):
@@ -88,10 +119,38 @@ def _prepare_overrides(raw: DictConfig, schema_defaults: DictConfig, overrides: 
     for ov in overrides:
         key = ov.split("=", 1)[0]
         if "=" in ov and not key.startswith(("+", "~")) and "@" not in key and "/" not in key:
-            if not _key_exists(raw, key) and _key_exists(schema_defaults, key):
+            if not _key_exists(raw, key):
+                if not _key_exists(schema_defaults, key) and not _under_free_dict(schema_defaults, key):
+                    raise _unknown_key(schema_defaults, key)
                 ov = "+" + ov
         out.append(ov)
     return out
+
+
+def _under_free_dict(cfg: DictConfig, dotted: str) -> bool:
+    """Whether ``dotted`` lies inside a free-form dict field (e.g. ``strategy_config``, ``custom_envs``)."""
+    node: Any = cfg
+    for part in dotted.split(".")[:-1]:
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+        if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
+            return True
+    return False
+
+
+def _unknown_key(cfg: DictConfig, dotted: str) -> ConfigError:
+    """A ConfigError for an override key the schema does not have, with the allowed keys of its parent."""
+    node: Any = cfg
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node, DictConfig) or part not in node:
+            break
+        node = node._get_node(part)
+    allowed = sorted(node.keys()) if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(parts[-1], allowed, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return ConfigError(dotted, "<unknown key>", f"not a config key; {hint}Allowed here: {', '.join(allowed)}")
 
 
 def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
@@ -130,12 +189,15 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
     try:
         raw = _compose(config_dir, name, [])
         raw = _compose(config_dir, name, _prepare_overrides(raw, schema_defaults, overrides or []))
+    except ConfigError:
+        raise
     except OmegaConfBaseException as exc:
         raise _one_line(exc, schema) from None
     except Exception as exc:  # Hydra's override / defaults-list errors
         raise ConfigError("overrides", overrides, str(exc).splitlines()[0]) from None
     raw_tree = OmegaConf.to_container(raw, resolve=False)
-    variables = (_referenced_roots(raw_tree) & set(raw_tree)) - set(schema.__dataclass_fields__)
+    candidates = _referenced_roots(raw_tree) | _fragment_blocks(config_dir, name)
+    variables = (candidates & set(raw_tree)) - set(schema.__dataclass_fields__)
     try:
         untyped = OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(schema_defaults)), raw)
         resolved = OmegaConf.to_container(untyped, resolve=True)

@@ -1,0 +1,42 @@
+"""The tiny model factory: a normal Hugging Face directory, a tokenizer fitted to env text."""
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from roll.agentic.chat import ChatFormatter
+
+
+def test_tiny_model_loads_with_auto_classes(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert model.config.model_type == "qwen2"
+    assert model.config.vocab_size == len(tok)
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+
+
+def test_action_words_and_markup_are_single_tokens(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for text in ["<answer>", "</answer>", "Up", "Down", "Left", "Right"]:
+        assert len(tok(text, add_special_tokens=False)["input_ids"]) == 1, text
+    # grid symbols stay one token each, so a 4-cell row is 4 tokens
+    assert len(tok("#_PX", add_special_tokens=False)["input_ids"]) == 4
+
+
+def test_round_trip_and_chat_template(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = "Push the box X onto O.\n_#P_\n"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+    rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_turn_delta_matches_template(tiny_model_dir):
+    """First prompt + reply + delta == the template applied to the whole conversation."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    fmt = ChatFormatter(tok, "sys")
+    reply = fmt.encode("<answer>Up</answer>") + [fmt.eos_id]
+    ids = fmt.first_prompt("grid one") + reply + fmt.turn_delta("grid two")
+    messages = [{"role": "user", "content": "grid one"}, {"role": "assistant", "content": "<answer>Up</answer>"},
+                {"role": "user", "content": "grid two"}]
+    expected = tok.apply_chat_template([{"role": "system", "content": "sys"}] + messages, tokenize=False,
+                                       add_generation_prompt=True)
+    assert tok.decode(ids) == expected
