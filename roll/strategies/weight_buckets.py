@@ -1,0 +1,111 @@
+"""Weight sync helpers: split named tensors into byte-size buckets, describe them for a distributed broadcast.
+
+A weight sync sends the whole model (0.5B parameters = 1 GB in bf16) from the trainer to the inference engine.
+Sending it in buckets of ``bucket_bytes`` bounds the extra memory a sync needs on either side (one bucket, not a
+second copy of the model) and lets the engine load bucket k while bucket k+1 is being prepared.
+
+Bucketing rule (greedy, order-preserving): tensors are taken in the given order; a tensor joins the current bucket
+if the bucket's bytes plus its bytes stay <= ``bucket_bytes``, else it starts a new bucket. A tensor larger than
+``bucket_bytes`` gets a bucket of its own (tensors are never split). No bucket is empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import torch
+
+NamedTensors = list[tuple[str, torch.Tensor]]
+
+#: Default bucket size: 512 MiB (two buckets for a 0.5B bf16 model).
+DEFAULT_BUCKET_BYTES = 512 * 2 ** 20
+
+
+def tensor_nbytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor's elements: ``numel * element_size``."""
+    return tensor.numel() * tensor.element_size()
+
+
+def plan_buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
+    """Indices of ``sizes`` grouped into buckets by the greedy rule of the module docstring.
+
+    >>> plan_buckets([4, 4, 4, 10, 1], 8)
+    [[0, 1], [2], [3], [4]]
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes={bucket_bytes}: must be > 0 (e.g. {DEFAULT_BUCKET_BYTES} for 512 MiB)")
+    buckets: list[list[int]] = []
+    used = 0
+    for i, size in enumerate(sizes):
+        if size < 0:
+            raise ValueError(f"sizes[{i}]={size}: tensor sizes must be >= 0")
+        if buckets and used + size <= bucket_bytes:
+            buckets[-1].append(i)
+            used += size
+        else:
+            buckets.append([i])
+            used = size
+    return buckets
+
+
+def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int,
+                 skip: frozenset[str] | set[str] = frozenset()) -> Iterator[NamedTensors]:
+    """Yield ``(name, tensor)`` buckets of at most ``bucket_bytes`` (see :func:`plan_buckets`).
+
+    Streams: only the current bucket is held, so a generator of gathered tensors is never materialised whole.
+    Names in ``skip`` are dropped (e.g. ``lm_head.weight`` of a tied-embedding model, which SGLang does not have).
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes={bucket_bytes}: must be > 0 (e.g. {DEFAULT_BUCKET_BYTES} for 512 MiB)")
+    bucket: NamedTensors = []
+    used = 0
+    for name, tensor in named_tensors:
+        if name in skip:
+            continue
+        size = tensor_nbytes(tensor)
+        if bucket and used + size > bucket_bytes:
+            yield bucket
+            bucket, used = [], 0
+        bucket.append((name, tensor))
+        used += size
+    if bucket:
+        yield bucket
+
+
+@dataclass(frozen=True)
+class BucketMeta:
+    """What a receiver needs to allocate a broadcast bucket: names, dtype names ("bfloat16") and shapes."""
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of the bucket's tensors."""
+        total = 0
+        for dtype, shape in zip(self.dtypes, self.shapes):
+            numel = 1
+            for d in shape:
+                numel *= d
+            total += numel * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        return total
+
+
+def bucket_meta(bucket: NamedTensors) -> BucketMeta:
+    """The :class:`BucketMeta` of a bucket (dtype names as SGLang's ``update_weights_from_distributed`` wants)."""
+    return BucketMeta(names=[n for n, _ in bucket], dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                      shapes=[list(t.shape) for _, t in bucket])
+
+
+def broadcast_bucket(bucket: NamedTensors, group, src: int = 0) -> None:
+    """Trainer side of an NCCL weight sync: broadcast every tensor of ``bucket`` from rank ``src`` of ``group``.
+
+    The receivers (SGLang's ``update_weights_from_distributed`` with this bucket's :func:`bucket_meta`) post the
+    matching broadcasts in the same order.
+    """
+    import torch.distributed as dist
+
+    for _, tensor in bucket:
+        dist.broadcast(tensor.contiguous(), src=src, group=group)
