@@ -54,8 +54,41 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
     return list(value)
 
 
+#: Strategy names of ROLL's guide that roll cannot run (yet): what is missing and what to use instead.
+UNAVAILABLE_BACKENDS = {
+    "megatron_train": "needs the Megatron-core backend, which roll does not implement yet; use deepspeed_train "
+                      "(ZeRO 0-3 via examples/config/deepspeed_zero*.yaml)",
+    "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use hf_infer for "
+                      "reference log-probs",
+    "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
+            "the version vllm pins); use sglang on GPU or hf_infer",
+    "sglang": "needs the SGLang backend, which is not registered in this install; on a CUDA machine "
+              "`pip install sglang` (see docs), on CPU use hf_infer",
+    "deepspeed_infer": "is not registered in this install; use hf_infer for reference log-probs",
+}
+
+
+def _backend_missing(name: str) -> str | None:
+    """The pip requirement of registered strategy ``name`` when its backend package is not importable here."""
+    import importlib.util
+    import re
+
+    from roll.strategies import registry
+
+    spec = getattr(registry, "_STRATEGIES", {}).get(name)
+    requires = getattr(spec, "requires", "") or ""
+    module = re.split(r"[<>=!\[; ]", requires, maxsplit=1)[0].replace("-", "_")
+    if module and importlib.util.find_spec(module) is None:
+        return requires
+    return None
+
+
 def check_strategies(cfg: Any) -> None:
-    """Each role's strategy exists and can serve that role."""
+    """Each role's strategy exists, can serve that role, and its backend package is installed.
+
+    The install check runs only when this process starts the workers (no ``ray_address``): a driver that joins a
+    cluster may lack packages its workers have.
+    """
     from roll.strategies.registry import strategy_roles
 
     for role in ROLES:
@@ -65,8 +98,14 @@ def check_strategies(cfg: Any) -> None:
         name = worker.strategy_args.strategy_name
         roles = strategy_roles()
         key = f"{role}.strategy_args.strategy_name"
+        if name not in roles and name in UNAVAILABLE_BACKENDS:
+            raise ConfigError(key, name, f"{name} {UNAVAILABLE_BACKENDS[name]}")
         if name not in roles:
             raise ConfigError(key, name, f"unknown strategy; valid: {', '.join(sorted(roles))}")
+        missing = None if getattr(cfg, "ray_address", None) else _backend_missing(name)
+        if missing:
+            raise ConfigError(key, name, f"the {name} backend is not installed; install it with "
+                                         f"`pip install '{missing}'`, or pick another strategy")
         if role not in roles[name]:
             valid = sorted(n for n, r in roles.items() if role in r)
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
@@ -96,24 +135,84 @@ def check_workers(cfg: Any) -> None:
             worker.world_size = len(mapping) // worker.num_gpus_per_worker
         if worker.infer_batch_size < 1:
             raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
+        if worker.model_update_frequency < 1:
+            raise ConfigError(f"{role}.model_update_frequency", worker.model_update_frequency, "must be >= 1")
+        worker.data_args.file_name = _file_list(worker.data_args.file_name, f"{role}.data_args.file_name")
+
+
+def _file_list(value: Any, key: str) -> list[str] | None:
+    """``data_args.file_name`` as a list of paths: None stays None, one path becomes ``[path]``."""
+    if value is None or isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    if isinstance(value, str):
+        return [value]
+    raise ConfigError(key, value, "expected a path or a list of paths")
+
+
+def check_scheduling(cfg: Any) -> None:
+    """Generation scheduling keys (see ``BaseConfig``): request limits are positive."""
+    if cfg.max_running_requests < 1:
+        raise ConfigError("max_running_requests", cfg.max_running_requests, "must be >= 1")
+    if cfg.max_additional_running_prompts < 0:
+        raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
+    if cfg.num_return_sequences_in_group < 1:
+        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group, "must be >= 1")
+
+
+def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
+    """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train (expert parallelism does not
+    divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
+    if strategy_name != "megatron_train":
+        return 1
+    size = 1
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        size *= int(strategy_config.get(key, 1) or 1)
+    return size
 
 
 def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
-    """``per_device_train_batch_size x gradient_accumulation_steps x world_size`` must divide the rollout."""
+    """The global train batch must divide the samples of one step.
+
+    DeepSpeed: ``global = per_device_train_batch_size x gradient_accumulation_steps x world_size``; Megatron:
+    ``global = per_device_train_batch_size x gradient_accumulation_steps x world_size / (TP x PP x CP)``.
+    A step holds ``samples_per_step / global`` optimizer steps (per ppo epoch); one optimizer step per rollout
+    needs ``gradient_accumulation_steps = samples_per_step x TP x PP x CP / (per_device_train_batch_size x
+    world_size)``.
+    """
     worker = getattr(cfg, role)
     ta = worker.training_args
-    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * worker.world_size
     if ta.per_device_train_batch_size < 1 or ta.gradient_accumulation_steps < 1:
         raise ConfigError(f"{role}.training_args.per_device_train_batch_size", ta.per_device_train_batch_size,
                           "per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
+    strategy = worker.strategy_args
+    mp = model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
+    if worker.world_size % mp:
+        raise ConfigError(f"{role}.strategy_args.strategy_config", dict(strategy.strategy_config),
+                          f"TP x PP x CP = {mp} must divide world_size ({worker.world_size})")
+    data_parallel = worker.world_size // mp
+    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
     if samples_per_step % global_batch:
+        formula = "world_size" if mp == 1 else "world_size / (TP x PP x CP)"
+        sizes = f"{worker.world_size}" if mp == 1 else f"{worker.world_size} / {mp}"
+        one_step = samples_per_step / (ta.per_device_train_batch_size * data_parallel)
+        fix = (f"for one optimizer step per rollout set gradient_accumulation_steps = {samples_per_step} / "
+               f"({ta.per_device_train_batch_size} x {data_parallel}) = {one_step:g}"
+               if one_step == int(one_step) else
+               f"pick per_device_train_batch_size x {formula} dividing {samples_per_step}")
         raise ConfigError(
             f"{role}.training_args.gradient_accumulation_steps", ta.gradient_accumulation_steps,
             f"the global train batch per_device_train_batch_size ({ta.per_device_train_batch_size}) x "
-            f"gradient_accumulation_steps ({ta.gradient_accumulation_steps}) x world_size ({worker.world_size}) = "
-            f"{global_batch} must divide the {samples_per_step} samples of a step; for one optimizer step per "
-            f"rollout set gradient_accumulation_steps = {samples_per_step} / "
-            f"({ta.per_device_train_batch_size} x {worker.world_size})")
+            f"gradient_accumulation_steps ({ta.gradient_accumulation_steps}) x {formula} ({sizes}) = "
+            f"{global_batch} must divide the {samples_per_step} samples of a step; {fix}")
+
+
+def optimizer_steps_per_rollout(cfg: Any, role: str, samples_per_step: int) -> int:
+    """Optimizer steps one rollout makes per ppo epoch: ``samples_per_step / global train batch``."""
+    worker = getattr(cfg, role)
+    ta = worker.training_args
+    strategy = worker.strategy_args
+    data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
+    return samples_per_step // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel)
 
 
 def check_ppo(cfg: Any) -> None:
@@ -133,6 +232,42 @@ def check_ppo(cfg: Any) -> None:
         raise ConfigError("ppo_epochs", cfg.ppo_epochs, "must be >= 1")
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
+    check_algorithm(cfg)
+
+
+def check_algorithm(cfg: Any) -> None:
+    """Advantage, KL and loss settings that a pipeline cannot run, or that it would silently ignore."""
+    if cfg.critic is not None and cfg.adv_estimator != "gae":
+        raise ConfigError("critic", "<worker block>", f"adv_estimator={cfg.adv_estimator} does not use critic values; "
+                                                      "remove the `critic:` block or set adv_estimator: gae")
+    if cfg.adv_estimator == "gigpo" and not hasattr(cfg, "train_env_manager"):
+        raise ConfigError("adv_estimator", "gigpo", "gigpo compares turns that act in the same env state and needs "
+                                                    "multi-turn trajectories (agentic pipeline); use grpo here")
+    if cfg.kl_penalty == "full":
+        raise ConfigError("kl_penalty", "full", "vocabulary KL needs the actor's and the reference's full logits "
+                                                "(B x L x V) in one process, which roll's workers do not exchange; "
+                                                "use low_var_kl (k3), kl, abs or mse")
+    if cfg.use_kl_loss and cfg.kl_loss_coef <= 0:
+        raise ConfigError("kl_loss_coef", cfg.kl_loss_coef, "use_kl_loss is on, so it must be > 0 (e.g. 0.001); "
+                                                            "or set use_kl_loss: false")
+    if cfg.critic_warmup < 0 or (cfg.critic_warmup > 0 and cfg.critic is None):
+        raise ConfigError("critic_warmup", cfg.critic_warmup, "must be >= 0, and > 0 only with a `critic:` block")
+    for key in ("value_clip", "advantage_clip", "reward_clip", "target_kl"):
+        if getattr(cfg, key) is not None and getattr(cfg, key) <= 0:
+            raise ConfigError(key, getattr(cfg, key), "must be > 0, or null to turn it off")
+    for key in ("pg_clip", "pg_clip_low"):
+        if getattr(cfg, key) is not None and not 0 < getattr(cfg, key) < 1:
+            raise ConfigError(key, getattr(cfg, key), "must be in (0, 1): the ratio is clipped at 1 - value")
+    if cfg.pg_clip_high is not None and cfg.pg_clip_high <= 0:
+        raise ConfigError("pg_clip_high", cfg.pg_clip_high, "must be > 0 (DAPO clip-higher uses 0.28)")
+    for key in ("gamma", "lambd"):
+        if not 0 <= getattr(cfg, key) <= 1:
+            raise ConfigError(key, getattr(cfg, key), "must be in [0, 1]")
+    for key in ("entropy_loss_coef", "init_kl_coef", "kl_loss_coef"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 0")
+    if cfg.kl_horizon < 1:
+        raise ConfigError("kl_horizon", cfg.kl_horizon, "must be >= 1 (samples over which the coefficient adapts)")
 
 
 def validate(cfg: Any) -> None:
@@ -144,6 +279,7 @@ def validate(cfg: Any) -> None:
         if getattr(cfg, key) < 1:
             raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     check_ppo(cfg)
+    check_scheduling(cfg)
     from roll.config.agentic import AgenticConfig
 
     if isinstance(cfg, AgenticConfig):
@@ -155,9 +291,22 @@ def validate(cfg: Any) -> None:
             check_rlvr(cfg)
 
 
+def check_env_manager_runtime(manager: Any, name: str) -> None:
+    """Fault-isolation, concurrency and batching settings of an env manager are in range."""
+    rules = [("env_step_timeout", manager.env_step_timeout >= 0, "must be >= 0 seconds (0 = no limit)"),
+             ("env_threads", manager.env_threads >= 1, "must be >= 1"),
+             ("max_refill_rounds", manager.max_refill_rounds >= 0, "must be >= 0"),
+             ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
+             ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
+             ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds")]
+    for key, ok, expected in rules:
+        if not ok:
+            raise ConfigError(f"{name}.{key}", getattr(manager, key), expected)
+
+
 def check_env_manager(cfg: Any, name: str) -> None:
     """Tags exist in custom_envs, group counts add up, env types and kwargs are known."""
-    from roll.envs.registry import list_envs, make_env  # noqa: F401  (import registers the built-in envs)
+    from roll.envs.registry import get_env_class, list_envs, make_env
 
     manager = getattr(cfg, name)
     if not manager.tags:
@@ -167,6 +316,7 @@ def check_env_manager(cfg: Any, name: str) -> None:
             raise ConfigError(f"{name}.tags", tag, f"not in custom_envs; defined tags: {', '.join(cfg.custom_envs)}")
     if manager.group_size < 1 or manager.env_groups < 1:
         raise ConfigError(f"{name}.group_size", manager.group_size, "group_size and env_groups must be >= 1")
+    check_env_manager_runtime(manager, name)
     if manager.n_groups is not None:
         if len(manager.n_groups) != len(manager.tags) or sum(manager.n_groups) != manager.env_groups:
             raise ConfigError(f"{name}.n_groups", manager.n_groups,
@@ -181,8 +331,11 @@ def check_env_manager(cfg: Any, name: str) -> None:
     envs = list_envs()
     for tag in manager.tags:
         spec = cfg.custom_envs[tag]
-        if spec.env_type not in envs:
-            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type, f"unknown env; registered: {', '.join(envs)}")
+        try:
+            get_env_class(spec.env_type)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
+                              f"unknown env ({exc}); registered: {', '.join(envs)}") from None
         if spec.max_actions_per_traj < 1 or spec.max_tokens_per_step < 1:
             raise ConfigError(f"custom_envs.{tag}.max_actions_per_traj", spec.max_actions_per_traj,
                               "max_actions_per_traj and max_tokens_per_step must be >= 1")

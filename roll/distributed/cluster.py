@@ -31,7 +31,9 @@ def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gp
         return ray.cluster_resources()
     for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
-    runtime_env = {"env_vars": {**{k: os.environ[k] for k in LOOPBACK_ENV}, **(env_vars or {})}}
+    # workers import user modules (custom envs, rewards) from the launch directory, like the driver
+    path = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+    runtime_env = {"env_vars": {**{k: os.environ[k] for k in LOOPBACK_ENV}, "PYTHONPATH": path, **(env_vars or {})}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
     else:

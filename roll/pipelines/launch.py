@@ -7,6 +7,7 @@ A bad config prints one line naming the key and exits with code 2, before any wo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -33,6 +34,8 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
     from roll.config.loader import apply_system_envs, load_config
 
     args = parse_args(argv, default_config)
+    if os.getcwd() not in sys.path:  # user modules (custom envs, rewards) import from the launch directory
+        sys.path.insert(0, os.getcwd())
     try:
         cfg = load_config(args.config_name, args.config_path, args.overrides, schema=schema)
     except ConfigError as exc:
