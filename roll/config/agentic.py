@@ -38,6 +38,15 @@ class EnvManagerConfig:
     worker_cls: Optional[str] = fld(None, "Import path of a custom env manager class (default: built-in).")
     num_env_managers: int = fld(1, "Env manager workers the groups are spread over.")
     action_format: str = fld("answer", "Action format: 'answer', 'think_answer' or a regex with one group.")
+    env_step_timeout: float = fld(60.0, "Seconds an env reset/step may take; a slower call ends its trajectory as a "
+                                        "timeout and the env is replaced (0 = no limit).")
+    env_threads: int = fld(16, "Threads per env manager stepping different envs concurrently.")
+    raise_env_errors: Optional[bool] = fld(None, "Re-raise env exceptions with their traceback (None: true with "
+                                                 "distributed=local, false under Ray, where they are recorded).")
+    max_refill_rounds: int = fld(1, "Extra rollout rounds run when env failures leave the batch short.")
+    conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
+    batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")
+    batch_max_wait_ms: float = fld(20.0, "Dynamic batching: most milliseconds a request waits for others to join.")
 
 
 @dataclass

@@ -16,7 +16,7 @@ class PPOConfig:
     """PPO, reward and loss keys (flat at the top level of a config file, as in ROLL)."""
 
     adv_estimator: str = fld("grpo", "Advantage estimator.",
-                             choices=["gae", "reinforce", "grpo", "reinforce_plus_plus", "rloo", "gigpo"])
+                             choices=["gae", "reinforce", "grpo", "dr_grpo", "reinforce_plus_plus", "rloo", "gigpo"])
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).")
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss.")
@@ -61,6 +61,8 @@ class PPOConfig:
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
     step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.")
     episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.")
+    step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group.",
+                             choices=["mean", "mean_std"])
 
 
 @dataclass
@@ -81,6 +83,9 @@ class BaseConfig(PPOConfig):
     num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.")
     distributed: str = fld("ray", "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "
                                   "process without Ray, for debugging.", choices=["ray", "local"])
+    strict_data_check: bool = fld(False, "Check every batch hand-off (shapes, dtypes, 0/1 masks, score placement) and "
+                                         "raise BatchCheckError naming stage and key; ROLL_STRICT_DATA_CHECK=1 also "
+                                         "turns it on. See docs/debugging.md.")
     ray_address: Optional[str] = fld(None, "Join this Ray cluster (e.g. 'auto' or 'host:6379'); None = start a "
                                            "local Ray instance on loopback.")
     ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).")
@@ -97,6 +102,22 @@ class BaseConfig(PPOConfig):
     prompt_length: int = fld(1024, "Maximum prompt tokens.")
     response_length: int = fld(512, "Maximum response tokens.")
     sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).")
-    num_return_sequences_in_group: int = fld(1, "Responses sampled per prompt (RLVR group size).")
+    num_return_sequences_in_group: int = fld(1, "Responses sampled per prompt (RLVR group size); the RLVR train "
+                                                "batch is rollout_batch_size x num_return_sequences_in_group.")
+    local_rank: int = fld(-1, "Rank within the node; set by a distributed launcher, -1 when not distributed "
+                              "(roll's workers learn their rank from Ray, so a config value is informational).")
+    generate_opt_level: int = fld(1, "Generation interface: 0 = one batched generate call per request batch; "
+                                     "1 = requests go through the scheduler (continuous batching where the backend "
+                                     "has it; hf_infer batches each submitted request batch either way).",
+                                  choices=[0, 1])
+    is_num_return_sequences_expand: bool = fld(
+        False, "Repeat each prompt num_return_sequences times as separate requests instead of asking the engine "
+               "for n samples of one request (same samples, different batching).")
+    max_running_requests: int = fld(128, "Most generation requests in flight on one inference worker at a time.")
+    is_use_additional_prompts: bool = fld(
+        False, "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
+               "some prompts are filtered out (dynamic sampling).")
+    max_additional_running_prompts: int = fld(
+        16, "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts.")
     pretrain: Optional[str] = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
     reward_pretrain: Optional[str] = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")

@@ -27,3 +27,31 @@ def help_of(cls: type, name: str) -> str:
         if f.name == name:
             return f.metadata.get("help", "")
     raise KeyError(name)
+
+
+def nested_dataclasses(cls: type) -> list[type]:
+    """``cls`` and every dataclass reachable from its field types (through Optional/List/Dict), in first-seen
+    order."""
+    import typing
+
+    order: list[type] = []
+    todo = [cls]
+    while todo:
+        current = todo.pop(0)
+        if current in order:
+            continue
+        order.append(current)
+        for hint in typing.get_type_hints(current).values():
+            stack = [hint]
+            while stack:
+                t = stack.pop()
+                if dataclasses.is_dataclass(t) and isinstance(t, type):
+                    todo.append(t)
+                stack.extend(typing.get_args(t))
+    return order
+
+
+def fields_without_help(cls: type) -> list[str]:
+    """``Class.field`` names, over ``cls`` and its nested dataclasses, whose help text is missing or empty."""
+    return [f"{c.__name__}.{f.name}" for c in nested_dataclasses(cls) for f in dataclasses.fields(c)
+            if not str(f.metadata.get("help", "")).strip()]

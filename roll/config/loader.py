@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Type, TypeVar
 
@@ -54,7 +55,9 @@ def resolve_config_dir(config_path: str | None) -> Path:
 
 def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None), warnings.catch_warnings():
+        # ROLL configs list fragments without `_self_`; Hydra then merges the file itself last, which is intended.
+        warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")
         return compose(config_name=config_name, overrides=overrides)
 
 

@@ -43,7 +43,8 @@ class DataArgs:
     """Where a worker's prompt data comes from (RLVR and SFT)."""
 
     template: str = fld("native", "Chat template: 'native' uses the tokenizer's own chat template.")
-    file_name: Optional[List[str]] = fld(None, "Data files (parquet, jsonl or json).")
+    file_name: Any = fld(None, "Data file or list of files (parquet, jsonl or json); a single path becomes a "
+                               "one-element list.")
     prompt: Optional[str] = fld(None, "Column used as the prompt text (exclusive with messages).")
     messages: Optional[str] = fld(None, "Column holding chat messages (exclusive with prompt).")
 
