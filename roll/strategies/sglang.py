@@ -1,0 +1,285 @@
+"""``sglang``: generation with an in-process ``sglang.Engine`` (token ids in, token ids out), for ``actor_infer``.
+
+``strategy_config`` is passed to ``sglang.Engine`` (``mem_fraction_static``, ``tp_size``, ``attention_backend``, ...)
+over the defaults in :data:`ENGINE_DEFAULTS`, except the roll keys in :data:`ROLL_KEYS`:
+
+- ``weight_bucket_bytes``: bytes per ``update_weights_from_tensor`` call in a weight sync (default 512 MiB).
+- ``release_tags``: what ``offload_states`` releases (``None`` = all: weights, KV cache, CUDA graphs).
+
+Requests: :meth:`SGLangStrategy.submit` queues requests (each its own SGLang request id), :meth:`poll` drives the
+engine's event loop until one of the given requests finishes, :meth:`abort` aborts requests in flight. SGLang's
+continuous batching batches whatever is in flight, so callers send each request as soon as it is ready.
+``generate`` is submit + poll until all are done. ``n`` (``num_return_sequences``) is sent as ``n`` requests with ids
+``rid#k`` sharing the prompt (SGLang's radix cache shares the prefix); outputs are prompt-major.
+
+Weights: :meth:`load_weights` pushes buckets with ``update_weights_from_tensor``. While memory is released (the
+colocated training phase), weights are kept on the host and pushed right after ``resume_memory_occupation`` (a
+release frees the engine's weights). Disaggregated: :meth:`init_weight_group` + :meth:`update_weights_distributed`
+receive NCCL broadcasts from the trainer (see :func:`roll.strategies.weight_buckets.broadcast_bucket`).
+Nothing here imports SGLang until :meth:`initialize`, so the module loads on CPU machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Iterable
+
+import torch
+
+from roll.config.worker import GeneratingArgs
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
+from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, bucket_meta, iter_buckets
+
+#: Engine arguments that work on the lent H100/H200 bundles (FA3 kernels absent: triton attention).
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "mem_fraction_static": 0.5, "attention_backend": "triton", "sampling_backend": "pytorch",
+    "enable_memory_saver": True, "disable_prefill_cuda_graph": True, "log_level": "warning",
+}
+ROLL_KEYS = frozenset({"weight_bucket_bytes", "release_tags"})
+#: Engine arguments roll sets itself; setting them in strategy_config is an error.
+RESERVED_KEYS = frozenset({"model_path", "skip_tokenizer_init", "random_seed"})
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: Request id separator: sample k of request ``rid`` is ``f"{rid}#{k}"``.
+SAMPLE_SEP = "#"
+
+
+def engine_kwargs(model_path: str, dtype: str, strategy_config: dict[str, Any], seed: int,
+                  tp_size: int = 1) -> dict[str, Any]:
+    """``sglang.Engine`` keyword arguments: defaults, then ``strategy_config`` (roll keys removed), then roll's own."""
+    bad = RESERVED_KEYS & set(strategy_config)
+    if bad:
+        raise ValueError(f"sglang: strategy_config sets {sorted(bad)}, which roll sets itself (model_path from "
+                         f"model_args.model_name_or_path, random_seed from seed); remove them")
+    kwargs = {**ENGINE_DEFAULTS, "tp_size": tp_size,
+              **{k: v for k, v in strategy_config.items() if k not in ROLL_KEYS}}
+    kwargs.update(model_path=model_path, skip_tokenizer_init=True, random_seed=seed)
+    kwargs.setdefault("dtype", DTYPE_NAMES.get(dtype, "auto"))
+    return kwargs
+
+
+def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_id: int | None) -> dict[str, Any]:
+    """SGLang sampling params of one request (``n`` is realized by fan-out, see the module docstring).
+
+    Greedy (``do_sample=False`` or ``temperature <= 0``) -> ``temperature=0``; ``top_k <= 0`` -> ``-1`` (off);
+    ``stop_token_ids`` = eos + ``args.stop_token_ids``.
+    """
+    greedy = not args.do_sample or args.temperature <= 0
+    if args.num_beams != 1:
+        raise ValueError(f"sglang: generating_args.num_beams={args.num_beams}; SGLang samples, set num_beams: 1")
+    stop = sorted({*([eos_token_id] if eos_token_id is not None else []), *args.stop_token_ids})
+    return {"max_new_tokens": int(max_new_tokens or args.max_new_tokens),
+            "temperature": 0.0 if greedy else float(args.temperature),
+            "top_p": 1.0 if greedy else float(args.top_p),
+            "top_k": -1 if greedy or args.top_k <= 0 else int(args.top_k),
+            "repetition_penalty": float(args.repetition_penalty),
+            "stop_token_ids": stop, "skip_special_tokens": False, "no_stop_trim": True}
+
+
+def parse_output(out: dict[str, Any]) -> GenerationOutput:
+    """A SGLang result dict -> :class:`GenerationOutput` (ids, sampled-token log-probs, "stop"/"length"/"abort")."""
+    meta = out.get("meta_info", {})
+    reason = meta.get("finish_reason") or {}
+    kind = reason.get("type", "stop") if isinstance(reason, dict) else str(reason)
+    ids = list(out.get("output_ids") or [])
+    log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
+    if len(log_probs) != len(ids):
+        raise ValueError(f"sglang: {len(ids)} output ids but {len(log_probs)} log-probs in request "
+                         f"{meta.get('id')!r}; was return_logprob set?")
+    return GenerationOutput(ids, log_probs, {"stop": "stop", "length": "length"}.get(kind, "abort"))
+
+
+class RequestTracker:
+    """Request bookkeeping over an engine with ``async_generate`` and ``tokenizer_manager.abort_request``.
+
+    ``submit`` schedules one asyncio task per request on ``loop`` (nothing runs yet); ``poll`` runs the loop until
+    one of the asked-for requests finishes or ``timeout`` passes, and hands back finished ones (each exactly once).
+    """
+
+    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop):
+        self.engine, self.loop = engine, loop
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    def submit(self, rid: str, prompt: list[int], params: dict[str, Any]) -> None:
+        """Queue request ``rid``; a duplicate id in flight raises."""
+        if rid in self.tasks:
+            raise ValueError(f"sglang: request id {rid!r} is already in flight; ids must be unique")
+        coro = self.engine.async_generate(input_ids=list(prompt), sampling_params=params, return_logprob=True,
+                                          rid=rid)
+        self.tasks[rid] = self.loop.create_task(coro)
+
+    def poll(self, rids: Iterable[str] | None = None, timeout: float | None = None) -> dict[str, GenerationOutput]:
+        """Finished requests among ``rids`` (default: all in flight); waits up to ``timeout`` s (None = until one)."""
+        wanted = {r: self.tasks[r] for r in (self.tasks if rids is None else rids) if r in self.tasks}
+        if not wanted:
+            return {}
+        if not any(t.done() for t in wanted.values()):
+            self.loop.run_until_complete(asyncio.wait(wanted.values(), timeout=timeout,
+                                                      return_when=asyncio.FIRST_COMPLETED))
+        done: dict[str, GenerationOutput] = {}
+        for rid, task in wanted.items():
+            if task.done():
+                del self.tasks[rid]
+                done[rid] = (GenerationOutput([], [], "abort") if task.cancelled() else parse_output(task.result()))
+        return done
+
+    def wait_all(self, rids: list[str]) -> dict[str, GenerationOutput]:
+        """Poll until every one of ``rids`` is finished."""
+        done: dict[str, GenerationOutput] = {}
+        while len(done) < len(rids):
+            done.update(self.poll([r for r in rids if r not in done]))
+        return done
+
+    def abort(self, rids: Iterable[str] | None = None) -> list[str]:
+        """Abort requests in flight (default: all); returns the aborted ids. Their tasks are cancelled."""
+        aborted = []
+        for rid in list(self.tasks if rids is None else rids):
+            task = self.tasks.pop(rid, None)
+            if task is None:
+                continue
+            self.engine.tokenizer_manager.abort_request(rid=rid)
+            task.cancel()
+            aborted.append(rid)
+        if aborted:  # let the cancellations run so no task is left pending on the loop
+            self.loop.run_until_complete(asyncio.sleep(0))
+        return aborted
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+class SGLangStrategy(InferenceStrategy):
+    """``sglang.Engine`` in this process; requests tracked by :class:`RequestTracker`."""
+
+    #: Callers may send requests one at a time (:meth:`submit` / :meth:`poll` / :meth:`abort`).
+    supports_submit = True
+
+    def initialize(self, ctx: StrategyContext) -> None:
+        try:
+            import sglang
+        except ImportError as exc:
+            raise ImportError(f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
+                              f"machine, or use strategy_name: hf_infer") from exc
+        sc = dict(self.config.strategy_args.strategy_config)
+        margs = self.config.model_args
+        self.bucket_bytes = int(sc.get("weight_bucket_bytes", DEFAULT_BUCKET_BYTES))
+        self.release_tags = sc.get("release_tags")
+        self.model_path = margs.model_name_or_path
+        kwargs = engine_kwargs(self.model_path, margs.dtype, sc, ctx.seed + 7919 * self.rank,
+                               tp_size=int(sc.get("tp_size", self.config.num_gpus_per_worker)))
+        self.engine = sglang.Engine(**kwargs)
+        self.tracker = RequestTracker(self.engine, self.engine.loop)
+        from transformers import AutoConfig
+
+        hf = AutoConfig.from_pretrained(self.model_path, trust_remote_code=margs.trust_remote_code)
+        self.eos_token_id = hf.eos_token_id if isinstance(hf.eos_token_id, int) else None
+        #: tied embeddings: SGLang has no lm_head parameter to receive
+        self.skip_names = frozenset({"lm_head.weight"} if getattr(hf, "tie_word_embeddings", False) else set())
+        self.released = False
+        self._host_weights: list[tuple[str, torch.Tensor]] | None = None
+        self.last_sync: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
+               max_new_tokens: int | None = None) -> list[str]:
+        """Queue ``(rid, prompt ids)`` requests; returns the SGLang ids (``rid#k`` for each of ``n`` samples)."""
+        params = sampling_params(args, max_new_tokens, self.eos_token_id)
+        n = max(1, args.num_return_sequences)
+        sent = []
+        for rid, prompt in requests:
+            for k in range(n):
+                sub = rid if n == 1 else f"{rid}{SAMPLE_SEP}{k}"
+                self.tracker.submit(sub, prompt, params)
+                sent.append(sub)
+        return sent
+
+    def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
+        """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one."""
+        return self.tracker.poll(rids, timeout)
+
+    def abort(self, rids: list[str] | None = None) -> list[str]:
+        """Abort requests in flight (``None``: all of them)."""
+        return self.tracker.abort(rids)
+
+    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
+                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+        base = f"gen-{time.monotonic_ns()}"
+        rids = self.submit([(f"{base}-{i}", p) for i, p in enumerate(prompts)], args, max_new_tokens)
+        done = self.tracker.wait_all(rids)
+        return [done[r] for r in rids]
+
+    # ------------------------------------------------------------------ log-probs
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """Prefill log-probs of ``input_ids[:, 1:]`` from SGLang: (B, L-1); padding positions are 0."""
+        if with_entropy:
+            raise ValueError("sglang: compute_log_probs has no entropy; compute it with the training strategy")
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+        outs = self.engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+                                    return_logprob=True, logprob_start_len=0)
+        out = torch.zeros(ids.shape[0], ids.shape[1] - 1)
+        for i, (o, m) in enumerate(zip(outs, mask)):
+            lps = [x[0] for x in o["meta_info"]["input_token_logprobs"]][1:]  # the first token has no log-prob
+            pos = m.bool().nonzero().flatten()[1:] - 1  # log-prob index t predicts token t + 1
+            out[i, pos] = torch.tensor(lps, dtype=out.dtype)
+        return {"log_probs": out}
+
+    # ------------------------------------------------------------------ weights and memory
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Push weights in buckets; while released, keep them on the host until :meth:`reload_states`."""
+        named = [(n, t) for n, t in named_tensors if n not in self.skip_names]
+        self._host_weights = [(n, t.detach().cpu()) for n, t in named]  # pushed again after each resume
+        if not self.released:
+            self._push(self._host_weights)
+
+    def _push(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        start, buckets = time.perf_counter(), list(iter_buckets(named, self.bucket_bytes))
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        for i, bucket in enumerate(buckets):
+            bucket = [(n, t.to(device, non_blocking=True)) for n, t in bucket] if device else bucket
+            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=i == len(buckets) - 1)
+        self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": float(len(buckets))}
+
+    def offload_states(self) -> None:
+        """``release_memory_occupation`` (colocated training phase); in-flight requests are aborted first."""
+        if not self.released:
+            self.tracker.abort()
+            self.engine.release_memory_occupation(tags=self.release_tags)
+            self.released = True
+
+    def reload_states(self) -> None:
+        """``resume_memory_occupation``, then push the newest weights (a release freed the engine's copy)."""
+        if not self.released:
+            return
+        self.engine.resume_memory_occupation(tags=self.release_tags)
+        self.released = False
+        if self.release_tags is None or "weights" in self.release_tags:
+            if self._host_weights is not None:
+                self._push(self._host_weights)
+            else:
+                self.engine.update_weights_from_disk(self.model_path)
+
+    def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                          group_name: str = "roll_weights") -> Any:
+        """Join the trainer's NCCL weight group (disaggregated); the trainer is rank 0, engine ranks follow."""
+        return self.engine.init_weights_update_group(master_address=master_address, master_port=master_port,
+                                                     rank_offset=rank_offset, world_size=world_size,
+                                                     group_name=group_name, backend="nccl")
+
+    def update_weights_distributed(self, metas: list[dict[str, Any]], group_name: str = "roll_weights") -> float:
+        """Receive buckets (``BucketMeta`` fields as dicts) broadcast by the trainer; returns seconds."""
+        start = time.perf_counter()
+        for i, meta in enumerate(metas):
+            self.engine.update_weights_from_distributed(names=meta["names"], dtypes=meta["dtypes"],
+                                                        shapes=meta["shapes"], group_name=group_name,
+                                                        flush_cache=i == len(metas) - 1)
+        return time.perf_counter() - start
+
+    def shutdown(self) -> None:
+        """Abort everything in flight and stop the engine's processes."""
+        self.tracker.abort()
+        self.engine.shutdown()
+
+
+__all__ = ["SGLangStrategy", "RequestTracker", "engine_kwargs", "sampling_params", "parse_output", "bucket_meta"]
