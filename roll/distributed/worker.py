@@ -27,7 +27,7 @@ class Worker:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.role, self.rank = role, rank
-        self.strategy = get_strategy_class(config.strategy_args.strategy_name)(config, rank, world_size)
+        self.strategy = get_strategy_class(config.strategy_args.strategy_name, role)(config, rank, world_size)
 
     def initialize(self, ctx: StrategyContext) -> float:
         """Build the strategy; returns seconds taken."""
@@ -41,6 +41,13 @@ class Worker:
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         return self.strategy.compute_log_probs(batch, with_entropy)
+
+    def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Critic values ``{"values": (B, L-1)}`` (strategies with a value head only)."""
+        if not hasattr(self.strategy, "compute_values"):
+            raise TypeError(f"{self.role}: strategy {type(self.strategy).__name__} has no value head; "
+                            "compute_values needs the critic role")
+        return self.strategy.compute_values(batch)
 
     def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None,
                    with_entropy: bool = False) -> dict[str, float]:

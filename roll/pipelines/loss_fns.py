@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from roll.algorithms.losses import ActorLossConfig, actor_loss
+from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
 from roll.algorithms.masking import masked_mean
 from roll.data.batch import Batch
 
@@ -30,3 +30,11 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
     ref = mb.tensors.get("ref_log_probs")
     return actor_loss(log_probs, mb["old_log_probs"], mb["advantages"], loss_mask(mb), cfg, entropy=entropy,
                       ref_log_probs=None if ref is None else ref.to(log_probs.device))
+
+
+def critic_value_loss(values: torch.Tensor, entropy: torch.Tensor | None, mb: Batch,
+                      value_clip: float | None) -> tuple[torch.Tensor, dict]:
+    """The critic objective of :func:`roll.algorithms.losses.value_loss` (token mean) on one micro-batch:
+    ``values`` (B, L-1) from the critic, old values ``mb["values"]``, targets ``mb["returns"]``."""
+    return value_loss(values, mb["values"].to(values.device), mb["returns"].to(values.device), loss_mask(mb),
+                      value_clip=value_clip, loss_agg_mode="token-mean")

@@ -71,6 +71,18 @@ def lr_at(step: int, peak: float, warmup: int, total: int, kind: str) -> float:
 class DeepSpeedTrainStrategy(TrainStrategy):
     """A causal LM wrapped in a DeepSpeed engine; one ``train_step`` = one or more optimizer steps."""
 
+    metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
+
+    def _load_model(self) -> torch.nn.Module:
+        """The model to train (a causal LM; the critic overrides this with a value model)."""
+        margs = self.config.model_args
+        return load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
+                              margs.trust_remote_code)
+
+    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the loss function receives for a micro-batch on the device: log-probs (B, L-1) and entropy."""
+        return sequence_log_probs(self.engine, mb["input_ids"], mb["attention_mask"], with_entropy)
+
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
 
@@ -80,8 +92,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
         margs, targs = self.config.model_args, self.config.training_args
-        model = load_causal_lm(margs.model_name_or_path, "fp32" if margs.dtype == "fp32" else margs.dtype,
-                               margs.attn_implementation, margs.trust_remote_code)
+        model = self._load_model()
         if not margs.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
@@ -138,8 +149,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                 for group in self.optimizer.param_groups:
                     group["lr"] = rate
             mb = mb.to(self.device)
-            log_probs, entropy = sequence_log_probs(self.engine, mb["input_ids"], mb["attention_mask"],
-                                                    with_entropy)
+            log_probs, entropy = self._forward(mb, with_entropy)
             loss, metrics = loss_fn(log_probs, entropy, mb)
             self.engine.backward(loss)
             boundary = self.engine.is_gradient_accumulation_boundary()
@@ -151,8 +161,8 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out = {k: v / len(micro) for k, v in sums.items()}
-        out["actor/grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
-        out["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        out[f"{self.metric_prefix}/grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
+        out[f"{self.metric_prefix}/lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
 
     def _gathered(self):
@@ -184,3 +194,44 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def load_checkpoint(self, path: str) -> None:
         _, client = self.engine.load_checkpoint(path, tag="engine")
         self.optimizer_steps = int((client or {}).get("optimizer_steps", 0))
+
+
+class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
+    """``deepspeed_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) in a DeepSpeed
+    engine. ``train_step`` hands the loss function values (B, L-1) in place of log-probs (entropy None)."""
+
+    metric_prefix = "critic"
+
+    def _load_model(self) -> torch.nn.Module:
+        from roll.models.value_model import load_value_model
+
+        margs = self.config.model_args
+        return load_value_model(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
+                                margs.trust_remote_code)
+
+    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, None]:
+        from roll.models.value_model import sequence_values
+
+        return sequence_values(self.engine, mb["input_ids"], mb["attention_mask"]), None
+
+    def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """``{"values": (B, L-1)}``, aligned with the log-probs (see :func:`sequence_values`)."""
+        self.engine.eval()
+        parts = []
+        with torch.no_grad():
+            for mb in batch.split(self.config.infer_batch_size):
+                parts.append(self._forward(mb.to(self.device), False)[0].float().cpu())
+        return {"values": torch.cat(parts)}
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        raise TypeError("the critic has a value head, not token log-probs; call compute_values")
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the backbone from policy weights (e.g. after the warm start); names the critic lacks (the LM
+        head) are skipped, the value head is kept. Raises when no name matches (a different architecture)."""
+        params = dict(self.engine.module.named_parameters())
+        matched = [(n, t) for n, t in named_tensors if n in params]
+        if not matched:
+            raise ValueError("critic.load_weights: none of the given weight names exist in the value model; "
+                             "the critic must share the policy's architecture")
+        super().load_weights(matched)

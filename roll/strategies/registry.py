@@ -20,16 +20,23 @@ class StrategySpec:
     import_path: str  # "package.module:ClassName"
     roles: frozenset[str]
     requires: str = ""  # pip requirement to name in errors when the import fails
+    role_paths: tuple[tuple[str, str], ...] = ()  # (role, import path) where a role needs its own class
 
 
 _STRATEGIES: dict[str, StrategySpec] = {}
 
 
-def register_strategy(name: str, import_path: str, roles: set[str] | frozenset[str], requires: str = "") -> None:
-    """Register a backend; a duplicate name raises."""
+def register_strategy(name: str, import_path: str, roles: set[str] | frozenset[str], requires: str = "",
+                      role_paths: dict[str, str] | None = None) -> None:
+    """Register a backend; a duplicate name raises. ``role_paths`` maps a role to its own class (e.g. the
+    critic's value-model variant of a training backend)."""
     if name in _STRATEGIES:
         raise ValueError(f"strategy {name!r} is already registered ({_STRATEGIES[name].import_path})")
-    _STRATEGIES[name] = StrategySpec(name, import_path, frozenset(roles), requires)
+    extra = set(role_paths or {}) - set(roles)
+    if extra:
+        raise ValueError(f"strategy {name!r}: role_paths names roles {sorted(extra)} outside its roles {sorted(roles)}")
+    _STRATEGIES[name] = StrategySpec(name, import_path, frozenset(roles), requires,
+                                     tuple(sorted((role_paths or {}).items())))
 
 
 def strategy_roles() -> dict[str, frozenset[str]]:
@@ -42,12 +49,13 @@ def list_strategies() -> list[str]:
     return sorted(_STRATEGIES)
 
 
-def get_strategy_class(name: str) -> type:
-    """Import and return the class of strategy ``name``; a clear error when it or its backend is missing."""
+def get_strategy_class(name: str, role: str | None = None) -> type:
+    """Import and return the class of strategy ``name`` (for ``role``, when that role has its own class); a clear
+    error when it or its backend is missing."""
     if name not in _STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(list_strategies())}")
     spec = _STRATEGIES[name]
-    module, _, cls = spec.import_path.partition(":")
+    module, _, cls = dict(spec.role_paths).get(role, spec.import_path).partition(":")
     try:
         return getattr(importlib.import_module(module), cls)
     except ImportError as exc:
@@ -58,4 +66,8 @@ def get_strategy_class(name: str) -> type:
 register_strategy("hf_infer", "roll.strategies.hf_infer:HFInferStrategy",
                   {"actor_infer", "reference"}, requires="transformers")
 register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedTrainStrategy",
-                  {"actor_train", "critic"}, requires="deepspeed")
+                  {"actor_train", "critic"}, requires="deepspeed",
+                  role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"})
+register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy",
+                  {"reference"}, requires="deepspeed")
+register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]")
