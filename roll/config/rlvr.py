@@ -1,0 +1,203 @@
+"""Config of the RLVR pipeline: prompt data, rule rewards, validation data, dynamic sampling, warm start, workers.
+
+Data keys follow ROLL: ``actor_train.data_args.file_name`` (list of files), ``.prompt`` / ``.messages`` (the
+prompt column), plus the ground-truth / tag columns and truncation mode here. Cross-field rules live in
+:func:`check_rlvr` (called by :func:`roll.config.validation.validate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from roll.config.agentic import TinyModelConfig
+from roll.config.base import BaseConfig
+from roll.config.errors import ConfigError
+from roll.config.fields import fld
+from roll.config.worker import GeneratingArgs, WorkerConfig
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+@dataclass
+class ValidationDataConfig:
+    """Held-out prompts scored every ``eval_steps`` (accuracy per tag)."""
+
+    file_name: List[str] = fld(default_factory=list, help="Validation data files (parquet/jsonl); empty = none.")
+    max_samples: int = fld(0, "Use at most this many validation prompts (0 = all; the first N, file order).")
+    generating_args: GeneratingArgs = field(
+        default_factory=lambda: GeneratingArgs(do_sample=False, temperature=0.0),
+        metadata={"help": "Sampling for validation (greedy by default, one response per prompt)."})
+
+
+@dataclass
+class RewardsConfig:
+    """Rule rewards: which registered reward scores each data tag, its options, and the reward workers."""
+
+    tag_to_reward: Dict[str, str] = fld(default_factory=dict,
+                                        help="Data tag -> registered reward name; unlisted tags use the tag itself.")
+    reward_options: Dict[str, Dict[str, Any]] = fld(
+        default_factory=dict, help="Options per reward name, e.g. {math: {format_reward: 0.1, timeout_s: 1.0}}.")
+    num_workers: int = fld(2, "Reward workers (Ray actors; in-process when distributed=local).")
+    num_cpus_per_worker: float = fld(0.25, "CPUs each reward actor reserves.")
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """Drop prompt groups with no learning signal and refill the batch with additional prompts."""
+
+    enabled: bool = fld(False, "Filter groups (see the thresholds below).")
+    drop_all_equal: bool = fld(True, "Drop a group whose rewards are all equal (std ~ 0: zero GRPO advantage).")
+    mean_low: Optional[float] = fld(None, "Drop a group whose mean reward is below this (None = no bound).")
+    mean_high: Optional[float] = fld(None, "Drop a group whose mean reward is above this (None = no bound).")
+    std_min: Optional[float] = fld(None, "Drop a group whose reward std (population) is below this.")
+
+
+@dataclass
+class RLVRWarmupConfig:
+    """Supervised warm start on (prompt, ground-truth answer) pairs of the training data, before RL."""
+
+    enabled: bool = fld(False, "Run the warm start.")
+    answer_template: str = fld("<answer>{answer}</answer>", "Response text trained on ({answer}).")
+    steps: int = fld(50, "Optimizer steps.")
+    batch_size: int = fld(32, "Examples per optimizer step.")
+    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
+    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.")
+    seed: int = fld(12345, "Seed of the example order.")
+
+
+@dataclass
+class RLVRConfig(BaseConfig):
+    """The RLVR pipeline: prompts -> grouped responses -> rule rewards -> advantages -> PPO-style update."""
+
+    ground_truth_key: str = fld("ground_truth", "Column holding the reference answer.")
+    tag_key: str = fld("tag", "Column holding the domain tag (selects the reward).")
+    truncation: str = fld("error", "What to do with a prompt longer than prompt_length.",
+                          choices=["error", "left", "right"])
+    filter_overlong_prompts: bool = fld(False, "Drop prompts longer than prompt_length (reported) instead.")
+    system_prompt: Optional[str] = fld(None, "System message prepended to prompts without one (None = none).")
+    validation: ValidationDataConfig = field(default_factory=ValidationDataConfig,
+                                             metadata={"help": "Validation prompts and sampling."})
+    rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "Rule rewards and workers."})
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig,
+                                                    metadata={"help": "Group filters (DAPO-style)."})
+    is_use_additional_prompts: bool = fld(False, "Draw more prompts when groups are filtered out (ROLL key).")
+    max_additional_running_prompts: int = fld(16, "Additional prompts a step may draw beyond rollout_batch_size.")
+    tiny_model: Optional[TinyModelConfig] = fld(None, "Build a tiny model at `pretrain` if it is missing "
+                                                      "(tokenizer trained on the data's text).")
+    sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
+                                         metadata={"help": "Supervised warm start before RL."})
+    rollout_dump_steps: int = fld(0, "Write prompts, responses and rewards as JSONL every N steps (0 = never).")
+    actor_train: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The trained policy."})
+    actor_infer: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The rollout engine."})
+    reference: Optional[WorkerConfig] = fld(None, "Reference policy for KL (needed when a KL term is on).")
+    critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")
+
+
+def _check_files(key: str, files: Optional[List[str]], required: bool) -> None:
+    """Files are given (when required), exist and have a supported suffix."""
+    if not files:
+        if required:
+            raise ConfigError(key, files, "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")
+        return
+    for name in files:
+        path = Path(name)
+        if path.suffix.lower() not in DATA_SUFFIXES:
+            raise ConfigError(key, name, f"unsupported file type; expected one of {', '.join(DATA_SUFFIXES)}")
+        if not path.is_file():
+            raise ConfigError(key, name, f"no such file (cwd: {Path.cwd()}); fix the path or run from the repo root")
+
+
+def _check_rows(cfg: RLVRConfig, key: str, files: List[str]) -> None:
+    """Every row of ``files`` is well formed; malformed rows are listed with their row numbers."""
+    from roll.data.rlvr_dataset import DatasetValidationError, load_rlvr_dataset
+
+    args = cfg.actor_train.data_args
+    try:
+        load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
+                          ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key)
+    except DatasetValidationError as exc:
+        raise ConfigError(key, files, str(exc)) from None
+
+
+def _check_sampling(cfg: RLVRConfig) -> None:
+    ds = cfg.dynamic_sampling
+    if ds.mean_low is not None and ds.mean_high is not None and ds.mean_low > ds.mean_high:
+        raise ConfigError("dynamic_sampling.mean_low", ds.mean_low, f"must be <= mean_high ({ds.mean_high})")
+    if ds.std_min is not None and ds.std_min < 0:
+        raise ConfigError("dynamic_sampling.std_min", ds.std_min, "must be >= 0 (or null)")
+    if cfg.max_additional_running_prompts < 0:
+        raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
+    if cfg.is_use_additional_prompts and not ds.enabled:
+        raise ConfigError("is_use_additional_prompts", True, "additional prompts only refill filtered groups; "
+                                                             "set dynamic_sampling.enabled: true or turn it off")
+
+
+def _check_lengths(cfg: RLVRConfig) -> None:
+    for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 1")
+    if cfg.prompt_length + cfg.response_length > cfg.sequence_length:
+        raise ConfigError("sequence_length", cfg.sequence_length,
+                          f"must be >= prompt_length ({cfg.prompt_length}) + response_length ({cfg.response_length})")
+    for key, args in (("actor_infer.generating_args", cfg.actor_infer.generating_args),
+                      ("validation.generating_args", cfg.validation.generating_args)):
+        if not 1 <= args.max_new_tokens <= cfg.response_length:
+            raise ConfigError(f"{key}.max_new_tokens", args.max_new_tokens,
+                              f"must be in [1, response_length={cfg.response_length}]")
+        if args.num_return_sequences != 1:
+            raise ConfigError(f"{key}.num_return_sequences", args.num_return_sequences,
+                              "must be 1: the group size is num_return_sequences_in_group (prompts are repeated)")
+
+
+def _check_warmup(cfg: RLVRConfig) -> None:
+    sft, worker = cfg.sft_warmup, cfg.actor_train
+    if "{answer}" not in sft.answer_template:
+        raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
+    if sft.steps < 1:
+        raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
+    ta = worker.training_args
+    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * worker.world_size
+    if sft.batch_size < 1 or sft.batch_size % global_batch:
+        raise ConfigError("sft_warmup.batch_size", sft.batch_size,
+                          f"must be a positive multiple of actor_train's global train batch ({global_batch} = "
+                          "per_device_train_batch_size x gradient_accumulation_steps x world_size)")
+
+
+def check_rlvr(cfg: RLVRConfig) -> None:
+    """Rules of the RLVR pipeline: data files and rows, lengths, group sizes, sampling thresholds, estimators."""
+    from roll.config.validation import check_train_batch
+
+    args = cfg.actor_train.data_args
+    if args.prompt and args.messages:
+        raise ConfigError("actor_train.data_args.messages", args.messages,
+                          f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null")
+    _check_files("actor_train.data_args.file_name", args.file_name, required=True)
+    _check_files("validation.file_name", cfg.validation.file_name, required=False)
+    _check_rows(cfg, "actor_train.data_args.file_name", list(args.file_name))
+    if cfg.validation.file_name:
+        _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))
+    _check_lengths(cfg)
+    _check_sampling(cfg)
+    if cfg.adv_estimator in ("gigpo", "gae"):
+        why = ("gigpo needs multi-turn states (agentic only)" if cfg.adv_estimator == "gigpo"
+               else "gae (critic values) is not wired into the RLVR pipeline yet")
+        raise ConfigError("adv_estimator", cfg.adv_estimator,
+                          f"{why}; use grpo, reinforce_plus_plus, rloo or reinforce")
+    if cfg.reward_norm is None and (cfg.reward_shift or cfg.reward_scale):
+        raise ConfigError("reward_norm", None, "reward_shift / reward_scale need a scope: set reward_norm to "
+                                               "batch, group or running, or turn them off")
+    if cfg.reward_clip is not None and cfg.reward_clip <= 0:
+        raise ConfigError("reward_clip", cfg.reward_clip, "must be > 0 (or null)")
+    if cfg.adv_estimator in ("grpo", "rloo") and cfg.num_return_sequences_in_group < 2:
+        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group,
+                          f"{cfg.adv_estimator} compares responses of one prompt: use >= 2 (e.g. 8)")
+    if cfg.rewards.num_workers < 1:
+        raise ConfigError("rewards.num_workers", cfg.rewards.num_workers, "must be >= 1")
+    if cfg.sft_warmup.enabled:
+        _check_warmup(cfg)
+    samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
+    check_train_batch(cfg, "actor_train", samples)
+    if cfg.critic is not None:
+        check_train_batch(cfg, "critic", samples)

@@ -1,0 +1,317 @@
+"""The RLVR pipeline: prompts -> ``num_return_sequences_in_group`` responses each -> rule rewards (reward workers)
+-> optional group filtering -> log-probs -> reward post-processing -> advantages -> PPO update -> weight sync.
+
+Orchestration only: data loading in ``roll.data.rlvr_dataset``, rewards in ``roll.rewards``, group filters in
+``roll.pipelines.dynamic_sampling``, math in ``roll.algorithms``, backends behind ``roll.strategies``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from roll.agentic.rollout import GroupGenerator
+from roll.algorithms.kl import make_kl_controller
+from roll.algorithms.reward_norm import RunningMeanStd, postprocess_rlvr_rewards
+from roll.config.loader import to_dict
+from roll.config.rlvr import RLVRConfig
+from roll.config.worker import GeneratingArgs
+from roll.data.batch import Batch
+from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
+from roll.pipelines.common import compute_advantages, forward_log_probs, start_workers, sync_weights, train_actor
+from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
+from roll.pipelines.loss_fns import sft_loss
+
+HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
+PLOT_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/*accuracy", "dynamic_sampling/groups_filtered",
+             "actor/pg_loss", "rollout/response_length", "time/step"]
+
+
+@dataclass
+class PromptGroup:
+    """One prompt (dataset index ``index``) and its responses, each with its reward outcome."""
+
+    index: int
+    prompt_ids: list[int]
+    response_ids: list[list[int]]
+    texts: list[str]
+    scores: list[float]
+    correct: list[bool]
+    format_ok: list[bool]
+    truncated: list[bool]  # generation hit max_new_tokens without an end token
+
+
+def build_batch(prompts: list[list[int]], responses: list[list[int]], scores: list[float], pad_id: int) -> Batch:
+    """One sample per (prompt, response): ``input_ids`` = prompt + response, right-padded to the longest.
+
+    Tensors: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on response tokens) (B, L);
+    ``scores`` (B,); ``token_level_scores`` (B, L-1) with the score at the last response token, aligned with
+    ``input_ids[:, 1:]`` like the log-probs.
+    """
+    n = len(prompts)
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    response_mask = torch.zeros((n, width), dtype=torch.long)
+    token_level_scores = torch.zeros((n, width - 1), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        end = len(p) + len(r)
+        input_ids[i, :end] = torch.tensor(p + r, dtype=torch.long)
+        attention_mask[i, :end] = 1
+        response_mask[i, len(p):end] = 1
+        if r:
+            token_level_scores[i, end - 2] = scores[i]  # log-prob index t predicts token t + 1
+    return Batch(tensors={"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
+                          "scores": torch.tensor(scores, dtype=torch.float32),
+                          "token_level_scores": token_level_scores})
+
+
+def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_id: int) -> Batch:
+    """The training batch of a step; ``group_id`` (meta) = position of the prompt in the step (0..G-1)."""
+    prompts = [g.prompt_ids for g in groups for _ in g.response_ids]
+    batch = build_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
+                        pad_id)
+    batch["group_id"] = [k for k, g in enumerate(groups) for _ in g.response_ids]
+    batch["tag"] = [examples[g.index].tag for g in groups for _ in g.response_ids]
+    batch["prompt_index"] = [g.index for g in groups for _ in g.response_ids]
+    return batch
+
+
+def rollout_metrics(groups: list[PromptGroup], examples: list[RLVRExample], prefix: str) -> dict[str, float]:
+    """Accuracy (overall and per tag), mean reward, format rate, response length, truncation, no-signal groups."""
+    flat = [(examples[g.index].tag, c, s, f, len(r), t) for g in groups
+            for c, s, f, r, t in zip(g.correct, g.scores, g.format_ok, g.response_ids, g.truncated)]
+    n = max(1, len(flat))
+    metrics = {f"{prefix}/accuracy": sum(x[1] for x in flat) / n, f"{prefix}/mean_reward": sum(x[2] for x in flat) / n,
+               f"{prefix}/format_rate": sum(x[3] for x in flat) / n,
+               f"{prefix}/response_length": sum(x[4] for x in flat) / n,
+               f"{prefix}/truncated_rate": sum(x[5] for x in flat) / n}
+    if len(groups[0].scores) > 1:
+        metrics[f"{prefix}/zero_std_groups"] = sum(group_stats(g.scores)[1] < 1e-6 for g in groups) / len(groups)
+    by_tag: dict[str, list[bool]] = defaultdict(list)
+    for tag, correct, *_ in flat:
+        by_tag[tag].append(correct)
+    for tag, values in by_tag.items():
+        metrics[f"{prefix}/{tag}/accuracy"] = sum(values) / len(values)
+    return metrics
+
+
+def data_corpus(examples: list[RLVRExample], cfg: RLVRConfig) -> list[str]:
+    """Text for the tiny model's tokenizer: prompts, system prompt, answer formats and numbers."""
+    lines = [cfg.system_prompt or ""]
+    for ex in examples:
+        lines.append(ex.prompt if isinstance(ex.prompt, str) else "\n".join(m["content"] for m in ex.prompt))
+        lines.append(cfg.sft_warmup.answer_template.format(answer=ex.ground_truth))
+        lines.append(f"The answer is \\boxed{{{ex.ground_truth}}}. #### {ex.ground_truth}")
+    return lines + [str(n) for n in range(200)]
+
+
+class RLVRPipeline:
+    """Runs ``cfg.max_steps`` RLVR steps; ``run()`` returns the last step's metrics."""
+
+    def __init__(self, cfg: RLVRConfig):
+        self.cfg = cfg
+        self.output_dir = Path(cfg.output_dir)
+        self.log_dir = Path(cfg.logging_dir)
+
+    # ------------------------------------------------------------------ setup
+    def _load(self, files: list[str]) -> list[RLVRExample]:
+        args, cfg = self.cfg.actor_train.data_args, self.cfg
+        return load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
+                                 ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key)
+
+    def _encode(self, examples: list[RLVRExample], what: str) -> tuple[list[RLVRExample], list[list[int]]]:
+        cfg = self.cfg
+        ids, report = encode_prompts(examples, self.tokenizer, prompt_length=cfg.prompt_length,
+                                     truncation=cfg.truncation, filter_overlong_prompts=cfg.filter_overlong_prompts,
+                                     system_prompt=cfg.system_prompt)
+        if report.filtered_rows or report.truncated_rows:
+            print(f"[rlvr] {what}: {len(report.filtered_rows)} overlong prompts filtered, "
+                  f"{len(report.truncated_rows)} truncated (longest {report.max_length} tokens)", flush=True)
+        if not ids:
+            raise ValueError(f"{what}: every prompt is longer than prompt_length={cfg.prompt_length}; raise it")
+        return [examples[i] for i in report.kept], ids
+
+    def setup(self) -> None:
+        """Load and encode data (errors surface before any worker starts), start workers, rewards, tracker."""
+        from roll.models.loading import load_tokenizer
+        from roll.rewards.workers import RewardWorkerPool
+        from roll.tracking import make_tracker
+
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        train = self._load(list(cfg.actor_train.data_args.file_name))
+        val = self._load(list(cfg.validation.file_name)) if cfg.validation.file_name else []
+        if cfg.validation.max_samples:
+            val = val[:cfg.validation.max_samples]
+        model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
+        if cfg.tiny_model is not None:
+            from roll.models.tiny import ensure_tiny_model
+
+            if not cfg.pretrain:
+                raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
+            ensure_tiny_model(cfg.pretrain, corpus=data_corpus(train + val, cfg), **vars(cfg.tiny_model))
+        self.tokenizer = load_tokenizer(model_path)
+        self.train_examples, self.train_prompts = self._encode(train, "train data")
+        self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
+        self.groups = start_workers(cfg)
+        self.generator = GroupGenerator(self.groups["actor_infer"])
+        self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
+                                        num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
+                                        reward_options=dict(cfg.rewards.reward_options),
+                                        tag_to_reward=dict(cfg.rewards.tag_to_reward))
+        self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)
+        self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+        self.running = RunningMeanStd()
+        kwargs = {"headline_keys": HEADLINE_KEYS, **dict(cfg.tracker_kwargs)}
+        self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
+                                    config=to_dict(cfg), tracker_kwargs=kwargs)
+
+    # ------------------------------------------------------------------ phases
+    def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
+                        n: int, args: GeneratingArgs) -> list[PromptGroup]:
+        """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers."""
+        expanded = [prompts[i] for i in indices for _ in range(n)]
+        outs = self.generator.generate(expanded, args)
+        texts = self.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
+        exs = [examples[i] for i in indices for _ in range(n)]
+        results = self.rewards.compute(texts, [e.ground_truth for e in exs], [e.tag for e in exs])
+        groups = []
+        for k, i in enumerate(indices):
+            part = slice(k * n, (k + 1) * n)
+            groups.append(PromptGroup(
+                i, prompts[i], [o.token_ids for o in outs[part]], texts[part], [r.score for r in results[part]],
+                [r.correct for r in results[part]], [r.format_ok for r in results[part]],
+                [o.finish_reason == "length" for o in outs[part]]))
+        return groups
+
+    def warm_start(self) -> dict[str, float]:
+        """Supervised warm start on ``answer_template`` renderings of the train answers, then sync."""
+        cfg, sft = self.cfg, self.cfg.sft_warmup
+        order = list(range(len(self.train_examples)))
+        random.Random(sft.seed).shuffle(order)
+        order = order[:sft.max_examples or None]
+        eos = [self.tokenizer.eos_token_id]
+        train, start, losses = self.groups["actor_train"], time.perf_counter(), []
+        for step in range(sft.steps):
+            picked = [order[(step * sft.batch_size + j) % len(order)] for j in range(sft.batch_size)]
+            answers = [sft.answer_template.format(answer=self.train_examples[i].ground_truth) for i in picked]
+            responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
+            batch = build_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
+                                self.tokenizer.pad_token_id)
+            parts = train.call_dp("train_step", batch, loss_fn=sft_loss, lr=sft.learning_rate)
+            losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
+            if (step + 1) % max(1, sft.steps // 10) == 0:
+                print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
+        sync_weights(train, self.groups["actor_infer"])
+        return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start}
+
+    def validate(self, step: int) -> dict[str, float]:
+        """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
+        start = time.perf_counter()
+        groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts, 1,
+                                      self.cfg.validation.generating_args)
+        metrics = rollout_metrics(groups, self.val_examples, "val")
+        metrics["time/val"] = time.perf_counter() - start
+        return metrics
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights."""
+        cfg, groups, timings = self.cfg, self.groups, {}
+        t0 = time.perf_counter()
+        n = cfg.num_return_sequences_in_group
+
+        def run_round(k: int) -> list[PromptGroup]:
+            return self.generate_groups(self.sampler.draw(k), self.train_examples, self.train_prompts, n,
+                                        cfg.actor_infer.generating_args)
+
+        prompt_groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
+                                                cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
+        timings["time/rollout"] = time.perf_counter() - t0
+        self._maybe_dump(step, prompt_groups)
+        batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
+        t = time.perf_counter()
+        batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+        if "reference" in groups:
+            batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
+        timings["time/log_probs"] = time.perf_counter() - t
+        group_ids = torch.tensor(batch["group_id"], dtype=torch.long)
+        scores = postprocess_rlvr_rewards(batch["scores"], group_ids, reward_norm=cfg.reward_norm,
+                                          reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
+                                          reward_clip=cfg.reward_clip, running=self.running)
+        metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
+        t = time.perf_counter()
+        metrics.update(train_actor(cfg, groups["actor_train"], batch, cfg.seed * 100_003 + step))
+        timings["time/train"] = time.perf_counter() - t
+        if "actor/ref_kl" in metrics:
+            self.kl_ctl.update(metrics["actor/ref_kl"], n_steps=len(batch))
+        metrics["actor/kl_coef"] = self.kl_ctl.value
+        if step % cfg.actor_infer.model_update_frequency == 0:
+            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        timings["time/step"] = time.perf_counter() - t0
+        metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
+        metrics.update(timings)
+        return metrics
+
+    def _maybe_dump(self, step: int, prompt_groups: list[PromptGroup]) -> None:
+        every = self.cfg.rollout_dump_steps
+        if not every or step % every:
+            return
+        path = self.log_dir / "rollouts" / f"step_{step:05d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for g in prompt_groups:
+                ex = self.train_examples[g.index]
+                f.write(json.dumps({"source": ex.source, "row": ex.row, "prompt": ex.prompt, "tag": ex.tag,
+                                    "ground_truth": ex.ground_truth, "responses": g.texts, "scores": g.scores,
+                                    "correct": g.correct}) + "\n")
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> dict[str, float]:
+        """Set up, warm start, train ``max_steps`` steps with validation, save the final actor."""
+        from roll.tracking import progress
+
+        cfg = self.cfg
+        self.setup()
+        if cfg.sft_warmup.enabled:
+            self.tracker.log(self.warm_start(), step=0)
+        validating = bool(self.val_prompts) and cfg.eval_steps > 0
+        if validating:
+            self.tracker.log(self.validate(0), step=0)
+        last: dict[str, float] = {}
+        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RLVR", postfix_keys=HEADLINE_KEYS) as bar:
+            for step in range(1, cfg.max_steps + 1):
+                metrics = self.train_step(step)
+                if validating and (step % cfg.eval_steps == 0 or step == cfg.max_steps):
+                    metrics.update(self.validate(step))
+                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
+                    self.tracker.log(metrics, step=step)
+                if cfg.save_steps and step % cfg.save_steps == 0:
+                    self.groups["actor_train"].call("save_pretrained", str(self.output_dir / f"checkpoint-{step}"))
+                bar.advance(metrics)
+                last = metrics
+        final = self.output_dir / "final"
+        self.groups["actor_train"].call("save_pretrained", str(final))
+        self.tracker.finish()
+        self.rewards.shutdown()
+        self._plot()
+        print(f"[roll] final actor saved to {final}", flush=True)
+        return last
+
+    def _plot(self) -> None:
+        from roll.tracking.plot import load_metrics, plot_metrics, select_keys
+
+        jsonl = self.log_dir / "metrics.jsonl"
+        if jsonl.exists():
+            try:
+                keys = select_keys(list(load_metrics(str(jsonl)).columns), PLOT_KEYS, strict=False)
+                plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"), keys=keys or None)
+            except Exception as exc:  # a plot must never fail a finished run
+                print(f"[roll] could not plot metrics: {exc}")
+
