@@ -18,6 +18,7 @@ from roll.config.fields import fld
 from roll.config.worker import GeneratingArgs, WorkerConfig
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -95,18 +96,24 @@ class RLVRConfig(BaseConfig):
     critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")
 
 
-def _check_files(key: str, files: Optional[List[str]], required: bool) -> None:
-    """Files are given (when required), exist and have a supported suffix."""
+def _resolve_files(key: str, files: Optional[List[str]], required: bool) -> List[str]:
+    """Absolute paths of ``files``: a relative path is looked up in the cwd, then in the repository root.
+
+    Raises ConfigError for no files (when required), a missing file or an unsupported suffix."""
     if not files:
         if required:
             raise ConfigError(key, files, "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")
-        return
+        return []
+    resolved = []
     for name in files:
         path = Path(name)
         if path.suffix.lower() not in DATA_SUFFIXES:
             raise ConfigError(key, name, f"unsupported file type; expected one of {', '.join(DATA_SUFFIXES)}")
-        if not path.is_file():
-            raise ConfigError(key, name, f"no such file (cwd: {Path.cwd()}); fix the path or run from the repo root")
+        found = [p for p in (Path.cwd() / path, REPO_ROOT / path) if p.is_file()]
+        if not found:
+            raise ConfigError(key, name, f"no such file (looked in the cwd {Path.cwd()} and in {REPO_ROOT})")
+        resolved.append(str(found[0].resolve()))
+    return resolved
 
 
 def _check_rows(cfg: RLVRConfig, key: str, files: List[str]) -> None:
@@ -173,8 +180,8 @@ def check_rlvr(cfg: RLVRConfig) -> None:
     if args.prompt and args.messages:
         raise ConfigError("actor_train.data_args.messages", args.messages,
                           f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null")
-    _check_files("actor_train.data_args.file_name", args.file_name, required=True)
-    _check_files("validation.file_name", cfg.validation.file_name, required=False)
+    args.file_name = _resolve_files("actor_train.data_args.file_name", args.file_name, required=True)
+    cfg.validation.file_name = _resolve_files("validation.file_name", cfg.validation.file_name, required=False)
     _check_rows(cfg, "actor_train.data_args.file_name", list(args.file_name))
     if cfg.validation.file_name:
         _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))

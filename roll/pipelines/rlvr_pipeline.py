@@ -210,6 +210,8 @@ class RLVRPipeline:
             if (step + 1) % max(1, sft.steps // 10) == 0:
                 print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
         sync_weights(train, self.groups["actor_infer"])
+        if "reference" in self.groups:  # KL is measured to the warm-started model
+            sync_weights(train, self.groups["reference"])
         return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start}
 
     def validate(self, step: int) -> dict[str, float]:
@@ -249,8 +251,8 @@ class RLVRPipeline:
         t = time.perf_counter()
         metrics.update(train_actor(cfg, groups["actor_train"], batch, cfg.seed * 100_003 + step))
         timings["time/train"] = time.perf_counter() - t
-        if "actor/ref_kl" in metrics:
-            self.kl_ctl.update(metrics["actor/ref_kl"], n_steps=len(batch))
+        if cfg.add_token_level_kl:  # the adaptive controller follows the KL measured in the reward
+            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
         if step % cfg.actor_infer.model_update_frequency == 0:
             timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
