@@ -69,7 +69,10 @@ class LocalWorkerGroup(WorkerGroup):
 class RayWorkerGroup(WorkerGroup):
     """``world_size`` Ray actors of :class:`Worker`, each reserving ``num_cpus_per_worker`` CPUs (and GPUs)."""
 
-    def __init__(self, role: str, config: WorkerConfig, timeout_s: float, gpu_ids: list[int] | None = None):
+    def __init__(self, role: str, config: WorkerConfig, timeout_s: float, gpu_ids: list[int] | None = None,
+                 slots: list | None = None, placement_groups: dict[str, Any] | None = None):
+        """Without ``slots``: plain actors. With ``slots`` (from :func:`roll.distributed.placement.plan_placement`)
+        and their ``placement_groups``: each actor in its bundle, seeing exactly its GPUs."""
         import ray
 
         from roll.distributed.worker import Worker
@@ -79,6 +82,11 @@ class RayWorkerGroup(WorkerGroup):
         num_gpus = config.num_gpus_per_worker if gpu_ids else 0
         threads = max(1, int(config.num_cpus_per_worker))
         actor_cls = ray.remote(Worker)
+        if slots is not None:
+            self.world_size = len(slots)
+            self.actors = [actor_cls.options(max_concurrency=1, **_slot_options(s, placement_groups)).remote(
+                role, config, s.rank, self.world_size, port, threads) for s in slots]
+            return
         self.actors = [
             actor_cls.options(num_cpus=config.num_cpus_per_worker, num_gpus=num_gpus,
                               name=None, max_concurrency=1).remote(role, config, rank, self.world_size, port, threads)
@@ -108,3 +116,22 @@ class RayWorkerGroup(WorkerGroup):
 
         for a in self.actors:
             ray.kill(a)
+
+
+def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]:
+    """Ray actor options for one :class:`~roll.distributed.placement.WorkerSlot`: its bundle, its resources and,
+    on GPU, ``CUDA_VISIBLE_DEVICES`` = the slot's node-local GPU indices (Ray told not to overwrite it)."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from roll.distributed.placement import NOSET_CUDA
+
+    options: dict[str, Any] = {
+        "num_cpus": slot.num_cpus, "num_gpus": slot.num_gpus,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=placement_groups[slot.group_key], placement_group_bundle_index=slot.bundle)}
+    if slot.gpu_ids:
+        env = dict((ray.get_runtime_context().runtime_env or {}).get("env_vars", {}))
+        env.update({NOSET_CUDA: "1", "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.local_gpu_ids))})
+        options["runtime_env"] = {"env_vars": env}
+    return options

@@ -76,5 +76,39 @@ class Worker:
     def reload_states(self) -> None:
         self.strategy.reload_states()
 
+    def rng_state(self) -> dict[str, Any]:
+        """This process's RNG states (python, numpy, torch CPU and CUDA), for checkpoints."""
+        return get_rng_state()
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`rng_state` returned."""
+        set_rng_state(state)
+
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
+
+
+def get_rng_state() -> dict[str, Any]:
+    """RNG states of this process: ``{"python", "numpy", "torch", "cuda" (list per device, GPU only)}``."""
+    import random
+
+    import numpy as np
+
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore states from :func:`get_rng_state` (the CUDA part only where this process has GPUs)."""
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

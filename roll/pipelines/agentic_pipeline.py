@@ -18,8 +18,9 @@ from roll.algorithms.kl import make_kl_controller
 from roll.algorithms.reward_norm import normalize_scores
 from roll.config.agentic import AgenticConfig
 from roll.config.loader import to_dict
-from roll.pipelines.common import (compute_advantages, forward_log_probs, group_keys, start_workers,
-                                   sync_weights, train_actor)
+from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, group_keys,
+                                   start_workers, sync_weights, train_actor)
 from roll.pipelines.loss_fns import sft_loss
 
 
@@ -32,7 +33,9 @@ class AgenticPipeline:
         self.log_dir = Path(cfg.logging_dir)
 
     # ------------------------------------------------------------------ setup
-    def setup(self) -> None:
+    def setup(self, run_id: str | None = None) -> None:
+        """Build the tiny model if asked, start workers, rollout schedulers, KL controller and tracker
+        (``run_id``: continue that tracker run, when resuming)."""
         from roll.models.loading import load_tokenizer
         from roll.tracking import make_tracker
 
@@ -45,6 +48,7 @@ class AgenticPipeline:
                 raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
             ensure_tiny_model(cfg.pretrain, **vars(cfg.tiny_model))
         self.groups = start_workers(cfg)
+        self.phases = colocation_phases(cfg)
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
         use_ray = cfg.distributed == "ray"
         infer = self.groups["actor_infer"]
@@ -54,7 +58,7 @@ class AgenticPipeline:
                             if cfg.val_env_manager is not None else None)
         self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
         self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
-                                    config=to_dict(cfg), tracker_kwargs=dict(cfg.tracker_kwargs))
+                                    config=to_dict(cfg), tracker_kwargs=dict(cfg.tracker_kwargs), run_id=run_id)
 
     # ------------------------------------------------------------------ phases
     def warm_start(self) -> dict[str, float]:
@@ -81,6 +85,7 @@ class AgenticPipeline:
     def validate(self, step: int) -> dict[str, float]:
         """Validation rollouts on fixed seeds (comparable across steps)."""
         start = time.perf_counter()
+        self.phases.activate(self.groups, {"actor_infer"})
         manager = self.cfg.val_env_manager
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
         trajs, _ = self.val_rollout.rollout(0, size)
@@ -92,8 +97,14 @@ class AgenticPipeline:
         """One rollout batch and one PPO update; returns the step's metrics."""
         cfg, groups, timings = self.cfg, self.groups, {}
         t0 = time.perf_counter()
+        self.phases.activate(groups, {"actor_infer"})
+        timings["time/offload_reload"] = time.perf_counter() - t0
+        t = time.perf_counter()
         trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
-        timings["time/rollout"] = time.perf_counter() - t0
+        timings["time/rollout"] = time.perf_counter() - t
+        t = time.perf_counter()
+        self.phases.activate(groups, {"actor_train", "reference", "critic"})
+        timings["time/offload_reload"] += time.perf_counter() - t
         timings.update({f"time/rollout_{k}": v for k, v in rollout_times.items()})
         self._maybe_dump(step, trajs)
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
@@ -143,14 +154,16 @@ class AgenticPipeline:
         from roll.tracking import progress
 
         cfg = self.cfg
-        self.setup()
-        if cfg.sft_warmup.enabled:
+        resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
+        self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
+        first = self.resume(resume) + 1 if resume else 1
+        if resume is None and cfg.sft_warmup.enabled:
             self.tracker.log(self.warm_start(), step=0)
         last: dict[str, float] = {}
-        if self.val_rollout is not None and cfg.eval_steps:
+        if resume is None and self.val_rollout is not None and cfg.eval_steps:
             self.tracker.log(self.validate(0), step=0)
         with progress(cfg.max_steps, desc=f"{cfg.exp_name} RL") as bar:
-            for step in range(1, cfg.max_steps + 1):
+            for step in range(first, cfg.max_steps + 1):
                 metrics = self.train_step(step)
                 if self.val_rollout is not None and cfg.eval_steps and (step % cfg.eval_steps == 0
                                                                         or step == cfg.max_steps):
@@ -158,7 +171,7 @@ class AgenticPipeline:
                 if step % cfg.logging_steps == 0 or step == cfg.max_steps:
                     self.tracker.log(metrics, step=step)
                 if cfg.save_steps and step % cfg.save_steps == 0:
-                    self.groups["actor_train"].call("save_pretrained", str(self.output_dir / f"checkpoint-{step}"))
+                    self.save(step)
                 bar.advance(metrics)
                 last = metrics
         final = self.output_dir / "final"
@@ -167,6 +180,25 @@ class AgenticPipeline:
         self._plot()
         print(f"[roll] final actor saved to {final}", flush=True)
         return last
+
+    def save(self, step: int) -> None:
+        """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
+        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
+                 "rollout": {"seed": self.cfg.seed, "next_step": step + 1}}
+        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
+                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
+
+    def resume(self, path: Path) -> int:
+        """Restore checkpoint ``path`` into the running workers, sync the actor to inference; returns its step."""
+        state = ckpt.load_checkpoint(path, self.groups)
+        if state["seed"] != self.cfg.seed:
+            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
+                             f"resume with the same seed (rollout seeds derive from it)")
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
+        print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
+        return int(state["step"])
 
     def _plot(self) -> None:
         from roll.tracking.plot import plot_metrics

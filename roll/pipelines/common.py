@@ -33,20 +33,34 @@ def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
         groups: dict[str, WorkerGroup] = {
             r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in roles.items()}
     else:
-        from roll.distributed.cluster import check_resources, start_ray
+        from roll.distributed.cluster import start_ray
 
         needed = sum(w.num_cpus_per_worker * w.world_size for w in roles.values()) + 1
         start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
                   num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
                   env_vars=dict(cfg.system_envs))
-        gpus = max([max(w.device_mapping) + 1 for w in roles.values() if w.device_mapping] or [0])
-        check_resources(needed, gpus)
-        groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping) for r, w in roles.items()}
+        from roll.distributed.placement import check_feasible, create_placement_groups, plan_placement
+
+        plan = plan_placement(roles, cfg.num_gpus_per_node)
+        import ray
+
+        check_feasible(plan, ray.cluster_resources())
+        pgs = create_placement_groups(plan, timeout_s=min(cfg.rpc_timeout, 120))
+        groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r],
+                                    placement_groups=pgs) for r, w in roles.items()}
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, _optimizer_steps_per_rollout(cfg))
     ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps)
     for group in groups.values():
         group.call("initialize", ctx)
     return groups
+
+
+def colocation_phases(cfg: BaseConfig) -> Any:
+    """The :class:`~roll.distributed.placement.ColocationPhases` of ``cfg``'s roles (no-op on CPU)."""
+    from roll.distributed.placement import ColocationPhases, plan_placement
+
+    roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated)
 
 
 def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:

@@ -1,0 +1,200 @@
+"""Placement: ``device_mapping`` -> Ray placement groups, GPU assignment per worker, colocation phases.
+
+GPU runs: every GPU id named by any role gets one bundle ``{"GPU": 1, "CPU": c}``; the bundles of one node
+(global id ``g`` lives on node ``g // num_gpus_per_node``, local index ``g % num_gpus_per_node``) form one
+``STRICT_PACK`` placement group, so local indices are consistent inside a node. Worker ``r`` of a role owns GPUs
+``device_mapping[r*k:(r+1)*k]`` (``k = num_gpus_per_worker``); its actor is scheduled in the bundle of its first
+GPU with a fractional GPU request (``1 / workers starting on that GPU``) and sets ``CUDA_VISIBLE_DEVICES`` itself
+to the local indices of all its GPUs. Roles whose mappings overlap are *colocated* (time-shared: the one not in the
+current phase offloads its states); disjoint mappings are *disaggregated*.
+
+CPU runs (empty mappings): ``world_size`` workers per role, one placement group per role with one
+``{"CPU": num_cpus_per_worker}`` bundle per worker.
+
+Every request is checked against the cluster's resources before any actor exists, and placement groups are awaited
+with a timeout, so an unsatisfiable config fails fast with a message that names what is missing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from roll.config.worker import WorkerConfig
+
+#: Environment variable that stops Ray from overwriting ``CUDA_VISIBLE_DEVICES`` in an actor.
+NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Where one worker runs: global GPU ids (empty on CPU), its node-local indices, and its Ray request."""
+
+    rank: int
+    gpu_ids: tuple[int, ...]
+    local_gpu_ids: tuple[int, ...]
+    num_gpus: float  # fractional request in the bundle of gpu_ids[0] (0 on CPU)
+    num_cpus: float
+    bundle: int  # index of the bundle inside its placement group
+    group_key: str  # which placement group: "node<N>" (GPU) or the role name (CPU)
+
+
+@dataclass
+class PlacementPlan:
+    """Worker slots per role, plus which roles share GPUs."""
+
+    roles: dict[str, list[WorkerSlot]]
+    bundles: dict[str, list[dict[str, float]]]  # placement group key -> bundle resources
+    colocated: dict[str, set[str]] = field(default_factory=dict)  # role -> other roles sharing a GPU with it
+
+    @property
+    def on_gpu(self) -> bool:
+        return any(slot.gpu_ids for slots in self.roles.values() for slot in slots)
+
+    def needed(self) -> dict[str, float]:
+        """Total resources of all bundles: ``{"CPU": x, "GPU": y}``."""
+        total: dict[str, float] = defaultdict(float)
+        for bundles in self.bundles.values():
+            for b in bundles:
+                for k, v in b.items():
+                    total[k] += v
+        return dict(total)
+
+    def describe(self) -> str:
+        """One line per role: workers, GPUs, colocated roles."""
+        lines = []
+        for role, slots in self.roles.items():
+            gpus = [list(s.gpu_ids) for s in slots] if self.on_gpu else "cpu"
+            peers = sorted(self.colocated.get(role, ()))
+            lines.append(f"{role}: {len(slots)} worker(s), gpus {gpus}"
+                         + (f", colocated with {', '.join(peers)}" if peers else ""))
+        return "; ".join(lines)
+
+
+def plan_placement(roles: dict[str, WorkerConfig], num_gpus_per_node: int) -> PlacementPlan:
+    """Slots for every role from its (already validated) ``device_mapping`` / ``world_size``."""
+    gpu_roles = {r: w for r, w in roles.items() if w.device_mapping}
+    if gpu_roles and len(gpu_roles) != len(roles):
+        cpu = sorted(set(roles) - set(gpu_roles))
+        raise ValueError(f"roles {cpu} have no device_mapping while {sorted(gpu_roles)} do; on a GPU run give every "
+                         f"role a device_mapping (overlapping ids colocate roles)")
+    if not gpu_roles:
+        return _plan_cpu(roles)
+    return _plan_gpu(gpu_roles, max(1, num_gpus_per_node))
+
+
+def _plan_cpu(roles: dict[str, WorkerConfig]) -> PlacementPlan:
+    plan = PlacementPlan(roles={}, bundles={})
+    for role, w in roles.items():
+        plan.roles[role] = [WorkerSlot(r, (), (), 0.0, w.num_cpus_per_worker, r, role) for r in range(w.world_size)]
+        plan.bundles[role] = [{"CPU": w.num_cpus_per_worker} for _ in range(w.world_size)]
+    return plan
+
+
+def _plan_gpu(roles: dict[str, WorkerConfig], per_node: int) -> PlacementPlan:
+    owners: dict[int, list[tuple[str, int]]] = defaultdict(list)  # first GPU -> (role, rank) starting there
+    users: dict[int, set[str]] = defaultdict(set)  # GPU -> roles using it
+    spans: dict[str, list[tuple[int, ...]]] = {}
+    for role, w in roles.items():
+        k = w.num_gpus_per_worker
+        spans[role] = [tuple(w.device_mapping[i:i + k]) for i in range(0, len(w.device_mapping), k)]
+        for rank, gpus in enumerate(spans[role]):
+            if len({g // per_node for g in gpus}) > 1:
+                raise ValueError(f"{role} worker {rank} spans GPUs {list(gpus)} on several nodes "
+                                 f"(num_gpus_per_node={per_node}); a worker's GPUs must share a node")
+            owners[gpus[0]].append((role, rank))
+            for g in gpus:
+                users[g].add(role)
+    all_gpus = sorted(users)
+    bundle_index: dict[int, tuple[str, int]] = {}
+    bundles: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for g in all_gpus:
+        key = f"node{g // per_node}"
+        cpus = sum(roles[r].num_cpus_per_worker for r, _ in owners.get(g, []))
+        bundle_index[g] = (key, len(bundles[key]))
+        bundles[key].append({"GPU": 1.0, "CPU": float(cpus)})
+    plan = PlacementPlan(roles={}, bundles=dict(bundles))
+    for role, w in roles.items():
+        slots = []
+        for rank, gpus in enumerate(spans[role]):
+            key, index = bundle_index[gpus[0]]
+            share = len(owners[gpus[0]])
+            slots.append(WorkerSlot(rank, gpus, tuple(g % per_node for g in gpus), _fraction(share),
+                                    w.num_cpus_per_worker, index, key))
+        plan.roles[role] = slots
+        plan.colocated[role] = {r for g in w.device_mapping for r in users[g]} - {role}
+    return plan
+
+
+def _fraction(share: int) -> float:
+    """1/share rounded down to 1e-4 so that ``share`` requests always fit one GPU."""
+    return int(10_000 / share) / 10_000
+
+
+def check_feasible(plan: PlacementPlan, have: dict[str, float]) -> None:
+    """Raise before any actor exists when the cluster lacks what ``plan`` needs; names each shortfall."""
+    need = plan.needed()
+    missing = []
+    if need.get("GPU", 0) > have.get("GPU", 0):
+        missing.append(f"{need['GPU']:g} GPUs (the union of all device_mapping ids), the cluster has "
+                       f"{have.get('GPU', 0):g}: lower the ids in device_mapping or add GPUs (num_gpus_per_node)")
+    if need.get("CPU", 0) > have.get("CPU", 0):
+        missing.append(f"{need['CPU']:g} CPUs (num_cpus_per_worker x workers, all roles), the cluster has "
+                       f"{have.get('CPU', 0):g}: lower num_cpus_per_worker / world_size or raise ray_num_cpus")
+    if missing:
+        raise RuntimeError(f"cannot place the workers ({plan.describe()}): needs " + "; ".join(missing))
+
+
+def create_placement_groups(plan: PlacementPlan, timeout_s: float = 60.0) -> dict[str, Any]:
+    """One Ray placement group per key of ``plan.bundles``, each awaited for ``timeout_s``.
+
+    A group that is not ready in time (infeasible: e.g. a node with fewer GPUs than its bundles) is removed and
+    reported with the bundles it asked for."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    groups: dict[str, Any] = {}
+    for key, bundles in plan.bundles.items():
+        strategy = "STRICT_PACK" if key.startswith("node") else "PACK"
+        groups[key] = placement_group([{k: v for k, v in b.items() if v} or {"CPU": 0.01} for b in bundles],
+                                      strategy=strategy, name="")
+    for key, pg in groups.items():
+        ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+        if not ready:
+            for g in groups.values():
+                remove_placement_group(g)
+            raise RuntimeError(f"placement group {key!r} with bundles {plan.bundles[key]} was not ready after "
+                               f"{timeout_s:g} s; the cluster has {ray.available_resources()} available. "
+                               f"{'All GPUs of a node group must sit on one node. ' if key.startswith('node') else ''}"
+                               f"Free resources or change device_mapping / world_size / num_cpus_per_worker.")
+    return groups
+
+
+class ColocationPhases:
+    """Time-sharing of colocated roles: before a phase, roles that share a GPU with an active role offload.
+
+    ``activate(groups, {"actor_infer"})`` reloads the active roles if they were offloaded and offloads every
+    other role that shares GPUs with one of them. Roles without GPU overlap are never touched (disaggregated, or
+    CPU runs: nothing is ever offloaded)."""
+
+    def __init__(self, colocated: dict[str, set[str]]):
+        self.colocated = colocated
+        self.offloaded: set[str] = set()
+
+    def activate(self, groups: dict[str, Any], active: Iterable[str]) -> list[tuple[str, str]]:
+        """Offload the idle colocated roles first (freeing memory), then reload the active ones; returns the
+        ``(role, "offload" | "reload")`` calls made, in order."""
+        active = {r for r in active if r in groups}
+        calls: list[tuple[str, str]] = []
+        idle = {peer for r in active for peer in self.colocated.get(r, ())} - active
+        for role in sorted(idle - self.offloaded):
+            if role in groups:
+                groups[role].call("offload_states")
+                self.offloaded.add(role)
+                calls.append((role, "offload"))
+        for role in sorted(active & self.offloaded):
+            groups[role].call("reload_states")
+            self.offloaded.discard(role)
+            calls.append((role, "reload"))
+        return calls

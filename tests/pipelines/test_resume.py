@@ -1,0 +1,113 @@
+"""Exact resume: N steps straight == N/2 steps, an interruption, then a resume for N/2 (CPU, local mode).
+
+Also: a checkpoint holds everything listed in ``roll.pipelines.checkpoint``, an interrupted save (no ``COMPLETE``)
+is never picked, and ``resume_from_checkpoint`` accepts a path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from roll.config.loader import load_config
+from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.agentic_pipeline import AgenticPipeline
+from roll.config.agentic import AgenticConfig
+
+STEPS = 4
+
+
+def _config(tiny_model_dir: str, out: Path, *extra: str) -> AgenticConfig:
+    overrides = [
+        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={out}", f"logging_dir={out}/logs",
+        "distributed=local", "track_with=stdout", f"max_steps={STEPS}", "save_steps=2", "eval_steps=0",
+        "trajectory_dump_steps=0", "sft_warmup.enabled=false", "rollout_batch_size=8", "sequence_length=256",
+        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "val_env_manager=null",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.training_args.learning_rate=1e-3",
+        "actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "actor_infer.generating_args.max_new_tokens=6",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6", *extra]
+    return load_config("sokoban_tiny", overrides=overrides)
+
+
+class _Interrupted(Exception):
+    """Stands in for a kill right after step 2's checkpoint."""
+
+
+def _metrics_by_step(out: Path) -> dict[int, dict[str, float]]:
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines() if line]
+    by_step: dict[int, dict[str, float]] = {}
+    for row in rows:
+        by_step.setdefault(row["step"], {}).update(row)
+    return by_step
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return dict(AutoModelForCausalLM.from_pretrained(path).named_parameters())
+
+
+@pytest.mark.slow
+def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    AgenticPipeline(_config(tiny_model_dir, straight)).run()
+
+    resumed = tmp_path / "resumed"
+    pipe = AgenticPipeline(_config(tiny_model_dir, resumed))
+    real_step = AgenticPipeline.train_step
+
+    def step_then_die(self, step):
+        if step == STEPS // 2 + 1:
+            raise _Interrupted()
+        return real_step(self, step)
+
+    monkeypatch.setattr(AgenticPipeline, "train_step", step_then_die)
+    with pytest.raises(_Interrupted):
+        pipe.run()
+    monkeypatch.setattr(AgenticPipeline, "train_step", real_step)
+    # an interrupted later save must be ignored: fake one with a higher step and no COMPLETE marker
+    (ckpt.checkpoints_root(resumed) / "step_3").mkdir()
+    (ckpt.checkpoints_root(resumed) / ".tmp-step_4").mkdir()
+    assert ckpt.resolve_resume(True, resumed).name == "step_2"
+    AgenticPipeline(_config(tiny_model_dir, resumed, "resume_from_checkpoint=true")).run()
+
+    a, b = _metrics_by_step(straight), _metrics_by_step(resumed)
+    for step in range(STEPS // 2 + 1, STEPS + 1):
+        keys = [k for k in a[step] if not k.startswith("time/") and k != "step" and isinstance(a[step][k], float)]
+        assert "rollout/mean_reward" in keys, keys
+        for k in keys:
+            assert b[step][k] == pytest.approx(a[step][k], rel=1e-5, abs=1e-6), (step, k)
+    wa, wb = _weights(straight / "final"), _weights(resumed / "final")
+    for name, tensor in wa.items():
+        torch.testing.assert_close(wb[name], tensor, rtol=0, atol=1e-6)
+    # both runs' step-2 checkpoints are complete and hold every part
+    for out in (straight, resumed):
+        step2 = ckpt.checkpoints_root(out) / "step_2"
+        assert ckpt.is_complete(step2)
+        for part in ("actor_train", "actor_hf/config.json", "rng_actor_train.pt", "rng_actor_infer.pt",
+                     "pipeline.pt"):
+            assert (step2 / part).exists(), part
+        state = ckpt.read_state(step2)
+        assert state["step"] == 2 and state["tracker_run_id"] and "kl_ctl" in state
+
+
+def test_resolve_resume_rules(tmp_path):
+    root = ckpt.checkpoints_root(tmp_path)
+    assert ckpt.resolve_resume(True, tmp_path) is None  # nothing yet: start fresh
+    for step, complete in ((2, True), (4, True), (6, False)):
+        (root / f"step_{step}").mkdir(parents=True)
+        if complete:
+            (root / f"step_{step}" / ckpt.COMPLETE).write_text("{}")
+    (root / ".tmp-step_8").mkdir()
+    assert ckpt.resolve_resume(True, tmp_path) == root / "step_4"
+    assert ckpt.resolve_resume(False, tmp_path) is None
+    assert ckpt.resolve_resume(str(root / "step_2"), tmp_path) == root / "step_2"
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
+        ckpt.resolve_resume(str(root / "step_6"), tmp_path)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4]
