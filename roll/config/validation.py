@@ -274,6 +274,7 @@ def validate(cfg: Any) -> None:
     """Run every check that applies to ``cfg``'s pipeline type."""
     check_choices(cfg)
     check_workers(cfg)
+    check_placement(cfg)
     check_strategies(cfg)
     for key in ("max_steps", "rollout_batch_size", "sequence_length"):
         if getattr(cfg, key) < 1:
@@ -365,3 +366,42 @@ def check_agentic(cfg: Any) -> None:
     check_train_batch(cfg, "actor_train", cfg.rollout_batch_size)
     if cfg.critic is not None:
         check_train_batch(cfg, "critic", cfg.rollout_batch_size)
+
+
+CHECKPOINT_KEYS = {"max_to_keep"}
+
+
+def check_placement(cfg: Any) -> None:
+    """Placement rules across roles (after :func:`check_workers`) and the checkpoint keys.
+
+    On a GPU run every role needs a device_mapping (overlapping ids colocate roles); one worker's GPUs must sit on
+    one node; ``save_steps`` >= 0; ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
+    known."""
+    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    mapped = sorted(r for r, w in workers.items() if w.device_mapping)
+    for role, worker in workers.items():
+        if worker.num_gpus_per_worker < 1:
+            raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker, "must be >= 1")
+        if mapped and not worker.device_mapping:
+            raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
+                              f"empty while {', '.join(mapped)} run on GPUs; give every role GPU ids (overlapping "
+                              f"ids colocate roles, e.g. the same list as actor_train)")
+        k, per_node = worker.num_gpus_per_worker, max(1, cfg.num_gpus_per_node)
+        for i in range(0, len(worker.device_mapping), k):
+            gpus = worker.device_mapping[i:i + k]
+            if len({g // per_node for g in gpus}) > 1:
+                raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
+                                  f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
+                                  f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node")
+    if cfg.save_steps < 0:
+        raise ConfigError("save_steps", cfg.save_steps, "must be >= 0 (0 = only the final model)")
+    if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
+        raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
+                          "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")
+    unknown = set(cfg.checkpoint_config) - CHECKPOINT_KEYS
+    if unknown:
+        raise ConfigError("checkpoint_config", dict(cfg.checkpoint_config),
+                          f"unknown keys {sorted(unknown)}; known: {sorted(CHECKPOINT_KEYS)}")
+    if int(cfg.checkpoint_config.get("max_to_keep", 0)) < 0:
+        raise ConfigError("checkpoint_config.max_to_keep", cfg.checkpoint_config["max_to_keep"],
+                          "must be >= 0 (0 = keep all)")

@@ -195,6 +195,41 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         _, client = self.engine.load_checkpoint(path, tag="engine")
         self.optimizer_steps = int((client or {}).get("optimizer_steps", 0))
 
+    def offload_states(self) -> None:
+        """GPU only: move parameters, gradients and optimizer states to CPU memory (ZeRO 1-3 through DeepSpeed's
+        ``engine.offload_states``, stage 0 by moving the module and the optimizer state tensors), then free the
+        CUDA cache; a no-op on CPU, when already offloaded, or when ZeRO already keeps parameters on CPU."""
+        if self.device.type != "cuda" or getattr(self, "_offloaded", False):
+            return
+        zero = self.ds_config["zero_optimization"]
+        if zero.get("offload_param", {}).get("device") == "cpu":
+            return  # DeepSpeed cannot move states of CPU-offloaded parameters; they already live on CPU
+        if self.zero_stage > 0:
+            self.engine.offload_states()
+        else:
+            self._move_stage0(torch.device("cpu"))
+        torch.cuda.empty_cache()
+        self._offloaded = True
+
+    def reload_states(self) -> None:
+        """Undo :meth:`offload_states`."""
+        if not getattr(self, "_offloaded", False):
+            return
+        if self.zero_stage > 0:
+            self.engine.reload_states()
+        else:
+            self._move_stage0(self.device)
+        self._offloaded = False
+
+    def _move_stage0(self, device: torch.device) -> None:
+        self.engine.module.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
 
 class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
     """``deepspeed_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) in a DeepSpeed

@@ -98,3 +98,18 @@ class HFInferStrategy(InferenceStrategy):
             if name not in params:
                 raise KeyError(f"hf_infer.load_weights: no parameter {name!r} in the model")
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def offload_states(self) -> None:
+        """GPU only: move the model to CPU memory and free the CUDA cache (colocated with a trainer); weights
+        loaded while offloaded land in the CPU copy. A no-op on CPU."""
+        if self.device.type != "cuda" or getattr(self, "_offloaded", False):
+            return
+        self.model.to("cpu")
+        torch.cuda.empty_cache()
+        self._offloaded = True
+
+    def reload_states(self) -> None:
+        """Undo :meth:`offload_states`."""
+        if getattr(self, "_offloaded", False):
+            self.model.to(self.device)
+            self._offloaded = False

@@ -1,0 +1,100 @@
+"""Placement plans from device_mapping (no Ray needed): bundles, GPU shares, colocation, phases, feasibility."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.config.worker import WorkerConfig
+from roll.distributed.placement import ColocationPhases, check_feasible, plan_placement
+
+
+def _w(mapping=None, world_size=1, gpus_per_worker=1, cpus=1.0) -> WorkerConfig:
+    w = WorkerConfig()
+    w.device_mapping, w.world_size = mapping or [], world_size
+    w.num_gpus_per_worker, w.num_cpus_per_worker = gpus_per_worker, cpus
+    if mapping:
+        w.world_size = len(mapping) // gpus_per_worker
+    return w
+
+
+def test_cpu_plan_uses_world_size():
+    plan = plan_placement({"actor_train": _w(world_size=2, cpus=2), "actor_infer": _w(cpus=1)}, 0)
+    assert not plan.on_gpu
+    assert [s.rank for s in plan.roles["actor_train"]] == [0, 1]
+    assert plan.bundles == {"actor_train": [{"CPU": 2}, {"CPU": 2}], "actor_infer": [{"CPU": 1}]}
+    assert plan.needed() == {"CPU": 5}
+    assert plan.colocated == {}
+
+
+def test_colocated_roles_share_bundles():
+    # train on GPUs 0-3, infer (TP=2) on 0-3, reference on 0-1: everything overlaps
+    plan = plan_placement({"actor_train": _w([0, 1, 2, 3]), "actor_infer": _w([0, 1, 2, 3], gpus_per_worker=2),
+                           "reference": _w([0, 1])}, num_gpus_per_node=8)
+    assert plan.bundles == {"node0": [{"GPU": 1.0, "CPU": 3.0}, {"GPU": 1.0, "CPU": 2.0},
+                                      {"GPU": 1.0, "CPU": 2.0}, {"GPU": 1.0, "CPU": 1.0}]}
+    infer = plan.roles["actor_infer"]
+    assert [s.gpu_ids for s in infer] == [(0, 1), (2, 3)]
+    assert [s.bundle for s in infer] == [0, 2]
+    # GPU 0 starts three workers (train 0, infer 0, reference 0): each asks for a third of it
+    assert plan.roles["actor_train"][0].num_gpus == pytest.approx(0.3333)
+    assert plan.roles["actor_train"][1].num_gpus == pytest.approx(0.5)  # GPU 1: train 1 and reference 1
+    assert plan.roles["actor_train"][3].num_gpus == 1.0
+    assert plan.colocated["actor_train"] == {"actor_infer", "reference"}
+    assert plan.colocated["reference"] == {"actor_train", "actor_infer"}
+    assert plan.needed()["GPU"] == 4
+
+
+def test_disaggregated_roles_and_nodes():
+    plan = plan_placement({"actor_train": _w([0, 1, 2, 3]), "actor_infer": _w([4, 5, 6, 7])}, num_gpus_per_node=4)
+    assert plan.colocated == {"actor_train": set(), "actor_infer": set()}
+    assert set(plan.bundles) == {"node0", "node1"}
+    slot = plan.roles["actor_infer"][1]
+    assert (slot.gpu_ids, slot.local_gpu_ids, slot.group_key, slot.bundle, slot.num_gpus) == ((5,), (1,), "node1",
+                                                                                              1, 1.0)
+
+
+def test_worker_across_nodes_and_mixed_cpu_gpu_rejected():
+    with pytest.raises(ValueError, match="spans GPUs \\[1, 2\\] on several nodes"):
+        plan_placement({"actor_infer": _w([1, 2], gpus_per_worker=2), "actor_train": _w([0])}, num_gpus_per_node=2)
+    with pytest.raises(ValueError, match="no device_mapping"):
+        plan_placement({"actor_train": _w([0]), "actor_infer": _w()}, num_gpus_per_node=1)
+
+
+def test_feasibility_names_what_is_missing():
+    plan = plan_placement({"actor_train": _w([0, 1, 2, 3]), "actor_infer": _w([0, 1, 2, 3])}, 8)
+    with pytest.raises(RuntimeError, match=r"4 GPUs .*the cluster has 1") as err:
+        check_feasible(plan, {"CPU": 64, "GPU": 1})
+    assert "CPUs" not in str(err.value)
+    with pytest.raises(RuntimeError, match=r"8 CPUs .*the cluster has 2"):
+        check_feasible(plan, {"CPU": 2, "GPU": 8})
+    check_feasible(plan, {"CPU": 8, "GPU": 4})
+
+
+class _Recorder:
+    def __init__(self, role, log):
+        self.role, self.log = role, log
+
+    def call(self, method):
+        self.log.append((self.role, method))
+
+
+def test_colocation_phases_offload_then_reload():
+    plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0]), "reference": _w([1])}, 2)
+    log: list = []
+    groups = {r: _Recorder(r, log) for r in plan.roles}
+    phases = ColocationPhases(plan.colocated)
+    assert phases.activate(groups, {"actor_infer"}) == [("actor_train", "offload")]
+    assert phases.activate(groups, {"actor_infer"}) == []  # already in that phase
+    # back to training: infer offloads first (frees memory), then train reloads; reference (GPU 1) never moves
+    assert phases.activate(groups, {"actor_train", "reference", "critic"}) == [("actor_infer", "offload"),
+                                                                                ("actor_train", "reload")]
+    assert log == [("actor_train", "offload_states"), ("actor_infer", "offload_states"),
+                   ("actor_train", "reload_states")]
+
+
+def test_cpu_phases_never_offload():
+    plan = plan_placement({"actor_train": _w(), "actor_infer": _w()}, 0)
+    log: list = []
+    phases = ColocationPhases(plan.colocated)
+    assert phases.activate({r: _Recorder(r, log) for r in plan.roles}, {"actor_infer"}) == []
+    assert log == []
