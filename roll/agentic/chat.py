@@ -58,5 +58,14 @@ class ChatFormatter:
         return delta[:i], delta[i + len(_PROBE_USER):]
 
     def conformance(self, messages: list[dict[str, str]], token_ids: list[int]) -> bool:
-        """Whether the template applied to the whole conversation gives exactly ``token_ids``."""
-        return self.encode(self.render(self.system + messages, False)).__eq__(token_ids)
+        """Whether the template applied to the whole conversation gives exactly ``token_ids``.
+
+        The conversation is taken up to its last assistant reply, and the rendered text is cut after that reply's
+        end-of-turn token (the template's trailing newline is not part of what the model produced).
+        """
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+        text = self.render(self.system + messages[:last + 1], False)
+        end = text.rfind(self.eos_text)
+        if last >= 0 and end >= 0:
+            text = text[:end + len(self.eos_text)]
+        return self.encode(text) == token_ids

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
+from roll.agentic.env_pool import CallOutcome, EnvCallPool
 from roll.agentic.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
@@ -24,13 +26,6 @@ def group_seed(seed: int, phase: str, step: int, group_id: int) -> int:
     """A 31-bit seed from (run seed, phase, step, group): stable across processes and Python versions."""
     digest = hashlib.blake2b(f"{seed}/{phase}/{step}/{group_id}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
-
-
-class Generator(Protocol):
-    """Anything that turns prompts (token ids) into generations: an inference worker group client."""
-
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]: ...
 
 
 @dataclass
@@ -55,71 +50,128 @@ def plan_groups(manager: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfi
 
 @dataclass
 class _Live:
-    """An episode in progress."""
+    """An episode in progress; ``slot`` = (group index in this manager, env index in the group)."""
 
     env: Any
     traj: Trajectory
     spec: GroupSpec
-    next_prompt: list[int]
+    slot: tuple[int, int]
+    next_prompt: list[int] = field(default_factory=list)
     done: bool = False
-    max_actions: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
+    observation: str = ""
+
+
+@dataclass
+class ManagerResult:
+    """What one manager's rollout returns: its trajectories (failed ones included) and its timings."""
+
+    trajectories: list[Trajectory]
+    wall_s: float = 0.0
+    generate_s: float = 0.0  # seconds inside generator.generate (engine time + batching wait)
+    env_s: float = 0.0  # seconds of env reset/step phases (concurrent calls, wall time)
+    conformance_checked: int = 0
+    conformance_mismatches: int = 0
+    envs_replaced: int = 0
 
 
 class EnvManager:
-    """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns."""
+    """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns.
+
+    Every turn, the generation requests of all live envs with the same token budget go out as one call; then the
+    envs step concurrently on an :class:`EnvCallPool`. Fault isolation: an env call that raises ends its
+    trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``); one that
+    exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh instance.
+    """
 
     def __init__(self, manager: EnvManagerConfig, groups: list[GroupSpec], tokenizer_path: str,
-                 generating_args: GeneratingArgs, sequence_length: int, seed: int, phase: str):
-        from roll.envs import make_env
+                 generating_args: GeneratingArgs, sequence_length: int, seed: int, phase: str,
+                 raise_env_errors: bool = False):
         from roll.models.loading import load_tokenizer
 
         self.cfg, self.groups, self.phase, self.seed = manager, groups, phase, seed
-        self.args, self.sequence_length = generating_args, sequence_length
+        self.args, self.sequence_length, self.raise_env_errors = generating_args, sequence_length, raise_env_errors
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.formatters = {g.tag: ChatFormatter(self.tokenizer, g.env.system_prompt) for g in groups}
-        self.envs = []
-        for spec in groups:
-            kwargs = {"format_penalty": manager.format_penalty, "action_format": manager.action_format,
-                      **dict(spec.env.env_config)}
-            self.envs.append([make_env(spec.env.env_type, kwargs) for _ in range(manager.group_size)])
+        self.envs = [[self._make_env(spec) for _ in range(manager.group_size)] for spec in groups]
+        self.pool = EnvCallPool(manager.env_threads)
 
-    def rollout(self, step: int, generator: Generator) -> tuple[list[Trajectory], dict[str, float]]:
-        """One trajectory per env; returns the trajectories and timing metrics."""
-        timings = {"generate": 0.0, "env": 0.0}
-        live = self._reset_all(step, timings)
-        while True:
-            active = [x for x in live if not x.done]
-            if not active:
-                break
-            for max_new, batch in self._by_budget(active).items():
-                start = time.perf_counter()
-                outputs = generator.generate([x.traj.pending_ids(x.next_prompt) for x in batch], self.args, max_new)
-                timings["generate"] += time.perf_counter() - start
-                start = time.perf_counter()
-                for x, out in zip(batch, outputs):
-                    self._apply(x, out)
-                timings["env"] += time.perf_counter() - start
-        return [x.traj for x in live], timings
+    def _make_env(self, spec: GroupSpec) -> Any:
+        from roll.envs import make_env
 
-    def _reset_all(self, step: int, timings: dict[str, float]) -> list[_Live]:
+        kwargs = {"format_penalty": self.cfg.format_penalty, "action_format": self.cfg.action_format,
+                  **dict(spec.env.env_config)}
+        return make_env(spec.env.env_type, kwargs)
+
+    def rollout(self, step: int, generator: Generator) -> ManagerResult:
+        """One trajectory per env, seeds from ``step``; failed trajectories are returned with ``failure`` set."""
+        if getattr(generator, "supports_submit", False):
+            return self._rollout_submit(step, generator)
         start = time.perf_counter()
+        result = ManagerResult([])
+        try:
+            live = self._reset_all(step, result)
+            while any(not x.done for x in live):
+                for max_new, batch in self._by_budget([x for x in live if not x.done]).items():
+                    t = time.perf_counter()
+                    outputs = generator.generate([x.traj.pending_ids(x.next_prompt) for x in batch], self.args,
+                                                 max_new)
+                    result.generate_s += time.perf_counter() - t
+                    for x, out in zip(batch, outputs):
+                        self._record_turn(x, out)
+                    t = time.perf_counter()
+                    outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
+                                                       for x in batch], "step", result)
+                    result.env_s += time.perf_counter() - t
+                    for x, outcome in zip(batch, outcomes):
+                        if outcome.ok:
+                            self._after_step(x, *outcome.value)
+        finally:
+            generator.leave()
+        result.trajectories = [x.traj for x in live]
+        result.conformance_checked, result.conformance_mismatches = self._conformance(result.trajectories)
+        result.wall_s = time.perf_counter() - start
+        return result
+
+    def _call_envs(self, xs: list[_Live], calls: list, what: str, result: ManagerResult) -> list[CallOutcome]:
+        """Run env calls concurrently; record errors/timeouts on the trajectories; replace hung envs."""
+        timeout = self.cfg.env_step_timeout
+        outcomes = self.pool.run_all(calls, timeout)
+        for x, outcome in zip(xs, outcomes):
+            if outcome.error is not None:
+                if self.raise_env_errors:
+                    raise outcome.error  # keeps the env's own traceback (debug mode)
+                x.traj.failure, x.traj.failure_kind = f"env.{what}: {type(outcome.error).__name__}: " \
+                                                      f"{outcome.error}", "error"
+                x.done = True
+            elif outcome.timed_out:
+                x.traj.failure, x.traj.failure_kind = f"env.{what}: no return within {timeout}s", "timeout"
+                x.done = True
+                gi, ei = x.slot
+                self.envs[gi][ei] = self._make_env(x.spec)  # the hung instance stays with its abandoned thread
+                result.envs_replaced += 1
+        return outcomes
+
+    def _reset_all(self, step: int, result: ManagerResult) -> list[_Live]:
         live = []
-        for spec, envs in zip(self.groups, self.envs):
+        for gi, (spec, envs) in enumerate(zip(self.groups, self.envs)):
             seed = group_seed(self.seed, self.phase, step, spec.group_id)
-            for i, env in enumerate(envs):
-                traj = Trajectory(f"{self.phase}-{step}-g{spec.group_id}-e{i}-t0", env_id=i, group_id=spec.group_id,
-                                  tag=spec.tag, seed=seed)
-                obs, info = env.reset(seed=seed)
-                text = spec.env.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
-                role = info.get("message_role", "user")
-                traj.messages.append({"role": role, "content": text})
-                prompt = self.formatters[spec.tag].first_prompt(text, role)
-                x = _Live(env, traj, spec, prompt, max_actions=spec.env.max_actions_per_traj)
-                x.info = {"observation": obs}
-                self._check_length(x)
-                live.append(x)
-        timings["env"] += time.perf_counter() - start
+            for ei, env in enumerate(envs):
+                traj = Trajectory(f"{self.phase}-{step}-g{spec.group_id}-e{ei}-t0", env_id=ei,
+                                  group_id=spec.group_id, tag=spec.tag, seed=seed)
+                live.append(_Live(env, traj, spec, (gi, ei)))
+        t = time.perf_counter()
+        outcomes = self._call_envs(live, [lambda x=x: x.env.reset(seed=x.traj.seed) for x in live], "reset", result)
+        result.env_s += time.perf_counter() - t
+        for x, outcome in zip(live, outcomes):
+            if not outcome.ok:
+                continue
+            obs, info = outcome.value
+            text = x.spec.env.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
+            role = info.get("message_role", "user")
+            x.traj.messages.append({"role": role, "content": text})
+            x.next_prompt = self.formatters[x.spec.tag].first_prompt(text, role)
+            x.observation = obs
+            self._check_length(x)
         return live
 
     def _by_budget(self, active: list[_Live]) -> dict[int, list[_Live]]:
@@ -134,34 +186,90 @@ class EnvManager:
         if needed > self.sequence_length:
             x.done, x.traj.truncated_by_length = True, True
 
-    def _apply(self, x: _Live, out: GenerationOutput) -> None:
+    def _record_turn(self, x: _Live, out: GenerationOutput) -> None:
+        """Append the model's reply (token ids as generated; an end-of-turn token added after a length cut)."""
         fmt = self.formatters[x.spec.tag]
         ids = list(out.token_ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         turn = Turn(prompt_ids=x.next_prompt, response_ids=ids, response_log_probs=list(out.log_probs),
-                    observation=x.info["observation"], response_text=text, finish_reason=out.finish_reason)
+                    observation=x.observation, response_text=text, finish_reason=out.finish_reason)
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
             turn.response_ids = ids + [fmt.eos_id]
             turn.appended_eos = True
         x.traj.turns.append(turn)
         x.traj.messages.append({"role": "assistant", "content": text})
-        try:
-            obs, reward, terminated, truncated, info = x.env.step(text)
-        except Exception as exc:  # an env bug ends this trajectory, not the rollout
-            x.traj.failure = f"{type(exc).__name__}: {exc}"
-            x.done = True
-            return
+
+    def _after_step(self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool,
+                    info: dict[str, Any]) -> None:
+        turn = x.traj.turns[-1]
         turn.reward, turn.parsed_action = float(reward), info.get("parsed_action")
         turn.action_is_valid = bool(info.get("action_is_valid", False))
         x.traj.success = bool(info.get("success", False))
         x.traj.terminated = bool(terminated)
         x.traj.env_metrics = dict(info.get("metrics", {}))
-        if terminated or truncated or len(x.traj.turns) >= x.max_actions:
+        if terminated or truncated or len(x.traj.turns) >= x.spec.env.max_actions_per_traj:
             x.done = True
             return
         role = info.get("message_role", "user")
         user_text = x.spec.env.turn_template.format(observation=obs, reward=reward)
         x.traj.messages.append({"role": role, "content": user_text})
-        x.next_prompt = fmt.turn_delta(user_text, role)
-        x.info = {"observation": obs}
+        x.next_prompt = self.formatters[x.spec.tag].turn_delta(user_text, role)
+        x.observation = obs
         self._check_length(x)
+
+    def _conformance(self, trajectories: list[Trajectory]) -> tuple[int, int]:
+        """(checked, mismatched) over up to ``conformance_samples`` evenly spaced finished trajectories."""
+        ok = [t for t in trajectories if t.failure is None and t.turns]
+        k = min(self.cfg.conformance_samples, len(ok))
+        if k == 0:
+            return 0, 0
+        sample = [ok[i * len(ok) // k] for i in range(k)]
+        bad = 0
+        for t in sample:
+            t.template_conforms = self.formatters[t.tag].conformance(t.messages, t.token_ids())
+            bad += not t.template_conforms
+        return k, bad
+
+    # ------------------------------------------------------------------ per-env requests (issue 8: sglang)
+    def _rollout_submit(self, step: int, generator: Any) -> ManagerResult:
+        """Like :meth:`rollout`, but each env's turn is sent as its own request (``generator.submit``) as soon as
+        the env is ready, and replies are stepped as they finish (``generator.poll``): no env waits for a lock-step
+        batch; the engine's continuous batching does the batching. Requests left in flight are aborted."""
+        start = time.perf_counter()
+        result = ManagerResult([])
+        pending: dict[str, _Live] = {}
+
+        def send(xs: list[_Live]) -> None:
+            for max_new, batch in self._by_budget(xs).items():
+                requests = [(f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt))
+                            for x in batch]
+                pending.update({rid: x for (rid, _), x in zip(requests, batch)})
+                generator.submit(requests, self.args, max_new)
+
+        live: list[_Live] = []
+        try:
+            live = self._reset_all(step, result)
+            send([x for x in live if not x.done])
+            while pending:
+                t = time.perf_counter()
+                done = generator.poll(list(pending))
+                result.generate_s += time.perf_counter() - t
+                batch = [pending.pop(rid) for rid in done]
+                for x, out in zip(batch, done.values()):
+                    self._record_turn(x, out)
+                t = time.perf_counter()
+                outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
+                                                   for x in batch], "step", result)
+                result.env_s += time.perf_counter() - t
+                for x, outcome in zip(batch, outcomes):
+                    if outcome.ok:
+                        self._after_step(x, *outcome.value)
+                send([x for x in batch if not x.done])
+        finally:
+            if pending:
+                generator.abort(list(pending))
+            generator.leave()
+        result.trajectories = [x.traj for x in live]
+        result.conformance_checked, result.conformance_mismatches = self._conformance(result.trajectories)
+        result.wall_s = time.perf_counter() - start
+        return result

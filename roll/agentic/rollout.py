@@ -1,78 +1,196 @@
-"""The rollout scheduler: spreads env groups over env managers (Ray actors or in-process) and collects whole
-groups of trajectories for a step; plus rollout metrics."""
+"""The rollout scheduler: spreads env groups over env managers (Ray actors or in-process threads), merges their
+generation requests (dynamic batching), collects whole groups of trajectories for a step; plus rollout metrics.
+
+Failed trajectories (an env that raised or hung, see :class:`~roll.agentic.env_manager.EnvManager`) never reach the
+training batch. Their group keeps its other members and is normalized without them; a group left with fewer than
+2 members (when ``group_size >= 2``) is dropped, since a one-member group has no baseline. If that leaves the batch
+short, up to ``max_refill_rounds`` extra rounds (fresh seeds) refill it; whatever is still missing makes the batch
+smaller, trimmed to a multiple of the train mini-batch so the update still runs. Counts go to
+``rollout/env_failures``, ``rollout/env_timeouts`` and ``rollout/dropped_trajectories``.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from roll.agentic.env_manager import EnvManager, plan_groups
+from roll.agentic.batching import BatchingGenerator, Generator, GroupGenerator, RemoteGenerator
+from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
 from roll.agentic.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
-from roll.config.worker import GeneratingArgs
 from roll.distributed.group import WorkerGroup
-from roll.strategies.base import GenerationOutput
 
 
-class GroupGenerator:
-    """Sends a list of prompts to an inference worker group as one request per rank (data parallel)."""
-
-    def __init__(self, group: WorkerGroup):
-        self.group = group
-
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
-        n = self.group.world_size
-        bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
-        chunks = [prompts[bounds[i]:bounds[i + 1]] for i in range(n)]
-        results = self.group.call_each("generate", [(c, args, max_new_tokens) for c in chunks])
-        return [out for part in results for out in part]
+def train_batch_multiple(cfg: AgenticConfig) -> int:
+    """Samples of one optimizer step of actor_train (and critic): the batch size must stay a multiple of it."""
+    multiple = 1
+    for worker in (cfg.actor_train, cfg.critic):
+        if worker is not None:
+            ta = worker.training_args
+            multiple = math.lcm(multiple, ta.per_device_train_batch_size * ta.gradient_accumulation_steps
+                                * worker.world_size)
+    return multiple
 
 
 class RolloutScheduler:
-    """Runs the env managers of one phase ("train" or "val") and returns ``batch_size`` trajectories."""
+    """Runs the env managers of one phase ("train" or "val") and returns up to ``batch_size`` trajectories."""
 
     def __init__(self, cfg: AgenticConfig, manager: EnvManagerConfig, phase: str, tokenizer_path: str,
                  infer_group: WorkerGroup, use_ray: bool):
         self.manager, self.phase, self.use_ray = manager, phase, use_ray
-        self.generator = GroupGenerator(infer_group)
-        groups = plan_groups(manager, cfg.custom_envs)
-        per = len(groups) // manager.num_env_managers
-        args = cfg.actor_infer.generating_args
-        make = (lambda gs: _remote_manager(manager, gs, tokenizer_path, args, cfg.sequence_length, cfg.seed, phase)) \
-            if use_ray else (lambda gs: EnvManager(manager, gs, tokenizer_path, args, cfg.sequence_length,
-                                                   cfg.seed, phase))
-        self.managers = [make(groups[i * per:(i + 1) * per]) for i in range(manager.num_env_managers)]
-
-    def rollout(self, step: int, batch_size: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """Whole groups until ``batch_size`` trajectories; one round per ``max_traj_per_env``."""
-        trajectories: list[Trajectory] = []
-        timings: dict[str, float] = defaultdict(float)
-        round_index = 0
-        while len(trajectories) < batch_size:
-            seed_step = step * 1000 + round_index  # each round of a step gets fresh group seeds
-            if self.use_ray:
+        self.prefix = "rollout" if phase == "train" else phase
+        self.batch_multiple = train_batch_multiple(cfg) if phase == "train" else 1
+        self.min_group = 2 if manager.group_size >= 2 else 1
+        n = manager.num_env_managers
+        submit = SubmitGenerator.supported(cfg)  # per-env requests when the inference strategy takes them
+        self.generator: Generator = SubmitGenerator(infer_group) if submit else GroupGenerator(infer_group)
+        self.batcher: Any = None
+        if n > 1 and not submit:  # merge the managers' per-turn requests
+            if use_ray:
                 import ray
 
-                results = ray.get([m.rollout.remote(seed_step, self.generator) for m in self.managers])
+                self.batcher = ray.remote(num_cpus=0, max_concurrency=n + 4)(BatchingGenerator).remote(
+                    self.generator, manager.batch_max_size, manager.batch_max_wait_ms)
+                self.generator = RemoteGenerator(self.batcher)
             else:
-                results = [m.rollout(seed_step, self.generator) for m in self.managers]
-            for trajs, times in results:
-                trajectories += trajs
-                for k, v in times.items():
-                    timings[k] += v
+                self.batcher = BatchingGenerator(self.generator, manager.batch_max_size, manager.batch_max_wait_ms)
+                self.generator = self.batcher
+        raise_errors = (not use_ray) if manager.raise_env_errors is None else manager.raise_env_errors
+        groups = plan_groups(manager, cfg.custom_envs)
+        per = len(groups) // n
+        args = (tokenizer_path, cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, phase, raise_errors)
+        if use_ray:
+            import ray
+
+            cls = ray.remote(num_cpus=0.5)(EnvManager)
+            self.managers = [cls.remote(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+        else:
+            self.managers = [EnvManager(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+        self._threads = ThreadPoolExecutor(n, thread_name_prefix="roll-manager") if n > 1 and not use_ray else None
+
+    def _round(self, seed_step: int) -> list[ManagerResult]:
+        """Every manager rolls out its groups once, concurrently."""
+        n = len(self.managers)
+        if self.use_ray:
+            import ray
+
+            if self.batcher is not None:
+                ray.get(self.batcher.open.remote(n))
+            return ray.get([m.rollout.remote(seed_step, self.generator) for m in self.managers])
+        if self.batcher is not None:
+            self.batcher.open(n)
+        if self._threads is None:
+            return [m.rollout(seed_step, self.generator) for m in self.managers]
+        futures = [self._threads.submit(m.rollout, seed_step, self.generator) for m in self.managers]
+        return [f.result() for f in futures]
+
+    def _engine_stats(self) -> dict[str, float] | None:
+        if self.batcher is None:
+            return None
+        if self.use_ray:
+            import ray
+
+            return ray.get(self.batcher.get_stats.remote())
+        return self.batcher.get_stats()
+
+    def rollout(self, step: int, batch_size: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Rounds of all groups until ``batch_size`` usable trajectories (or refills run out); returns the
+        trajectories and metrics (``{prefix}/...`` counts and ``time/{prefix}_...`` seconds)."""
+        import time
+
+        start = time.perf_counter()
+        self._engine_stats()  # reset the batcher's counters
+        results: list[ManagerResult] = []
+        produced, refills, round_index = 0, 0, 0
+        while True:
+            seed_step = step * 1000 + round_index  # each round of a step gets fresh group seeds
+            for r in self._round(seed_step):
+                for t in r.trajectories:  # group ids unique across rounds (normalization groups by group_id)
+                    t.group_id += round_index * self.manager.env_groups
+                results.append(r)
+                produced += len(r.trajectories)
             round_index += 1
-        return trajectories[:batch_size], dict(timings)
+            usable = keep_groups([t for r in results for t in r.trajectories], self.min_group)
+            if len(usable) >= batch_size:
+                break
+            if produced >= batch_size:
+                if refills >= self.manager.max_refill_rounds:
+                    break
+                refills += 1
+        batch = fit_batch(usable, batch_size, self.batch_multiple, self.min_group)
+        if not batch:
+            failures = [t.failure for r in results for t in r.trajectories if t.failure]
+            raise RuntimeError(f"{self.phase} rollout at step {step}: no usable trajectories ({len(failures)} of "
+                               f"{produced} failed; first: {failures[:1]}). Fix the env, or raise "
+                               f"env_step_timeout / max_refill_rounds.")
+        metrics = self._metrics(results, batch, refills, time.perf_counter() - start)
+        return batch, metrics
+
+    def _metrics(self, results: list[ManagerResult], batch: list[Trajectory], refills: int,
+                 wall: float) -> dict[str, float]:
+        p, n = self.prefix, len(self.managers)
+        all_trajs = [t for r in results for t in r.trajectories]
+        failed = sum(t.failure is not None for t in all_trajs)
+        checked = sum(r.conformance_checked for r in results)
+        engine = self._engine_stats()
+        generate = engine["busy_s"] if engine else sum(r.generate_s for r in results) / n
+        metrics = {
+            f"{p}/env_failures": float(sum(t.failure_kind == "error" for t in all_trajs)),
+            f"{p}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in all_trajs)),
+            f"{p}/dropped_trajectories": float(len(all_trajs) - failed - len(batch)),
+            f"{p}/envs_replaced": float(sum(r.envs_replaced for r in results)),
+            f"{p}/batch_size": float(len(batch)),
+            f"{p}/refill_rounds": float(refills),
+            f"time/{p}_generate": generate,
+            f"time/{p}_env": sum(r.env_s for r in results) / n,
+            f"time/{p}_idle": max(0.0, wall - generate),
+        }
+        if checked:
+            metrics[f"{p}/template_mismatch_rate"] = sum(r.conformance_mismatches for r in results) / checked
+        if engine and engine["calls"]:
+            metrics[f"{p}/generate_calls"] = float(engine["calls"])
+            metrics[f"{p}/prompts_per_generate_call"] = engine["prompts"] / engine["calls"]
+        return metrics
 
 
-def _remote_manager(*args: Any) -> Any:
-    import ray
+def keep_groups(trajectories: list[Trajectory], min_group: int) -> list[Trajectory]:
+    """Drop failed trajectories, then groups with fewer than ``min_group`` members left (order kept)."""
+    ok = [t for t in trajectories if t.failure is None]
+    sizes: dict[int, int] = defaultdict(int)
+    for t in ok:
+        sizes[t.group_id] += 1
+    return [t for t in ok if sizes[t.group_id] >= min_group]
 
-    return ray.remote(num_cpus=0.5)(EnvManager).remote(*args)
+
+def fit_batch(trajectories: list[Trajectory], target: int, multiple: int, min_group: int) -> list[Trajectory]:
+    """At most ``target`` trajectories, a multiple of ``multiple``, every group keeping >= ``min_group`` members.
+
+    Trajectories are cut from the end; a group cut below ``min_group`` goes whole.
+    """
+    out = list(trajectories[:target])
+    while out and (len(out) % multiple or len(out) > target or _last_group_size(out) < min_group):
+        if _last_group_size(out) <= min_group:
+            last = out[-1].group_id
+            while out and out[-1].group_id == last:
+                out.pop()
+        else:
+            out.pop()
+    return out
+
+
+def _last_group_size(trajectories: list[Trajectory]) -> int:
+    last, k = trajectories[-1].group_id, 0
+    for t in reversed(trajectories):
+        if t.group_id != last:
+            break
+        k += 1
+    return k
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> dict[str, float]:
-    """Success rate, mean reward, invalid-action rate, actions per episode, truncations, env failures."""
+    """Success rate, mean reward, invalid-action rate, actions per episode, truncations (per tag when several)."""
     n = max(1, len(trajectories))
     actions = sum(len(t.turns) for t in trajectories)
     invalid = sum(1 for t in trajectories for turn in t.turns if not turn.action_is_valid)
@@ -82,7 +200,6 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
         f"{prefix}/invalid_action_rate": invalid / max(1, actions),
         f"{prefix}/mean_actions": actions / n,
         f"{prefix}/truncated_by_length": sum(t.truncated_by_length for t in trajectories) / n,
-        f"{prefix}/env_failures": float(sum(t.failure is not None for t in trajectories)),
         f"{prefix}/response_tokens_per_turn": sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
         / max(1, actions),
     }
@@ -93,3 +210,107 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
         for tag, ts in by_tag.items():
             metrics[f"{prefix}/{tag}/success_rate"] = sum(t.success for t in ts) / len(ts)
     return metrics
+
+
+# ---------------------------------------------------------------------------- per-env requests (issue 8: sglang)
+class SubmitGenerator:
+    """A client that sends each request on its own (``submit`` / ``poll`` / ``abort``) to an inference strategy with
+    ``supports_submit`` (SGLang: its continuous batching batches whatever is in flight).
+
+    Request ``rid`` goes to rank ``crc32(rid before '/') % world_size``, so every turn of one trajectory (``rid`` =
+    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls reach the strategy
+    through ``__ray_call__`` (Ray) or the in-process worker (local mode), since :class:`Worker` forwards a fixed set.
+    """
+
+    supports_submit = True
+
+    def __init__(self, group: WorkerGroup, poll_timeout_s: float = 0.2):
+        import threading
+
+        self.group, self.poll_timeout_s = group, poll_timeout_s
+        self._lock = threading.Lock()  # local mode: manager threads share one engine event loop
+        self._rank_of: dict[str, int] = {}
+
+    @staticmethod
+    def supported(cfg: AgenticConfig) -> bool:
+        """Whether ``actor_infer``'s strategy class declares ``supports_submit`` (importing it loads no backend)."""
+        from roll.strategies.registry import get_strategy_class
+
+        try:
+            return bool(getattr(get_strategy_class(cfg.actor_infer.strategy_args.strategy_name),
+                                "supports_submit", False))
+        except ImportError:
+            return False
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers: the lock stays behind
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import threading
+
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _rank(self, rid: str) -> int:
+        import zlib
+
+        return zlib.crc32(rid.split("/", 1)[0].encode()) % self.group.world_size
+
+    def _call(self, calls: dict[int, tuple]) -> dict[int, Any]:
+        """``strategy.<method>(*args)`` on each rank of ``calls`` ({rank: (method, *args)}), concurrently on Ray."""
+        with self._lock:
+            if hasattr(self.group, "actors"):
+                import ray
+
+                refs = {r: self.group.actors[r].__ray_call__.remote(_strategy_call, *c) for r, c in calls.items()}
+                return dict(zip(refs, ray.get(list(refs.values()))))
+            return {r: _strategy_call(self.group.workers[r], *c) for r, c in calls.items()}
+
+    def submit(self, requests: list[tuple[str, list[int]]], args: Any, max_new_tokens: int | None = None) -> None:
+        """Queue ``(rid, prompt ids)`` requests (one sample each: agentic turns use ``num_return_sequences=1``)."""
+        by_rank: dict[int, list] = defaultdict(list)
+        for rid, prompt in requests:
+            self._rank_of[rid] = self._rank(rid)
+            by_rank[self._rank_of[rid]].append((rid, prompt))
+        self._call({r: ("submit", reqs, args, max_new_tokens) for r, reqs in by_rank.items()})
+
+    def poll(self, rids: list[str]) -> dict[str, Any]:
+        """Finished requests among ``rids`` (waits up to ``poll_timeout_s`` for the first on each rank)."""
+        by_rank: dict[int, list[str]] = defaultdict(list)
+        for rid in rids:
+            by_rank[self._rank_of[rid]].append(rid)
+        done: dict[str, Any] = {}
+        for part in self._call({r: ("poll", rs, self.poll_timeout_s) for r, rs in by_rank.items()}).values():
+            done.update(part)
+        for rid in done:
+            self._rank_of.pop(rid, None)
+        return done
+
+    def abort(self, rids: list[str]) -> None:
+        """Abort requests still in flight."""
+        by_rank: dict[int, list[str]] = defaultdict(list)
+        for rid in rids:
+            if rid in self._rank_of:
+                by_rank[self._rank_of.pop(rid)].append(rid)
+        self._call({r: ("abort", rs) for r, rs in by_rank.items()})
+
+    def generate(self, prompts: list[list[int]], args: Any, max_new_tokens: int | None = None) -> list[Any]:
+        """Batch form: every prompt as its own request, results in prompt order."""
+        import os
+        import time
+
+        base = f"batch-{os.getpid()}-{time.monotonic_ns()}"  # unique among this engine's requests
+        rids = [f"{base}-{i}" for i in range(len(prompts))]
+        self.submit(list(zip(rids, prompts)), args, max_new_tokens)
+        done: dict[str, Any] = {}
+        while len(done) < len(rids):
+            done.update(self.poll([r for r in rids if r not in done]))
+        return [done[r] for r in rids]
+
+    def leave(self) -> None:
+        """Nothing to do: requests go straight through."""
+
+
+def _strategy_call(worker: Any, method: str, *args: Any) -> Any:
+    """Runs inside the worker (``__ray_call__``): ``worker.strategy.<method>(*args)``."""
+    return getattr(worker.strategy, method)(*args)

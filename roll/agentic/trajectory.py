@@ -43,7 +43,9 @@ class Trajectory:
     success: bool = False
     terminated: bool = False
     truncated_by_length: bool = False
-    failure: str | None = None  # an env error, recorded instead of crashing the rollout
+    failure: str | None = None  # an env error or timeout, recorded instead of crashing the rollout
+    failure_kind: str | None = None  # "error" (reset/step raised) or "timeout" (no return within env_step_timeout)
+    template_conforms: bool | None = None  # token ids == chat template of the whole conversation (None: unchecked)
     env_metrics: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -305,6 +305,19 @@ def check_env_manager_runtime(manager: Any, name: str) -> None:
             raise ConfigError(f"{name}.{key}", getattr(manager, key), expected)
 
 
+def check_env_manager_runtime(manager: Any, name: str) -> None:
+    """Fault-isolation, concurrency and batching settings of an env manager are in range."""
+    rules = [("env_step_timeout", manager.env_step_timeout >= 0, "must be >= 0 seconds (0 = no limit)"),
+             ("env_threads", manager.env_threads >= 1, "must be >= 1"),
+             ("max_refill_rounds", manager.max_refill_rounds >= 0, "must be >= 0"),
+             ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
+             ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
+             ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds")]
+    for key, ok, expected in rules:
+        if not ok:
+            raise ConfigError(f"{name}.{key}", getattr(manager, key), expected)
+
+
 def check_env_manager(cfg: Any, name: str) -> None:
     """Tags exist in custom_envs, group counts add up, env types and kwargs are known."""
     from roll.envs.registry import get_env_class, list_envs, make_env
@@ -317,6 +330,7 @@ def check_env_manager(cfg: Any, name: str) -> None:
             raise ConfigError(f"{name}.tags", tag, f"not in custom_envs; defined tags: {', '.join(cfg.custom_envs)}")
     if manager.group_size < 1 or manager.env_groups < 1:
         raise ConfigError(f"{name}.group_size", manager.group_size, "group_size and env_groups must be >= 1")
+    check_env_manager_runtime(manager, name)
     check_env_manager_runtime(manager, name)
     if manager.n_groups is not None:
         if len(manager.n_groups) != len(manager.tags) or sum(manager.n_groups) != manager.env_groups:

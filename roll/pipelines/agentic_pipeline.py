@@ -88,8 +88,9 @@ class AgenticPipeline:
         self.phases.activate(self.groups, {"actor_infer"})
         manager = self.cfg.val_env_manager
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
-        trajs, _ = self.val_rollout.rollout(0, size)
+        trajs, rollout_stats = self.val_rollout.rollout(0, size)
         metrics = rollout_metrics(trajs, prefix="val")
+        metrics.update(rollout_stats)
         metrics["time/val"] = time.perf_counter() - start
         return metrics
 
@@ -105,7 +106,7 @@ class AgenticPipeline:
         t = time.perf_counter()
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] += time.perf_counter() - t
-        timings.update({f"time/rollout_{k}": v for k, v in rollout_times.items()})
+        timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
         self._maybe_dump(step, trajs)
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
         t = time.perf_counter()
