@@ -190,7 +190,9 @@ class EnvManager:
         """Append the model's reply (token ids as generated; an end-of-turn token added after a length cut)."""
         fmt = self.formatters[x.spec.tag]
         ids = list(out.token_ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        # the reply's text: every generated token but the end-of-turn one; markup tokens (<answer>, <think>) may be
+        # special tokens of the tokenizer, so skip_special_tokens would drop them
+        text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == fmt.eos_id else ids, skip_special_tokens=False)
         turn = Turn(prompt_ids=x.next_prompt, response_ids=ids, response_log_probs=list(out.log_probs),
                     observation=x.observation, response_text=text, finish_reason=out.finish_reason)
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
