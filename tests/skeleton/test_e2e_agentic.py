@@ -47,7 +47,7 @@ def test_three_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
     assert list((tmp_path / "logs").glob("events.out.tfevents*")) or list((tmp_path / "logs").rglob("events*"))
     assert (tmp_path / "logs" / "trajectories" / "step_00001.jsonl").is_file()
 
-    first = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "checkpoint-1")
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "checkpoints" / "step_1" / "actor_hf")
     final = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "final")
     start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     deltas = [(a - b).abs().max().item() for a, b in zip(final.parameters(), first.parameters())]
