@@ -84,6 +84,13 @@ class Worker:
         """Restore what :meth:`rng_state` returned."""
         set_rng_state(state)
 
+    def memory_stats(self) -> dict[str, float]:
+        """Peak CUDA memory of this process since start, in GiB (``{}`` on CPU)."""
+        if not torch.cuda.is_available():
+            return {}
+        return {"peak_allocated_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
+                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2 ** 30}
+
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
 

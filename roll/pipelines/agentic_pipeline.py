@@ -20,7 +20,7 @@ from roll.config.agentic import AgenticConfig
 from roll.config.loader import to_dict
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, group_keys,
-                                   start_workers, sync_weights, train_actor)
+                                   perf_metrics, start_workers, sync_weights, train_actor)
 from roll.pipelines.loss_fns import sft_loss
 
 
@@ -129,6 +129,7 @@ class AgenticPipeline:
             self.kl_ctl.update(metrics["actor/ref_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
         timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)

@@ -55,6 +55,20 @@ def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
     return groups
 
 
+def perf_metrics(groups: dict[str, WorkerGroup], batch: Batch, timings: dict[str, float],
+                 ppo_epochs: int) -> dict[str, float]:
+    """Throughput and memory of one step: ``perf/tokens`` (attention-mask tokens of the batch),
+    ``perf/train_tokens_per_s`` = tokens x ppo_epochs / time/train, and on GPU
+    ``perf/<role>_peak_{allocated,reserved}_gib`` (rank 0 of each role, peak since the worker started)."""
+    tokens = float(batch["attention_mask"].sum())
+    out = {"perf/tokens": tokens,
+           "perf/train_tokens_per_s": tokens * ppo_epochs / max(timings.get("time/train", 0.0), 1e-9)}
+    for role, group in groups.items():
+        for key, value in group.call_rank0("memory_stats").items():
+            out[f"perf/{role}_{key}"] = value
+    return out
+
+
 def colocation_phases(cfg: BaseConfig) -> Any:
     """The :class:`~roll.distributed.placement.ColocationPhases` of ``cfg``'s roles (no-op on CPU)."""
     from roll.distributed.placement import ColocationPhases, plan_placement
