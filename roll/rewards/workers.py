@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from typing import Any, Mapping
 
 from roll.rewards import math_answer  # noqa: F401  (registers the built-in "math" reward)
-from roll.rewards.registry import RewardResult, get_reward_fn, register_reward
+from roll.rewards.registry import RewardFn, RewardResult, get_reward_fn, register_reward, registered_rewards
 
 __all__ = ["RewardWorker", "RewardWorkerPool", "register_reward"]
+
+
+def user_registered_rewards() -> dict[str, RewardFn]:
+    """Rewards registered in this process by modules outside ``roll`` (a Ray actor imports only roll's own)."""
+    fns = {name: get_reward_fn(name) for name in registered_rewards()}
+    return {name: fn for name, fn in fns.items() if not getattr(fn, "__module__", "").startswith("roll.")}
+
+
+def reward_failure_note(name: str, fn: Any, exc: BaseException, index: int, tag: str, response: str) -> str:
+    """A one-line note for an exception raised by reward ``name``: where the function is defined and the line
+    (in its own file when the traceback passes through it, else the deepest frame) that raised."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    defined = f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if code is not None and f.filename == code.co_filename]
+    raised = (own or frames)[-1] if frames else None
+    where = f" raised at {raised.filename}:{raised.lineno}" if raised else ""
+    return (f"reward function {name!r} ({getattr(fn, '__qualname__', fn)!s} defined at {defined}){where} while "
+            f"scoring sample {index} (tag {tag!r}, response {response[:80]!r})")
 
 
 class RewardWorker:
@@ -17,13 +38,19 @@ class RewardWorker:
         reward_options: keyword options per reward name, e.g. ``{"math": {"format_reward": 0.1}}``.
         tag_to_reward: maps a data tag to a reward name (``{"gsm8k": "math"}``); a tag not listed is used as
             the reward name itself.
+        user_rewards: reward functions registered in the driver process outside ``roll`` (see
+            :func:`user_registered_rewards`); registered here too, so a Ray actor knows the user's rewards.
     """
 
     def __init__(
         self,
         reward_options: Mapping[str, Mapping[str, Any]] | None = None,
         tag_to_reward: Mapping[str, str] | None = None,
+        user_rewards: Mapping[str, RewardFn] | None = None,
     ) -> None:
+        for name, fn in (user_rewards or {}).items():
+            if name not in registered_rewards():
+                register_reward(name)(fn)
         self.reward_options = {name: dict(opts) for name, opts in (reward_options or {}).items()}
         self.tag_to_reward = dict(tag_to_reward or {})
         for name in [*self.reward_options, *self.tag_to_reward.values()]:
@@ -42,9 +69,14 @@ class RewardWorker:
                 f"{len(responses)}, {len(ground_truths)}, {len(tags)}"
             )
         results = []
-        for response, truth, tag in zip(responses, ground_truths, tags):
+        for i, (response, truth, tag) in enumerate(zip(responses, ground_truths, tags)):
             name = self.tag_to_reward.get(tag, tag)
-            results.append(get_reward_fn(name)(response, truth, **self.reward_options.get(name, {})))
+            fn = get_reward_fn(name)
+            try:
+                results.append(fn(response, truth, **self.reward_options.get(name, {})))
+            except Exception as exc:  # keep the user's exception and traceback; say which reward and sample
+                exc.add_note(reward_failure_note(name, fn, exc, i, tag, response))
+                raise
         return results
 
 
@@ -84,7 +116,8 @@ class RewardWorkerPool:
         if not ray.is_initialized():
             raise RuntimeError("RewardWorkerPool(use_ray=True) needs ray.init() first, or pass use_ray=False")
         actor_cls = ray.remote(num_cpus=num_cpus_per_worker)(RewardWorker)
-        self._actors = [actor_cls.remote(reward_options, tag_to_reward) for _ in range(num_workers)]
+        user = user_registered_rewards()
+        self._actors = [actor_cls.remote(reward_options, tag_to_reward, user) for _ in range(num_workers)]
 
     def compute(self, responses: list[str], ground_truths: list[str], tags: list[str]) -> list[RewardResult]:
         """Score the batch (see :meth:`RewardWorker.compute`); shards are contiguous, results keep input order."""

@@ -1,0 +1,117 @@
+"""Errors in user code (an env's ``step``, a reward function) point at the user's own source lines.
+
+Local mode (``distributed: local``): the env's exception is re-raised with its traceback (``raise_env_errors``
+defaults to true there) and a reward's exception propagates unchanged, with a note naming the reward.
+Ray: a failed env call is recorded on its trajectory and counted (``rollout/env_failures``); a reward's error
+message names the reward function and its ``file:line``.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+import pytest
+
+from roll.agentic.rollout import RolloutScheduler
+from roll.config.agentic import AgenticConfig
+from roll.config.loader import load_config
+from roll.rewards.workers import RewardWorkerPool
+from roll.strategies.base import StrategyContext
+from tests.debug import broken_user_code as user
+
+REPO = Path(__file__).resolve().parents[2]
+USER_FILE = str(Path(user.__file__).resolve())
+ENV_LINE, REWARD_LINE = user.raising_lines()
+
+
+@pytest.fixture(autouse=True)
+def registered():
+    """The broken env and reward are registered for each test of this module only."""
+    user.register()
+    yield
+    user.unregister()
+
+
+def rollout_config(model_dir: str) -> AgenticConfig:
+    """8 envs in 2 groups of the broken env (every other one raises), short episodes, the tiny model."""
+    cfg = load_config("sokoban_tiny", overrides=[
+        f"pretrain={model_dir}", "sft_warmup.enabled=false", "val_env_manager=null", "rollout_batch_size=4",
+        "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
+        "actor_train.training_args.per_device_train_batch_size=2",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        f"custom_envs.SimpleSokoban.env_type={user.ENV_TYPE}", "custom_envs.SimpleSokoban.max_actions_per_traj=2",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=4", "actor_infer.num_cpus_per_worker=1",
+    ], schema=AgenticConfig)
+    cfg.actor_infer.model_args.model_name_or_path = model_dir  # start_workers does this in a pipeline
+    return cfg
+
+
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+@pytest.mark.slow
+def test_env_error_in_local_mode_points_at_user_line(tiny_model_dir):
+    from roll.distributed.group import LocalWorkerGroup
+
+    cfg = rollout_config(tiny_model_dir)
+    infer = LocalWorkerGroup("actor_infer", cfg.actor_infer, num_threads=1)
+    infer.call("initialize", StrategyContext(seed=cfg.seed))
+    scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=False)
+    with pytest.raises(RuntimeError, match="deliberate bug in BrokenSokoban.step") as info:
+        scheduler.rollout(1, 4)
+    text = _format(info.value)
+    assert f'File "{USER_FILE}", line {ENV_LINE}, in step' in text, text
+
+
+def test_reward_error_in_local_mode_points_at_user_line():
+    pool = RewardWorkerPool(num_workers=2, use_ray=False)
+    assert [r.score for r in pool.compute(["a", "b"], ["a", "c"], [user.REWARD_NAME] * 2)] == [1.0, 0.0]
+    with pytest.raises(ZeroDivisionError) as info:  # the user's own exception type, unchanged
+        pool.compute(["a", "boom"], ["a", "a"], [user.REWARD_NAME] * 2)
+    text = _format(info.value)
+    assert f'File "{USER_FILE}", line {REWARD_LINE}, in broken_reward' in text, text
+    assert f"reward function {user.REWARD_NAME!r}" in text and f"raised at {USER_FILE}:{REWARD_LINE}" in text
+    assert "sample 1" in text
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_reward_error_under_ray_names_function_and_line(ray_session):
+    pool = RewardWorkerPool(num_workers=1, num_cpus_per_worker=0.5)
+    try:
+        assert pool.compute(["x"], ["x"], [user.REWARD_NAME])[0].score == 1.0  # the user's reward reached the actor
+        with pytest.raises(Exception) as info:
+            pool.compute(["x", "boom"], ["x", "x"], [user.REWARD_NAME] * 2)
+    finally:
+        pool.shutdown()
+    message = str(info.value)
+    assert isinstance(info.value, ZeroDivisionError)  # Ray's error is also an instance of the user's type
+    assert f"reward function {user.REWARD_NAME!r}" in message, message
+    assert f"{USER_FILE}:{REWARD_LINE}" in message, message
+
+
+@pytest.mark.slow
+def test_env_error_under_ray_is_recorded_and_counted(ray_session, tiny_model_dir):
+    from roll.distributed.group import RayWorkerGroup
+
+    cfg = rollout_config(tiny_model_dir)
+    infer = RayWorkerGroup("actor_infer", cfg.actor_infer, timeout_s=300)
+    try:
+        infer.call("initialize", StrategyContext(seed=cfg.seed))
+        scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=True)
+        trajs, metrics = scheduler.rollout(1, 4)
+    finally:
+        infer.shutdown()
+    assert metrics["rollout/env_failures"] >= 1, metrics
+    assert all(t.failure is None for t in trajs)  # failed trajectories are not trained on
