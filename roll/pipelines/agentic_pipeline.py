@@ -12,15 +12,19 @@ from pathlib import Path
 
 import torch
 
+from roll.agentic.render_dump import dump_val_renders
 from roll.agentic.rollout import RolloutScheduler, rollout_metrics
 from roll.agentic.trajectory import Trajectory, trajectories_to_batch
 from roll.algorithms.kl import make_kl_controller
 from roll.algorithms.reward_norm import normalize_scores
 from roll.config.agentic import AgenticConfig
 from roll.config.loader import to_dict
+from roll.data.batch import Batch
+from roll.data.checks import check_batch_if
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, group_keys,
                                    perf_metrics, start_workers, sync_weights, train_actor)
+from roll.pipelines.common import forward_values, train_critic
 from roll.pipelines.loss_fns import sft_loss
 
 
@@ -80,6 +84,9 @@ class AgenticPipeline:
             if (i + 1) % max(1, len(batches) // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{len(batches)} loss {losses[-1]:.4f}", flush=True)
         sync_weights(train, self.groups["actor_infer"])
+        for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
+            if role in self.groups:
+                sync_weights(train, self.groups[role])
         return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start}
 
     def validate(self, step: int) -> dict[str, float]:
@@ -89,6 +96,7 @@ class AgenticPipeline:
         manager = self.cfg.val_env_manager
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
         trajs, rollout_stats = self.val_rollout.rollout(0, size)
+        dump_val_renders(self.cfg, trajs, step)
         metrics = rollout_metrics(trajs, prefix="val")
         metrics.update(rollout_stats)
         metrics["time/val"] = time.perf_counter() - start
@@ -109,30 +117,42 @@ class AgenticPipeline:
         timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
         self._maybe_dump(step, trajs)
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
+        check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+        mismatch = logprob_mismatch(trajs, batch)  # train-inference mismatch (sets batch["rollout_log_probs"])
+        check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
         timings["time/old_log_probs"] = time.perf_counter() - t
         if "reference" in groups:
             t = time.perf_counter()
             batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
+            check_batch_if(cfg.strict_data_check, batch, "ref_log_probs", required=("ref_log_probs",))
             timings["time/ref_log_probs"] = time.perf_counter() - t
-        scores = batch["scores"]
-        if cfg.reward_clip is not None:
-            scores = scores.clamp(-cfg.reward_clip, cfg.reward_clip)
-        norm = normalize_scores(scores, group_keys(cfg.reward_normalization.grouping, batch),
-                                cfg.reward_normalization.method)
-        metrics = compute_advantages(cfg, batch, norm, group_keys("state", batch), self.kl_ctl.value)
+        if "critic" in groups:
+            t = time.perf_counter()
+            batch["values"] = forward_values(groups["critic"], batch)
+            timings["time/values"] = time.perf_counter() - t
+        for key, value in turn_metadata(trajs).items():
+            batch[key] = value
+        metrics = advantage_step(cfg, batch, self.kl_ctl.value)
         t = time.perf_counter()
-        metrics.update(train_actor(cfg, groups["actor_train"], batch, cfg.seed * 100_003 + step))
+        seed = cfg.seed * 100_003 + step
+        if "critic" in groups:  # the critic first, so that its warm-up steps can skip the actor
+            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
+        actor_trains = step > cfg.critic_warmup
+        if actor_trains:
+            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
         timings["time/train"] = time.perf_counter() - t
-        if "actor/ref_kl" in metrics:
-            self.kl_ctl.update(metrics["actor/ref_kl"], n_steps=len(batch))
+        if cfg.add_token_level_kl:  # the adaptive controller follows the KL measured in the reward
+            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
-        timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        if actor_trains:
+            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
         metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)
+        metrics.update(mismatch)
         return metrics
 
     def _maybe_dump(self, step: int, trajs: list[Trajectory]) -> None:
@@ -211,3 +231,64 @@ class AgenticPipeline:
                 plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"))
             except Exception as exc:  # a plot must never fail a finished run
                 print(f"[roll] could not plot metrics: {exc}")
+
+
+def turn_metadata(trajectories: list[Trajectory]) -> dict[str, list]:
+    """Per-turn metadata for step-level advantages, aligned with :func:`trajectories_to_batch`'s layout.
+
+    ``turn_spans[i]``: one ``(start, end)`` per turn, the index range of the turn's generated tokens in the
+    log-prob frame (a token at position p of ``input_ids`` is scored at index p - 1); ``turn_states[i]``: the
+    observation text each turn acted on (equal text = equal env state).
+    """
+    spans, states = [], []
+    for traj in trajectories:
+        offset, traj_spans = 0, []
+        for turn in traj.turns:
+            start = offset + len(turn.prompt_ids)
+            generated = len(turn.response_ids) - (1 if turn.appended_eos else 0)
+            traj_spans.append((start - 1, start - 1 + generated))
+            offset = start + len(turn.response_ids)
+        spans.append(traj_spans)
+        states.append([turn.observation for turn in traj.turns])
+    return {"turn_spans": spans, "turn_states": states}
+
+
+def advantage_step(cfg: AgenticConfig, batch: Batch, kl_coef: float) -> dict[str, float]:
+    """Episode scores -> ``reward_normalization`` -> ``reward_clip`` -> :func:`compute_advantages` (KL penalty,
+    estimator, whitening, clipping); writes ``advantages``/``returns`` into ``batch`` and returns metrics."""
+    norm = normalize_scores(batch["scores"], group_keys(cfg.reward_normalization.grouping, batch),
+                            cfg.reward_normalization.method)
+    if cfg.reward_clip is not None:
+        norm = norm.clamp(-cfg.reward_clip, cfg.reward_clip)
+    return compute_advantages(cfg, batch, norm, group_keys("state", batch), kl_coef)
+
+
+# ---------------------------------------------------------------------------- train-inference mismatch (issue 8)
+def rollout_log_probs(trajectories: list[Trajectory], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inference engine's sampling log-probs, aligned like ``old_log_probs`` with ``input_ids[:, 1:]``.
+
+    Returns ``values`` (B, width-1) and ``mask`` (B, width-1): 1 where a generated token has an engine log-prob
+    (never on an appended end-of-turn token). Token positions follow :func:`trajectories_to_batch`.
+    """
+    values = torch.zeros(len(trajectories), width - 1)
+    mask = torch.zeros_like(values)
+    for i, traj in enumerate(trajectories):
+        pos = 0
+        for turn in traj.turns:
+            pos += len(turn.prompt_ids)
+            lps = turn.response_log_probs[:len(turn.response_ids) - int(turn.appended_eos)]
+            values[i, pos - 1:pos - 1 + len(lps)] = torch.tensor(lps, dtype=values.dtype)
+            mask[i, pos - 1:pos - 1 + len(lps)] = 1.0  # log-prob index t predicts token t + 1
+            pos += len(turn.response_ids)
+    return values, mask
+
+
+def logprob_mismatch(trajectories: list[Trajectory], batch) -> dict[str, float]:
+    """``mean |logp_inference - logp_train|`` over generated tokens (and the max), with the trainer's
+    ``old_log_probs`` of the same tokens; stores ``batch["rollout_log_probs"]`` for importance-sampling use."""
+    values, mask = rollout_log_probs(trajectories, batch["input_ids"].shape[1])
+    batch["rollout_log_probs"] = values
+    diff = (values - batch["old_log_probs"].float()).abs() * mask
+    count = float(mask.sum())
+    return {"rollout/logprob_mismatch": float(diff.sum()) / max(1.0, count),
+            "rollout/logprob_mismatch_max": float(diff.max()) if count else 0.0}

@@ -10,14 +10,16 @@ from typing import Any
 
 import torch
 
-from roll.algorithms.advantages import AdvantageInputs, compute_advantage, whiten_and_clip_advantages
+from roll.algorithms.advantages import (AdvantageInputs, compute_advantage, discounted_turn_returns,
+                                       step_level_advantages, whiten_and_clip_advantages)
 from roll.algorithms.kl import apply_kl_penalty
-from roll.algorithms.losses import ActorLossConfig
+from roll.algorithms.losses import ActorLossConfig, explained_variance
 from roll.algorithms.masking import masked_mean, masked_whiten
 from roll.config.base import BaseConfig
 from roll.data.batch import Batch
+from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
-from roll.pipelines.loss_fns import loss_mask, ppo_actor_loss
+from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 from roll.strategies.base import StrategyContext
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -123,41 +125,122 @@ def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, grou
     if cfg.whiten_rewards:
         rewards = masked_whiten(rewards, mask, shift_mean=False)
     values = batch.tensors.get("values")
-    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(rewards, mask, values=values, group_ids=group_ids,
-                                                                gamma=cfg.gamma, lambd=cfg.lambd))
+    # gigpo = grpo episode advantages + step-level (same-state) advantages from the per-turn data of the batch
+    estimator = "grpo" if cfg.adv_estimator == "gigpo" else cfg.adv_estimator
+    out = compute_advantage(estimator, AdvantageInputs(rewards, mask, values=values, group_ids=group_ids,
+                                                       gamma=cfg.gamma, lambd=cfg.lambd))
+    if cfg.adv_estimator == "gigpo":
+        out.advantages = gigpo_token_advantages(cfg, batch, out.advantages, mask, group_ids)
+        out.returns = out.advantages.clone()
     batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
     batch["returns"] = out.returns
+    metrics.update(value_metrics(values, out.returns, mask))
+    check_batch_if(cfg.strict_data_check, batch, "advantages", required=("advantages", "returns"))
     metrics.update({"critic/advantages_mean": float(masked_mean(batch["advantages"], mask)),
                     "critic/advantages_max": float(batch["advantages"][mask.bool()].max()) if mask.any() else 0.0,
                     "critic/advantages_min": float(batch["advantages"][mask.bool()].min()) if mask.any() else 0.0,
                     "critic/returns_mean": float(masked_mean(out.returns, mask)),
+                    "critic/returns_max": float(out.returns[mask.bool()].max()) if mask.any() else 0.0,
+                    "critic/returns_min": float(out.returns[mask.bool()].min()) if mask.any() else 0.0,
                     "critic/score_mean": float(scores.mean())})
     return metrics
 
 
+def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Critic diagnostics before its update: ``critic/values_mean`` and ``critic/explained_variance``
+    (``1 - Var[R - V] / Var[R]`` over response tokens); empty without a critic."""
+    if values is None:
+        return {}
+    return {"critic/values_mean": float(masked_mean(values, mask)),
+            "critic/explained_variance": float(explained_variance(values, returns, mask))}
+
+
+def gigpo_token_advantages(cfg: BaseConfig, batch: Batch, episode_adv: torch.Tensor, mask: torch.Tensor,
+                           group_ids: torch.Tensor | None) -> torch.Tensor:
+    """GiGPO advantages (B, L-1): each turn's combined advantage on that turn's response tokens.
+
+    Per turn k of sample i: return ``G_k`` (:func:`discounted_turn_returns` of the turn rewards, ``cfg.gamma`` per
+    turn), state = the observation the turn acted on; :func:`step_level_advantages` normalizes ``G`` within the
+    turns of one rollout group that share a state (``cfg.step_adv_norm``) and adds ``episode_adv_weight x`` the
+    sample's episode advantage (``episode_adv``, GRPO's, constant over its response tokens).
+    Needs batch metadata ``step_rewards``, ``turn_states`` and ``turn_spans`` ((start, end) index ranges in the
+    log-prob frame), which the agentic pipeline attaches; pipelines without turns cannot use gigpo.
+    """
+    missing = [k for k in ("step_rewards", "turn_states", "turn_spans") if k not in batch]
+    if missing:
+        raise ValueError(f"adv_estimator=gigpo needs per-turn batch metadata {missing}; only the agentic pipeline "
+                         "provides turns (use grpo for single-turn data)")
+    groups = group_ids if group_ids is not None else torch.zeros(len(batch), dtype=torch.long)
+    per_sample = masked_mean(episode_adv, mask, dim=-1)  # (B,): the constant episode advantage of each sample
+    state_index: dict[str, int] = {}
+    rows: list[tuple[int, int, int]] = []  # (sample, span start, span end) per turn
+    rewards, episodes, turn_groups, states, ep_adv = [], [], [], [], []
+    for i in range(len(batch)):
+        for reward, state, (start, end) in zip(batch["step_rewards"][i], batch["turn_states"][i],
+                                               batch["turn_spans"][i]):
+            rows.append((i, start, end))
+            rewards.append(float(reward))
+            episodes.append(i)
+            turn_groups.append(int(groups[i]))
+            states.append(state_index.setdefault(state, len(state_index)))
+            ep_adv.append(float(per_sample[i]))
+    out = torch.zeros_like(episode_adv)
+    if not rows:
+        return out
+    returns = discounted_turn_returns(torch.tensor(rewards), torch.tensor(episodes), cfg.gamma)
+    turn_adv = step_level_advantages(returns, torch.tensor(turn_groups), torch.tensor(states), torch.tensor(ep_adv),
+                                     episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight,
+                                     method=cfg.step_adv_norm)
+    for (i, start, end), adv in zip(rows, turn_adv.tolist()):
+        out[i, start:end] = adv
+    return out * mask
+
+
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
-    """The actor loss settings from the config's PPO keys."""
+    """The actor loss settings from the config's PPO keys; ``seq-mean-token-sum-norm`` divides by the fixed
+    ``sequence_length`` (never by a micro-batch's padded width, which varies)."""
     return ActorLossConfig(pg_clip=cfg.pg_clip, pg_clip_low=cfg.pg_clip_low, pg_clip_high=cfg.pg_clip_high,
                            dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
-                           loss_agg_mode=cfg.loss_agg_mode, entropy_loss_coef=cfg.entropy_loss_coef,
+                           loss_agg_mode=cfg.loss_agg_mode, norm_len=cfg.sequence_length,
+                           entropy_loss_coef=cfg.entropy_loss_coef,
                            use_kl_loss=cfg.use_kl_loss, kl_loss_coef=cfg.kl_loss_coef,
                            kl_loss_type=cfg.kl_loss_type)
 
 
 def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
     """``ppo_epochs`` passes over shuffled mini-batches of the global train batch; mean metrics."""
+    check_batch_if(cfg.strict_data_check, batch, "train_step", required=("old_log_probs", "advantages"))
     ta = cfg.actor_train.training_args
     mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * train.world_size
     loss_fn = functools.partial(ppo_actor_loss, cfg=actor_loss_config(cfg))
+    return _train_epochs(cfg.ppo_epochs, train, batch, mini, seed, loss_fn=loss_fn, with_entropy=True)
+
+
+def train_critic(cfg: BaseConfig, critic: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
+    """The critic's ``ppo_epochs`` passes: clipped value loss (``value_clip``) of its values against
+    ``batch["returns"]``, old values = ``batch["values"]``; mean ``critic/*`` metrics."""
+    ta = cfg.critic.training_args
+    mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * critic.world_size
+    loss_fn = functools.partial(critic_value_loss, value_clip=cfg.value_clip)
+    return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=loss_fn)
+
+
+def forward_values(group: WorkerGroup, batch: Batch) -> torch.Tensor:
+    """(B, L-1) critic values of ``batch``, data parallel."""
+    return torch.cat([part["values"] for part in group.call_dp("compute_values", batch)])
+
+
+def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed: int,
+                  **train_kwargs: Any) -> dict[str, float]:
+    """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics."""
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = {}
     count = 0
-    for _ in range(cfg.ppo_epochs):
+    for _ in range(epochs):
         order = torch.randperm(len(batch), generator=gen)
         for start in range(0, len(batch), mini):
             part = batch.select(order[start:start + mini])
-            for rank_metrics in train.call_dp("train_step", part, loss_fn=loss_fn,
-                                              with_entropy=True):
+            for rank_metrics in group.call_dp("train_step", part, **train_kwargs):
                 for k, v in rank_metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
