@@ -165,28 +165,25 @@ def keep_groups(trajectories: list[Trajectory], min_group: int) -> list[Trajecto
 
 
 def fit_batch(trajectories: list[Trajectory], target: int, multiple: int, min_group: int) -> list[Trajectory]:
-    """At most ``target`` trajectories, a multiple of ``multiple``, every group keeping >= ``min_group`` members.
-
-    Trajectories are cut from the end; a group cut below ``min_group`` goes whole.
-    """
-    out = list(trajectories[:target])
-    while out and (len(out) % multiple or len(out) > target or _last_group_size(out) < min_group):
-        if _last_group_size(out) <= min_group:
-            last = out[-1].group_id
-            while out and out[-1].group_id == last:
-                out.pop()
-        else:
-            out.pop()
-    return out
-
-
-def _last_group_size(trajectories: list[Trajectory]) -> int:
-    last, k = trajectories[-1].group_id, 0
-    for t in reversed(trajectories):
-        if t.group_id != last:
-            break
-        k += 1
-    return k
+    """The most trajectories, at most ``target`` and a multiple of ``multiple``, with every group that is used
+    keeping >= ``min_group`` members (groups are taken in order; a group may be taken in part)."""
+    groups: dict[int, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[t.group_id].append(t)
+    goal = min(target, len(trajectories)) // multiple * multiple
+    while goal > 0:
+        out, need = [], goal
+        for members in groups.values():
+            take = min(len(members), need)
+            if 0 < need - take < min_group:  # leave room for a next group of at least min_group
+                take -= min_group - (need - take)
+            if take >= min_group:
+                out += members[:take]
+                need -= take
+            if need == 0:
+                return out
+        goal -= multiple
+    return []
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> dict[str, float]:

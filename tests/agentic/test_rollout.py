@@ -1,0 +1,140 @@
+"""RolloutScheduler over a real hf_infer worker (tiny model): dynamic batching across env managers, failure
+accounting and the smaller-batch rule, timing metrics; plus the group-filtering and batching helpers."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from roll.agentic.batching import BatchingGenerator, GroupGenerator
+from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups
+from roll.agentic.trajectory import Trajectory, trajectories_to_batch
+from roll.strategies.base import GenerationOutput, StrategyContext
+from tests.agentic.conftest import make_cfg
+from tests.agentic.helpers import FlakyEnv
+
+
+def _traj(group: int, k: int, failed: bool = False) -> Trajectory:
+    t = Trajectory(f"t{group}-{k}", env_id=k, group_id=group, tag="x", seed=group)
+    t.failure = "boom" if failed else None
+    return t
+
+
+def test_keep_groups_and_fit_batch_by_hand():
+    trajs = ([_traj(0, k) for k in range(4)] + [_traj(1, k, failed=k == 0) for k in range(4)]
+             + [_traj(2, k, failed=k > 0) for k in range(4)] + [_traj(3, k) for k in range(4)])
+    usable = keep_groups(trajs, min_group=2)
+    assert [(t.group_id, t.env_id) for t in usable] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3),
+                                                        (3, 0), (3, 1), (3, 2), (3, 3)]
+    # 11 usable, multiple 4 -> 8: group 0 whole, group 1 cut to 2 so group 3 can give 2 (no group below 2)
+    picked = fit_batch(usable, 16, 4, 2)
+    assert [(t.group_id, t.env_id) for t in picked] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (3, 0), (3, 1)]
+    assert fit_batch(usable, 16, 1, 2) == usable
+    assert len(fit_batch(usable, 4, 1, 2)) == 4
+    assert fit_batch(usable[:1], 16, 1, 2) == []
+
+
+class _CountingInner:
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def generate(self, prompts, args, max_new_tokens=None):
+        self.calls.append(len(prompts))
+        return [GenerationOutput([p[0]]) for p in prompts]
+
+    def leave(self):
+        pass
+
+
+def test_batching_generator_merges_clients():
+    inner = _CountingInner()
+    batcher = BatchingGenerator(inner, max_batch_size=64, max_wait_ms=10_000)
+    batcher.open(8)
+    results = {}
+
+    def client(i: int) -> None:
+        results[i] = batcher.generate([[i], [100 + i]], None, 4)
+        batcher.leave()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert inner.calls == [16]  # all 8 clients' requests in one call
+    assert all([o.token_ids for o in results[i]] == [[i], [100 + i]] for i in range(8))  # answers routed back
+    assert batcher.get_stats()["calls"] == 1
+
+
+@pytest.fixture(scope="module")
+def infer_group(tiny_model_dir):
+    from roll.config.worker import WorkerConfig
+    from roll.distributed.group import LocalWorkerGroup
+
+    worker = WorkerConfig()
+    worker.model_args.model_name_or_path = tiny_model_dir
+    worker.strategy_args.strategy_name = "hf_infer"
+    group = LocalWorkerGroup("actor_infer", worker, num_threads=1)
+    group.call("initialize", StrategyContext(seed=0))
+    return group
+
+
+class _Counting(GroupGenerator):
+    """A real GroupGenerator that records the size of every generate call it makes."""
+
+    def __init__(self, group):
+        super().__init__(group)
+        self.calls: list[int] = []
+
+    def generate(self, prompts, args, max_new_tokens=None):
+        self.calls.append(len(prompts))
+        return super().generate(prompts, args, max_new_tokens)
+
+
+def test_requests_of_many_env_managers_land_in_one_generate_call(infer_group, tiny_model_dir):
+    cfg = make_cfg(group_size=2, env_groups=4, managers=4, max_actions=3, max_tokens=4, batch=8,
+                   batch_max_wait_ms=30_000)
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    counting = _Counting(infer_group)
+    sched.batcher.inner = counting
+    trajs, metrics = sched.rollout(1, 8)
+    assert len(trajs) == 8 and all(len(t.turns) == 3 for t in trajs)
+    assert counting.calls == [8, 8, 8]  # one call per turn holding all 4 managers' 8 envs
+    assert metrics["rollout/generate_calls"] == 3 and metrics["rollout/prompts_per_generate_call"] == 8
+    for key in ("time/rollout_generate", "time/rollout_env", "time/rollout_idle"):
+        assert metrics[key] >= 0.0
+    assert metrics["time/rollout_generate"] > 0.0 and metrics["time/rollout_env"] > 0.0
+
+
+def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_model_dir):
+    FlakyEnv.reset_log()
+    cfg = make_cfg(env_config={"fail_every": 10, "hang_every": 10, "hang_s": 3.0}, group_size=4, env_groups=4,
+                   max_actions=3, max_tokens=4, batch=16, env_step_timeout=1.0, max_refill_rounds=0,
+                   raise_env_errors=False)  # the Ray default; distributed=local would re-raise (debug mode)
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    trajs, metrics = sched.rollout(1, 16)
+    assert metrics["rollout/env_failures"] == FlakyEnv.faults.count("error") > 0
+    assert metrics["rollout/env_timeouts"] == FlakyEnv.faults.count("timeout") > 0
+    assert metrics["rollout/envs_replaced"] == metrics["rollout/env_timeouts"]
+    failed = int(metrics["rollout/env_failures"] + metrics["rollout/env_timeouts"])
+    assert len(trajs) == 16 - failed - metrics["rollout/dropped_trajectories"] == metrics["rollout/batch_size"]
+    assert all(t.failure is None for t in trajs)
+    sizes = {}
+    for t in trajs:
+        sizes[t.group_id] = sizes.get(t.group_id, 0) + 1
+    assert min(sizes.values()) >= 2  # a group left with one member was dropped
+    batch = trajectories_to_batch(trajs, 0)  # the smaller batch still makes a training batch
+    assert len(batch) == len(trajs)
+    # the next rollout runs on replaced envs and completes too
+    trajs2, metrics2 = sched.rollout(2, 16)
+    assert metrics2["rollout/batch_size"] == len(trajs2) > 0
+
+
+def test_local_mode_reraises_env_errors_by_default(infer_group, tiny_model_dir):
+    FlakyEnv.reset_log()
+    cfg = make_cfg(env_config={"fail_every": 3}, group_size=2, env_groups=2, max_actions=2, max_tokens=4, batch=4)
+    assert cfg.train_env_manager.raise_env_errors is None
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    with pytest.raises(RuntimeError, match="injected env failure"):
+        sched.rollout(1, 4)
