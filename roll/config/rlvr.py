@@ -187,11 +187,9 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))
     _check_lengths(cfg)
     _check_sampling(cfg)
-    if cfg.adv_estimator in ("gigpo", "gae"):
-        why = ("gigpo needs multi-turn states (agentic only)" if cfg.adv_estimator == "gigpo"
-               else "gae (critic values) is not wired into the RLVR pipeline yet")
-        raise ConfigError("adv_estimator", cfg.adv_estimator,
-                          f"{why}; use grpo, reinforce_plus_plus, rloo or reinforce")
+    if cfg.adv_estimator == "gigpo":
+        raise ConfigError("adv_estimator", cfg.adv_estimator, "gigpo needs multi-turn states (agentic only); "
+                                                              "use grpo, reinforce_plus_plus, rloo, reinforce or gae")
     if cfg.reward_norm is None and (cfg.reward_shift or cfg.reward_scale):
         raise ConfigError("reward_norm", None, "reward_shift / reward_scale need a scope: set reward_norm to "
                                                "batch, group or running, or turn them off")

@@ -24,7 +24,9 @@ from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
-from roll.pipelines.common import compute_advantages, forward_log_probs, start_workers, sync_weights, train_actor
+from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, start_workers,
+                                   sync_weights, train_actor)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.pipelines.loss_fns import sft_loss
 
@@ -138,8 +140,9 @@ class RLVRPipeline:
             raise ValueError(f"{what}: every prompt is longer than prompt_length={cfg.prompt_length}; raise it")
         return [examples[i] for i in report.kept], ids
 
-    def setup(self) -> None:
-        """Load and encode data (errors surface before any worker starts), start workers, rewards, tracker."""
+    def setup(self, run_id: str | None = None) -> None:
+        """Load and encode data (errors surface before any worker starts), start workers, rewards, tracker
+        (``run_id``: continue that tracker run, when resuming)."""
         from roll.models.loading import load_tokenizer
         from roll.rewards.workers import RewardWorkerPool
         from roll.tracking import make_tracker
@@ -161,6 +164,7 @@ class RLVRPipeline:
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.groups = start_workers(cfg)
+        self.phases = colocation_phases(cfg)
         self.generator = GroupGenerator(self.groups["actor_infer"])
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
@@ -171,12 +175,13 @@ class RLVRPipeline:
         self.running = RunningMeanStd()
         kwargs = {"headline_keys": HEADLINE_KEYS, **dict(cfg.tracker_kwargs)}
         self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
-                                    config=to_dict(cfg), tracker_kwargs=kwargs)
+                                    config=to_dict(cfg), tracker_kwargs=kwargs, run_id=run_id)
 
     # ------------------------------------------------------------------ phases
     def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
                         n: int, args: GeneratingArgs) -> list[PromptGroup]:
         """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers."""
+        self.phases.activate(self.groups, {"actor_infer"})
         expanded = [prompts[i] for i in indices for _ in range(n)]
         outs = self.generator.generate(expanded, args)
         texts = self.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
@@ -210,8 +215,9 @@ class RLVRPipeline:
             if (step + 1) % max(1, sft.steps // 10) == 0:
                 print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
         sync_weights(train, self.groups["actor_infer"])
-        if "reference" in self.groups:  # KL is measured to the warm-started model
-            sync_weights(train, self.groups["reference"])
+        for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
+            if role in self.groups:
+                sync_weights(train, self.groups[role])
         return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start}
 
     def validate(self, step: int) -> dict[str, float]:
@@ -239,22 +245,33 @@ class RLVRPipeline:
         self._maybe_dump(step, prompt_groups)
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         t = time.perf_counter()
+        self.phases.activate(groups, {"actor_train", "reference", "critic"})
         batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
         if "reference" in groups:
             batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
+        if "critic" in groups:
+            from roll.pipelines.common import forward_values
+
+            batch["values"] = forward_values(groups["critic"], batch)
         timings["time/log_probs"] = time.perf_counter() - t
         group_ids = torch.tensor(batch["group_id"], dtype=torch.long)
         scores = postprocess_rlvr_rewards(batch["scores"], group_ids, reward_norm=cfg.reward_norm,
                                           reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
                                           reward_clip=cfg.reward_clip, running=self.running)
         metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
-        t = time.perf_counter()
-        metrics.update(train_actor(cfg, groups["actor_train"], batch, cfg.seed * 100_003 + step))
+        t, seed = time.perf_counter(), cfg.seed * 100_003 + step
+        if "critic" in groups:  # the critic first, so that its warm-up steps can skip the actor
+            from roll.pipelines.common import train_critic
+
+            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
+        actor_trains = step > cfg.critic_warmup
+        if actor_trains:
+            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
         timings["time/train"] = time.perf_counter() - t
         if cfg.add_token_level_kl:  # the adaptive controller follows the KL measured in the reward
             self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
-        if step % cfg.actor_infer.model_update_frequency == 0:
+        if actor_trains and step % cfg.actor_infer.model_update_frequency == 0:
             timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
@@ -276,26 +293,29 @@ class RLVRPipeline:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, float]:
-        """Set up, warm start, train ``max_steps`` steps with validation, save the final actor."""
+        """Set up (or resume), warm start, train ``max_steps`` steps with validation, save the final actor."""
         from roll.tracking import progress
 
         cfg = self.cfg
-        self.setup()
-        if cfg.sft_warmup.enabled:
+        resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
+        self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
+        first = self.resume(resume) + 1 if resume else 1
+        if resume is None and cfg.sft_warmup.enabled:
             self.tracker.log(self.warm_start(), step=0)
         validating = bool(self.val_prompts) and cfg.eval_steps > 0
-        if validating:
+        if resume is None and validating:
             self.tracker.log(self.validate(0), step=0)
         last: dict[str, float] = {}
-        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RLVR", postfix_keys=HEADLINE_KEYS) as bar:
-            for step in range(1, cfg.max_steps + 1):
+        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RLVR", initial=first - 1,
+                      postfix_keys=HEADLINE_KEYS) as bar:
+            for step in range(first, cfg.max_steps + 1):
                 metrics = self.train_step(step)
                 if validating and (step % cfg.eval_steps == 0 or step == cfg.max_steps):
                     metrics.update(self.validate(step))
                 if step % cfg.logging_steps == 0 or step == cfg.max_steps:
                     self.tracker.log(metrics, step=step)
                 if cfg.save_steps and step % cfg.save_steps == 0:
-                    self.groups["actor_train"].call("save_pretrained", str(self.output_dir / f"checkpoint-{step}"))
+                    self.save(step)
                 bar.advance(metrics)
                 last = metrics
         final = self.output_dir / "final"
@@ -305,6 +325,28 @@ class RLVRPipeline:
         self._plot()
         print(f"[roll] final actor saved to {final}", flush=True)
         return last
+
+    def save(self, step: int) -> None:
+        """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`); the driver state holds the prompt
+        stream position, the KL controller and the running reward statistics."""
+        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
+                 "sampler": self.sampler.state_dict(), "running_reward": self.running.state_dict()}
+        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
+                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
+
+    def resume(self, path: Path) -> int:
+        """Restore checkpoint ``path`` into the running workers and the driver, sync the actor; returns its step."""
+        state = ckpt.load_checkpoint(path, self.groups)
+        if state["seed"] != self.cfg.seed:
+            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
+                             f"resume with the same seed (the prompt order derives from it)")
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.running.load_state_dict(state["running_reward"])
+        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
+        print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
+        return int(state["step"])
 
     def _plot(self) -> None:
         from roll.tracking.plot import load_metrics, plot_metrics, select_keys

@@ -55,11 +55,21 @@ def test_two_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
     assert (tmp_path / "logs" / "metrics.png").is_file()
     assert list((tmp_path / "logs").rglob("events.out.tfevents*"))
 
-    first = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "checkpoint-1")
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "checkpoints" / "step_1" / "actor_hf")
     final = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "final")
     start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert any((a - b).abs().max().item() > 0 for a, b in zip(first.parameters(), start.parameters()))
     assert any((a - b).abs().max().item() > 0 for a, b in zip(final.parameters(), first.parameters()))
+
+    # resume from the newest complete checkpoint (step 2) for one more step, in-process workers this time
+    assert sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    cmd += ["max_steps=3", "resume_from_checkpoint=true", "distributed=local", "save_steps=0"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "resumed from" in proc.stdout and "step_2" in proc.stdout
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "rollout/accuracy" in r] == [1, 2, 3]
+    assert "sft/first_loss" not in rows[-1]  # no second warm start
 
 
 def test_malformed_data_stops_cli_before_workers(tmp_path):
