@@ -195,7 +195,7 @@ def check_rlvr(cfg: RLVRConfig) -> None:
                                                "batch, group or running, or turn them off")
     if cfg.reward_clip is not None and cfg.reward_clip <= 0:
         raise ConfigError("reward_clip", cfg.reward_clip, "must be > 0 (or null)")
-    if cfg.adv_estimator in ("grpo", "rloo") and cfg.num_return_sequences_in_group < 2:
+    if cfg.adv_estimator in ("grpo", "dr_grpo", "rloo") and cfg.num_return_sequences_in_group < 2:
         raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group,
                           f"{cfg.adv_estimator} compares responses of one prompt: use >= 2 (e.g. 8)")
     if cfg.rewards.num_workers < 1:
