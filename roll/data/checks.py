@@ -96,11 +96,16 @@ def check_batch(batch: Batch, stage: str, required: Iterable[str] = ()) -> None:
         spec = SCHEMA.get(key)
         if spec is not None:
             _check_shape_dtype(stage, key, value, spec, n, length)
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        if value.is_floating_point() and not _all_finite(value):
             bad = (~torch.isfinite(value)).nonzero()[0].tolist()
             raise BatchCheckError(stage, key, "finite values", f"{value[tuple(bad)].item()} at index {tuple(bad)}")
     _check_masks(batch, stage)
     _check_token_scores(batch, stage)
+
+
+def _all_finite(value: torch.Tensor) -> bool:
+    """No NaN/inf; the sum is the fast path (NaN and inf propagate), the elementwise test settles overflow."""
+    return bool(torch.isfinite(value.sum())) or bool(torch.isfinite(value).all())
 
 
 def _batch_size(batch: Batch) -> int:
@@ -142,31 +147,35 @@ def _check_shape_dtype(stage: str, key: str, value: torch.Tensor, spec: KeySpec,
 def _check_masks(batch: Batch, stage: str) -> None:
     for key in MASK_KEYS:
         mask = batch.tensors.get(key)
-        if mask is None:
+        if mask is None or mask.numel() == 0 or (int(mask.min()) >= 0 and int(mask.max()) <= 1):
             continue
-        bad = ((mask != 0) & (mask != 1)).nonzero()
-        if len(bad):
-            at = tuple(bad[0].tolist())
-            raise BatchCheckError(stage, key, "values in {0, 1}", f"{mask[at].item()} at index {at}")
+        at = tuple(((mask != 0) & (mask != 1)).nonzero()[0].tolist())
+        raise BatchCheckError(stage, key, "values in {0, 1}", f"{mask[at].item()} at index {at}")
     attn, resp = batch.tensors.get("attention_mask"), batch.tensors.get("response_mask")
-    if attn is not None and resp is not None:
-        bad = ((resp == 1) & (attn == 0)).nonzero()
-        if len(bad):
-            raise BatchCheckError(stage, "response_mask", "1 only where attention_mask is 1",
-                                  f"1 on padding at index {tuple(bad[0].tolist())}")
+    if attn is not None and resp is not None and bool((resp > attn).any()):  # both are 0/1 here
+        at = tuple((resp > attn).nonzero()[0].tolist())
+        raise BatchCheckError(stage, "response_mask", "1 only where attention_mask is 1", f"1 on padding at index {at}")
+
+
+def _last_response_index(resp: torch.Tensor) -> torch.Tensor:
+    """(B,) index in the L-1 layout of each sample's last response token (token p is scored at p - 1); -1 if none."""
+    shifted = resp[:, 1:]
+    last = (shifted * torch.arange(shifted.shape[1])).max(dim=1).values  # resp is 0/1 (checked before)
+    return torch.where(shifted[:, 0] + last > 0, last, torch.full_like(last, -1))
 
 
 def _check_token_scores(batch: Batch, stage: str) -> None:
     tls, resp = batch.tensors.get("token_level_scores"), batch.tensors.get("response_mask")
-    if tls is None or resp is None:
+    if tls is None or resp is None or tls.shape != (resp.shape[0], resp.shape[1] - 1):
         return
-    shifted = resp[:, 1:] != 0  # (B, L-1): index t is response token t+1
-    cols = torch.arange(shifted.shape[1]).expand_as(shifted)
-    last = torch.where(shifted, cols, torch.full_like(cols, -1)).max(dim=1).values  # (B,), -1 = no response
-    allowed = (cols == last[:, None]) & (last[:, None] >= 0)
-    stray = ((tls != 0) & ~allowed).nonzero()
-    if len(stray):
-        i, t = stray[0].tolist()
+    last = _last_response_index(resp)
+    nonzero = tls != 0
+    rows = torch.arange(tls.shape[0])
+    at_last = nonzero[rows, last.clamp(min=0)] & (last >= 0)
+    bad = nonzero.sum(dim=1) > at_last.long()  # a nonzero somewhere other than the last response token
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        t = int(((tls[i] != 0) & (torch.arange(tls.shape[1]) != last[i])).nonzero()[0])
         where = f"index {int(last[i])}" if last[i] >= 0 else "nowhere (the sample has no response tokens)"
         raise BatchCheckError(stage, "token_level_scores",
                               f"nonzero only at the last response token ({where}) of sample {i}",
