@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# GPU verification of the sglang strategy (issue 8), one command on the GPU machine, from the repo root:
+#   bash scripts/verify_gpu_sglang.sh            # STEPS=4 HF_STEPS=2 DIST=ray MODEL=/tmp/roll-models/qwen05b-rand
+# 1. builds a random-weight Qwen2.5-0.5B-shaped model (hidden 896, 24 layers, 14/2 heads, vocab 151936, tied
+#    embeddings) with roll's hub-free tokenizer at $MODEL, unless one is there;
+# 2. runs the agentic pipeline (Sokoban) with actor_infer = sglang colocated with actor_train = deepspeed_train
+#    (ZeRO-2) on GPU 0: examples/config/sokoban_qwen05b_sglang.yaml, $STEPS steps;
+# 3. runs the same config with actor_infer = hf_infer for $HF_STEPS steps (same seeds: the same first-turn
+#    prompts of every step), for a throughput comparison;
+# 4. writes $OUT/summary.json and prints a table: rollout tokens/s, sync time, log-prob mismatch, step breakdown.
+# Needs: torch + CUDA, sglang, deepspeed, ray, hydra, gymnasium importable (on the lent machines: source the
+# bundle's activate.sh first, see /work/shared/device/README.md). Logs: $OUT/{build,sglang,hf}.log.
+set -uo pipefail
+OUT=${OUT:-/tmp/roll-verify-sglang}
+MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
+STEPS=${STEPS:-4}
+HF_STEPS=${HF_STEPS:-2}
+DIST=${DIST:-ray}
+WORK=${WORK:-/tmp/roll-verify-sglang-work}
+mkdir -p "$OUT" "$WORK/config"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+python3 - "$MODEL" <<'PY' 2>&1 | tee "$OUT/build.log"
+import sys, time, pathlib
+path = pathlib.Path(sys.argv[1])
+if (path / "config.json").is_file():
+    print(f"[verify] model already at {path}"); sys.exit(0)
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from roll.models.tiny import build_tokenizer, env_corpus
+t = time.time()
+tok = build_tokenizer(env_corpus(), 1024)
+cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
+                  pad_token_id=tok.pad_token_id, bos_token_id=None, hidden_act="silu")
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+path.parent.mkdir(parents=True, exist_ok=True)
+model.save_pretrained(path)
+tok.save_pretrained(path)
+n = sum(p.numel() for p in model.parameters())
+print(f"[verify] built {path}: {n / 1e6:.0f}M parameters in {time.time() - t:.1f}s")
+PY
+
+python3 - "$WORK/config" <<'PY'
+import sys, yaml, pathlib
+src = pathlib.Path("examples/config/sokoban_qwen05b_sglang.yaml")
+cfg = yaml.safe_load(src.read_text())
+cfg["exp_name"] = "sokoban_qwen05b_hf"
+cfg["actor_infer"]["strategy_args"] = {"strategy_name": "hf_infer", "strategy_config": {"generate_batch_size": 128}}
+pathlib.Path(sys.argv[1], "sokoban_qwen05b_hf.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+PY
+
+run() {  # name, config dir, config name, steps
+    ray stop --force >/dev/null 2>&1
+    local t0=$(date +%s)
+    python3 examples/start_agentic_pipeline.py --config-path "$2" --config-name "$3" pretrain="$MODEL" \
+        max_steps="$4" distributed="$DIST" output_dir="$WORK/$1" logging_dir="$WORK/$1/logs" 2>&1 \
+        | tee "$OUT/$1.log"
+    local rc=${PIPESTATUS[0]}
+    echo "[verify] $1: exit $rc after $(( $(date +%s) - t0 ))s"
+    cp -f "$WORK/$1/logs/metrics.jsonl" "$OUT/$1_metrics.jsonl" 2>/dev/null
+    return $rc
+}
+run sglang "$PWD/examples/config" sokoban_qwen05b_sglang "$STEPS"; rc_sgl=$?
+run hf "$WORK/config" sokoban_qwen05b_hf "$HF_STEPS"; rc_hf=$?
+
+python3 - "$OUT" <<'PY'
+import json, sys, pathlib, platform
+out = pathlib.Path(sys.argv[1])
+def steps(name):
+    p = out / f"{name}_metrics.jsonl"
+    return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
+def tokens(m):  # generated tokens of the step's rollout batch
+    return m.get("rollout/response_tokens_per_turn", 0) * m.get("rollout/mean_actions", 0) * m.get("rollout/batch_size", 0)
+keys = ["time/step", "time/rollout", "time/rollout_generate", "time/rollout_env", "time/offload_reload",
+        "time/old_log_probs", "time/train", "time/sync", "rollout/logprob_mismatch", "rollout/logprob_mismatch_max",
+        "rollout/mean_actions", "rollout/response_tokens_per_turn", "rollout/invalid_action_rate",
+        "rollout/success_rate"]
+summary = {"python": platform.python_version()}
+try:
+    import torch; summary.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+    import sglang, deepspeed, ray, transformers
+    summary.update(sglang=sglang.__version__, deepspeed=deepspeed.__version__, ray=ray.__version__,
+                   transformers=transformers.__version__)
+except Exception as exc:
+    summary["version_error"] = str(exc)
+for name in ("sglang", "hf"):
+    rows = [m for m in steps(name) if "time/step" in m]
+    summary[name] = [{"step": m.get("step"), "gen_tokens": round(tokens(m)),
+                      "rollout_tok_per_s": round(tokens(m) / m["time/rollout"]) if m.get("time/rollout") else None,
+                      **{k: round(m[k], 4) for k in keys if k in m}} for m in rows]
+    sft = [m for m in steps(name) if "time/sft" in m]
+    if sft:
+        summary[f"{name}_sft"] = {k: round(v, 3) for k, v in sft[0].items() if k.startswith(("sft/", "time/"))}
+(out / "summary.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps(summary, indent=1))
+PY
+echo "[verify] sglang exit $rc_sgl, hf exit $rc_hf; summary in $OUT/summary.json"
+exit $(( rc_sgl != 0 ? rc_sgl : rc_hf ))
