@@ -1,0 +1,42 @@
+"""Train-inference mismatch metric: engine log-probs aligned with ``old_log_probs`` (hand-computed positions)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.pipelines.agentic_pipeline import logprob_mismatch, rollout_log_probs
+
+
+def _trajs():
+    a = Trajectory("a", 0, 0, "S", 1, turns=[
+        Turn(prompt_ids=[1, 2], response_ids=[3, 4], response_log_probs=[-0.1, -0.2], observation=""),
+        Turn(prompt_ids=[5], response_ids=[6, 9], response_log_probs=[-0.3], observation="", appended_eos=True),
+    ])
+    b = Trajectory("b", 1, 0, "S", 1, turns=[
+        Turn(prompt_ids=[1, 2, 7], response_ids=[8], response_log_probs=[-0.5], observation=""),
+    ])
+    return [a, b]
+
+
+def test_rollout_log_probs_alignment():
+    # a = [1, 2, 3, 4, 5, 6, 9]: tokens 3, 4 at positions 2, 3 -> log-prob indices 1, 2; token 6 at 5 -> index 4;
+    # 9 is an appended end-of-turn token (no engine log-prob). b = [1, 2, 7, 8]: token 8 at 3 -> index 2.
+    values, mask = rollout_log_probs(_trajs(), width=7)
+    assert mask.tolist() == [[0, 1, 1, 0, 1, 0], [0, 0, 1, 0, 0, 0]]
+    assert values[0].tolist() == pytest.approx([0, -0.1, -0.2, 0, -0.3, 0])
+    assert values[1, 2].item() == pytest.approx(-0.5)
+
+
+def test_mismatch_metric_hand_computed():
+    trajs = _trajs()
+    batch = trajectories_to_batch(trajs, pad_id=0)
+    old = torch.zeros(2, 6)
+    old[0, 1], old[0, 2], old[0, 4], old[1, 2] = -0.1, -0.4, -0.3, -1.0  # |diffs| = 0, 0.2, 0, 0.5
+    old[0, 5] = -9.0  # not a generated token with an engine log-prob: ignored
+    batch["old_log_probs"] = old
+    m = logprob_mismatch(trajs, batch)
+    assert m["rollout/logprob_mismatch"] == pytest.approx(0.7 / 4)
+    assert m["rollout/logprob_mismatch_max"] == pytest.approx(0.5)
+    assert batch["rollout_log_probs"].shape == (2, 6)
