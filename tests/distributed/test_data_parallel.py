@@ -47,16 +47,19 @@ def mean_logp_loss(log_probs, entropy, batch):
     return loss, {"loss": float(loss.detach())}
 
 
-def _train_once(ray, model_dir: str, world_size: int, zero_stage: int, batch: Batch) -> dict[str, torch.Tensor]:
+def _start_group(ray, model_dir: str, world_size: int, zero_stage: int) -> tuple[RayWorkerGroup, dict]:
     cfg = _worker(model_dir, world_size, zero_stage)
     plan = plan_placement({"actor_train": cfg}, num_gpus_per_node=0)
     check_feasible(plan, ray.cluster_resources())
     pgs = create_placement_groups(plan, timeout_s=30)
-    group = RayWorkerGroup("actor_train", cfg, 300, slots=plan.roles["actor_train"], placement_groups=pgs)
+    return RayWorkerGroup("actor_train", cfg, 300, slots=plan.roles["actor_train"], placement_groups=pgs), pgs
+
+
+def _train_once(ray, group: RayWorkerGroup, pgs: dict, batch: Batch) -> dict[str, torch.Tensor]:
     try:
         group.call("initialize", StrategyContext(seed=3, max_grad_norm=1.0, total_steps=1))
         metrics = group.call_dp("train_step", batch, loss_fn=mean_logp_loss)
-        assert len(metrics) == world_size
+        assert len(metrics) == group.world_size
         return dict(group.call("named_weights")[0])
     finally:
         group.shutdown()
@@ -70,8 +73,10 @@ def test_two_workers_match_one(ray_cluster, tiny_model_dir, zero_stage):
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(10, 400, (GLOBAL_BATCH, SEQ), generator=gen)
     batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-    before = _train_once(ray_cluster, tiny_model_dir, 1, zero_stage, batch)
-    two = _train_once(ray_cluster, tiny_model_dir, 2, zero_stage, batch)
+    one_group = _start_group(ray_cluster, tiny_model_dir, 1, zero_stage)
+    two_group = _start_group(ray_cluster, tiny_model_dir, 2, zero_stage)  # both start up concurrently
+    before = _train_once(ray_cluster, *one_group, batch)
+    two = _train_once(ray_cluster, *two_group, batch)
     from transformers import AutoModelForCausalLM
 
     init = dict(AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters())
