@@ -43,6 +43,8 @@ class PPOConfig:
                             choices=["kl", "abs", "mse", "low_var_kl", "k3"])
     allow_kl_in_reward_and_loss: bool = fld(False, "Allow add_token_level_kl and use_kl_loss together.")
     entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
+    policy_loss: str = fld("ppo", "Policy loss: token-ratio PPO clip, or GSPO's sequence-level ratio.",
+                           choices=["ppo", "gspo"])
     sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (0 = off).")
     rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss.")
     use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")

@@ -204,7 +204,7 @@ def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
                            loss_agg_mode=cfg.loss_agg_mode, norm_len=cfg.sequence_length,
                            entropy_loss_coef=cfg.entropy_loss_coef,
                            use_kl_loss=cfg.use_kl_loss, kl_loss_coef=cfg.kl_loss_coef,
-                           kl_loss_type=cfg.kl_loss_type)
+                           kl_loss_type=cfg.kl_loss_type, policy_loss=cfg.policy_loss)
 
 
 def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:

@@ -245,7 +245,8 @@ def test_gigpo_without_turns_is_a_clear_error():
 LOSS_CASES = [{}, {"pg_clip": 0.1}, {"pg_clip_low": 0.1, "pg_clip_high": 0.05}, {"dual_clip_loss": True, "dual_clip_c": 1.5},
               {"loss_agg_mode": "token-mean"}, {"loss_agg_mode": "seq-mean-token-sum"},
               {"loss_agg_mode": "seq-mean-token-sum-norm"}, {"entropy_loss_coef": 0.1},
-              {"kl_loss_coef": 0.5, "kl_loss_type": "mse"}, {"use_kl_loss": False}]
+              {"kl_loss_coef": 0.5, "kl_loss_type": "mse"}, {"use_kl_loss": False},
+              {"policy_loss": "gspo", "pg_clip": 0.01}]
 
 
 @pytest.mark.parametrize("overrides", LOSS_CASES)
@@ -264,7 +265,8 @@ def test_actor_loss_step_equals_direct_call(overrides):
                              dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
                              loss_agg_mode=cfg.loss_agg_mode, norm_len=cfg.sequence_length,
                              entropy_loss_coef=cfg.entropy_loss_coef, use_kl_loss=cfg.use_kl_loss,
-                             kl_loss_coef=cfg.kl_loss_coef, kl_loss_type=cfg.kl_loss_type)
+                             kl_loss_coef=cfg.kl_loss_coef, kl_loss_type=cfg.kl_loss_type,
+                             policy_loss=cfg.policy_loss)
     want, want_metrics = actor_loss(log_probs, batch["old_log_probs"], batch["advantages"], mask, direct,
                                     entropy=entropy, ref_log_probs=batch["ref_log_probs"])
     torch.testing.assert_close(loss, want)
