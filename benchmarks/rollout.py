@@ -1,0 +1,101 @@
+"""Rollout throughput vs bare ``generate`` on the same prompts (tiny model, CPU, distributed=local).
+
+For each env count N: one timed rollout of N Sokoban envs (groups of 8) through ``RolloutScheduler``, recording
+every generate call it makes; then the same calls replayed straight to the inference worker. Greedy decoding makes
+the replay do exactly the same work. Overhead = rollout wall time / bare generate time - 1 (everything the rollout
+adds: env steps, tokenization, bookkeeping, batching).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/rollout.py --sizes 8 64 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def _config(n_envs: int, max_actions: int, max_tokens: int):
+    from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
+
+    cfg = AgenticConfig()
+    cfg.distributed, cfg.sequence_length, cfg.rollout_batch_size = "local", 1024, n_envs
+    cfg.custom_envs = {"Sokoban": CustomEnvConfig(
+        env_type="sokoban", env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": max_actions,
+                                        "show_border": False},
+        max_actions_per_traj=max_actions, max_tokens_per_step=max_tokens, system_prompt="You are a Sokoban player.")}
+    group = min(8, n_envs)
+    cfg.train_env_manager = EnvManagerConfig(tags=["Sokoban"], env_groups=n_envs // group, group_size=group,
+                                             conformance_samples=0)
+    cfg.actor_infer.generating_args.do_sample = False
+    cfg.actor_infer.generating_args.max_new_tokens = max_tokens
+    return cfg
+
+
+class _Recorder:
+    """Wraps the real generator; keeps every call's prompts and budget."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def generate(self, prompts, args, max_new_tokens=None):
+        self.calls.append((prompts, args, max_new_tokens))
+        return self.inner.generate(prompts, args, max_new_tokens)
+
+    def leave(self):
+        self.inner.leave()
+
+
+def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int) -> dict[str, float]:
+    from roll.agentic.rollout import RolloutScheduler
+
+    cfg = _config(n_envs, max_actions, max_tokens)
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", model, group, use_ray=False)
+    sched.rollout(0, n_envs)  # warm-up (tokenizer caches, first-call costs)
+    recorder = _Recorder(sched.generator)
+    sched.generator = recorder
+    start = time.perf_counter()
+    trajs, metrics = sched.rollout(1, n_envs)
+    wall = time.perf_counter() - start
+    start = time.perf_counter()
+    for prompts, args, max_new in recorder.calls:
+        group.call_rank0("generate", prompts, args, max_new)
+    bare = time.perf_counter() - start
+    steps = sum(len(t.turns) for t in trajs)
+    tokens = sum(len(turn.response_ids) - turn.appended_eos for t in trajs for turn in t.turns)
+    return {"envs": n_envs, "wall_s": wall, "bare_generate_s": bare, "overhead": wall / bare - 1,
+            "traj_per_s": len(trajs) / wall, "env_steps_per_s": steps / wall, "gen_tokens_per_s": tokens / wall,
+            "env_s": metrics["time/rollout_env"], "calls": len(recorder.calls)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
+    parser.add_argument("--model", default="/tmp/roll-bench-tiny", help="tiny model dir (built if missing)")
+    parser.add_argument("--max-actions", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the inference worker")
+    args = parser.parse_args()
+
+    from roll.config.worker import WorkerConfig
+    from roll.distributed.group import LocalWorkerGroup
+    from roll.models.tiny import ensure_tiny_model
+    from roll.strategies.base import StrategyContext
+
+    ensure_tiny_model(args.model, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
+    worker = WorkerConfig()
+    worker.model_args.model_name_or_path = args.model
+    worker.strategy_args.strategy_config = {"generate_batch_size": 256}
+    group = LocalWorkerGroup("actor_infer", worker, num_threads=args.threads)
+    group.call("initialize", StrategyContext(seed=0))
+    print(f"{'envs':>5} {'rollout s':>9} {'bare gen s':>10} {'overhead':>8} {'traj/s':>7} {'steps/s':>8} "
+          f"{'tok/s':>7} {'env s':>6} {'calls':>5}")
+    for n in args.sizes:
+        r = bench(n, args.model, group, args.max_actions, args.max_tokens)
+        print(f"{r['envs']:>5} {r['wall_s']:>9.2f} {r['bare_generate_s']:>10.2f} {r['overhead']:>8.1%} "
+              f"{r['traj_per_s']:>7.1f} {r['env_steps_per_s']:>8.1f} {r['gen_tokens_per_s']:>7.0f} "
+              f"{r['env_s']:>6.2f} {r['calls']:>5}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
