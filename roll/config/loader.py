@@ -107,6 +107,26 @@ def _fragment_blocks(config_dir: Path, name: str) -> set[str]:
     return blocks
 
 
+def schema_skeleton(schema: type) -> DictConfig:
+    """The schema's defaults with every optional block (``critic: None``) filled with its own defaults, so an
+    override like ``critic.world_size=2`` is recognised as a key of the schema."""
+    return OmegaConf.structured(_filled(schema))
+
+
+def _filled(cls: type) -> Any:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        inner = [a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)]
+        default_is_none = f.default is None and f.default_factory is dataclasses.MISSING
+        if inner and default_is_none:
+            values[f.name] = _filled(inner[0])
+    return cls(**values)
+
+
 def _key_exists(cfg: DictConfig, dotted: str) -> bool:
     node: Any = cfg
     for part in dotted.split("."):
@@ -191,7 +211,7 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
     schema_defaults = OmegaConf.structured(schema)
     try:
         raw = _compose(config_dir, name, [])
-        raw = _compose(config_dir, name, _prepare_overrides(raw, schema_defaults, overrides or []))
+        raw = _compose(config_dir, name, _prepare_overrides(raw, schema_skeleton(schema), overrides or []))
     except ConfigError:
         raise
     except OmegaConfBaseException as exc:
