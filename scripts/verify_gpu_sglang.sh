@@ -5,7 +5,7 @@
 #    embeddings) with roll's hub-free tokenizer at $MODEL, unless one is there;
 # 2. runs the agentic pipeline (Sokoban) with actor_infer = sglang colocated with actor_train = deepspeed_train
 #    (ZeRO-2) on GPU 0: examples/config/sokoban_qwen05b_sglang.yaml, $STEPS steps;
-# 3. runs the same config with actor_infer = hf_infer for $HF_STEPS steps (same seeds: the same first-turn
+# 3. runs the same config with actor_infer = hf_infer for $HF_STEPS steps (0 skips a run) (same seeds: the same first-turn
 #    prompts of every step), for a throughput comparison;
 # 4. writes $OUT/summary.json and prints a table: rollout tokens/s, sync time, log-prob mismatch, step breakdown.
 # Needs: torch + CUDA, sglang, deepspeed, ray, hydra, gymnasium importable (on the lent machines: source the
@@ -65,14 +65,15 @@ run() {  # name, config dir, config name, steps
     cp -f "$WORK/$1/logs/metrics.jsonl" "$OUT/$1_metrics.jsonl" 2>/dev/null
     return $rc
 }
-run sglang "$PWD/examples/config" sokoban_qwen05b_sglang "$STEPS"; rc_sgl=$?
-run hf "$WORK/config" sokoban_qwen05b_hf "$HF_STEPS"; rc_hf=$?
+rc_sgl=0; rc_hf=0  # STEPS=0 or HF_STEPS=0 skips that run (the summary still reads an earlier run's metrics)
+[ "$STEPS" -gt 0 ] && { run sglang "$PWD/examples/config" sokoban_qwen05b_sglang "$STEPS"; rc_sgl=$?; }
+[ "$HF_STEPS" -gt 0 ] && { run hf "$WORK/config" sokoban_qwen05b_hf "$HF_STEPS"; rc_hf=$?; }
 
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$WORK" <<'PY'
 import json, sys, pathlib, platform
-out = pathlib.Path(sys.argv[1])
+out, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 def steps(name):
-    p = out / f"{name}_metrics.jsonl"
+    p = work / name / "logs" / "metrics.jsonl"
     return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
 def tokens(m):  # generated tokens of the step's rollout batch
     return m.get("rollout/response_tokens_per_turn", 0) * m.get("rollout/mean_actions", 0) * m.get("rollout/batch_size", 0)
