@@ -141,3 +141,39 @@ def test_switch_flag_and_env_var(monkeypatch):
         check_batch_if(False, batch, "env")
     monkeypatch.setenv(ENV_VAR, "0")
     assert not strict_enabled(False)
+
+
+def _strict_cfg(strict: bool):
+    from roll.config.agentic import AgenticConfig
+
+    cfg = AgenticConfig(strict_data_check=strict, adv_estimator="reinforce")
+    cfg.actor_train.training_args.per_device_train_batch_size = 3
+    cfg.actor_train.training_args.gradient_accumulation_steps = 1
+    return cfg
+
+
+def test_pipeline_hand_offs_check_when_strict(monkeypatch):
+    from roll.pipelines.common import compute_advantages, train_actor
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    batch = valid_batch()
+    batch.tensors["old_log_probs"] = torch.zeros(3, 7)  # (B, L) instead of (B, L-1)
+    scores = batch["scores"]
+    compute_advantages(_strict_cfg(False), batch, scores, None, 0.0)  # off: the bad key goes unnoticed
+    with pytest.raises(BatchCheckError) as info:
+        compute_advantages(_strict_cfg(True), batch, scores, None, 0.0)
+    assert (info.value.stage, info.value.key) == ("advantages", "old_log_probs")
+
+    class NoWorkers:  # the check must fire before any worker is called
+        world_size = 1
+
+        def call_dp(self, *args, **kwargs):
+            raise AssertionError("train_step reached the workers")
+
+    good = valid_batch()
+    del good.tensors["advantages"]
+    with pytest.raises(BatchCheckError, match="'train_step': key 'advantages' expected to be present"):
+        train_actor(_strict_cfg(True), NoWorkers(), good, seed=0)
+    monkeypatch.setenv(ENV_VAR, "1")  # the env var alone turns it on
+    with pytest.raises(BatchCheckError, match="'train_step'"):
+        train_actor(_strict_cfg(False), NoWorkers(), good, seed=0)
