@@ -35,11 +35,25 @@ Batch arithmetic (checked when the config loads): the global train batch is
 responses in RLVR). One step then makes `samples / global batch` optimizer steps per `ppo_epochs` pass; for one
 optimizer step per rollout set `gradient_accumulation_steps = samples / (per_device_train_batch_size x world_size)`.
 
-Strategies: `deepspeed_train` (actor_train, critic) and `hf_infer` (actor_infer, reference) run everywhere;
-`megatron_train`, `megatron_infer` and `vllm` are rejected at load time with the missing backend named; `sglang`
-needs a CUDA machine with sglang installed. DeepSpeed fragments live in `examples/config/deepspeed_zero*.yaml`;
-their `auto` values are filled from the worker block.
+DeepSpeed fragments live in `examples/config/deepspeed_zero*.yaml` (`deepspeed_zero`, `deepspeed_zero2`,
+`deepspeed_zero3`, `deepspeed_zero3_cpuoffload`); their `auto` values are filled from the worker block. ROLL-style
+example configs that use them as the guide shows are in `examples/roll_style/`.
 """
+
+
+def limits() -> list[str]:
+    """What the validator rejects although the guide names it (from the validator's own tables)."""
+    from roll.config.validation import NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC, UNAVAILABLE_BACKENDS
+
+    lines = ["## Guide keys with limits", "", "Strategy names that are rejected when no backend is registered "
+             "for them (the error names what is missing):", ""]
+    lines += [f"- `{name}`: {why}." for name, why in sorted(UNAVAILABLE_BACKENDS.items())]
+    lines += ["", "Keys accepted only at their \"off\" value, because no pipeline acts on them yet (any other "
+              "value is an error, not silently ignored):", ""]
+    lines += [f"- `{key}` = `{value!r}`" for key, value in NOT_IMPLEMENTED.items()]
+    lines += [f"- `{key}` = `{value!r}` (agentic pipeline)" for key, value in NOT_IMPLEMENTED_AGENTIC.items()]
+    lines += ["- `use_topr_loss`, `add_len_reward`, `difficulty_loss_weight`, `length_loss_weight` = `False`", ""]
+    return lines
 
 
 def schemas() -> list[type]:
@@ -99,7 +113,7 @@ def render() -> str:
     """The whole docs/config.md text."""
     from roll.config.fields import nested_dataclasses
 
-    lines = [HEADER]
+    lines = [HEADER] + limits()
     seen: set[type] = set()
     for schema in schemas():
         for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):

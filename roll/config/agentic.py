@@ -35,7 +35,8 @@ class EnvManagerConfig:
     n_groups: Optional[List[int]] = fld(None, "Groups per tag (same length as tags; sums to env_groups).")
     max_traj_per_env: int = fld(1, "Trajectories an env may produce per rollout (-1 = no limit).")
     format_penalty: float = fld(-0.1, "Reward of an unparseable or invalid action.")
-    worker_cls: Optional[str] = fld(None, "Import path of a custom env manager class (default: built-in).")
+    worker_cls: Optional[str] = fld(None, "Import path of a custom env manager class (not implemented yet: "
+                                          "only null accepted; register an env instead).")
     num_env_managers: int = fld(1, "Env manager workers the groups are spread over.")
     action_format: str = fld("answer", "Action format: 'answer', 'think_answer' or a regex with one group.")
     env_step_timeout: float = fld(60.0, "Seconds an env reset/step may take; a slower call ends its trajectory as a "

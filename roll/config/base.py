@@ -19,7 +19,7 @@ class PPOConfig:
                              choices=["gae", "reinforce", "grpo", "dr_grpo", "reinforce_plus_plus", "rloo", "gigpo"])
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).")
-    l2: float = fld(0.0, "L2 regularization coefficient added to the loss.")
+    l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")
     lambd: float = fld(0.95, "GAE lambda.")
     pg_clip: float = fld(0.2, "PPO ratio clip range (symmetric).")
@@ -45,8 +45,10 @@ class PPOConfig:
     entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
     policy_loss: str = fld("ppo", "Policy loss: token-ratio PPO clip, or GSPO's sequence-level ratio.",
                            choices=["ppo", "gspo"])
-    sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (0 = off).")
-    rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss.")
+    sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: "
+                                    "only 0 accepted).")
+    rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: "
+                                   "only 1.0 accepted).")
     use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")
     critic_warmup: int = fld(0, "Steps during which only the critic is trained.")
     reward_clip: Optional[float] = fld(None, "Clip episode scores to [-reward_clip, reward_clip].")
@@ -56,8 +58,10 @@ class PPOConfig:
     reward_norm: Optional[str] = fld(None, "RLVR reward normalization.", choices=["batch", "group", "running", None])
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
-    use_reward_scaling: bool = fld(False, "RLVR: scale rewards (enables use_reward_norm).")
-    use_reward_norm: bool = fld(False, "RLVR: normalize rewards; only with use_reward_scaling.")
+    use_reward_scaling: bool = fld(False, "Scale rewards (enables use_reward_norm; not implemented yet: "
+                                          "only false accepted).")
+    use_reward_norm: bool = fld(False, "Normalize rewards; only with use_reward_scaling (not implemented "
+                                       "yet: only false accepted).")
     add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
     difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
@@ -115,7 +119,9 @@ class BaseConfig(PPOConfig):
     is_num_return_sequences_expand: bool = fld(
         False, "Repeat each prompt num_return_sequences times as separate requests instead of asking the engine "
                "for n samples of one request (same samples, different batching).")
-    max_running_requests: int = fld(128, "Most generation requests in flight on one inference worker at a time.")
+    max_running_requests: int = fld(128, "Most generation requests in flight on one inference worker at a time "
+                                         "(not enforced by hf_infer, which generates each submitted batch in "
+                                         "chunks of its generate_batch_size).")
     is_use_additional_prompts: bool = fld(
         False, "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
                "some prompts are filtered out (dynamic sampling).")

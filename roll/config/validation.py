@@ -63,7 +63,7 @@ UNAVAILABLE_BACKENDS = {
     "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
             "the version vllm pins); use sglang on GPU or hf_infer",
     "sglang": "needs the SGLang backend, which is not registered in this install; on a CUDA machine "
-              "`pip install sglang` (see docs), on CPU use hf_infer",
+              "`pip install 'roll[gpu]'`, on CPU use hf_infer",
     "deepspeed_infer": "is not registered in this install; use hf_infer for reference log-probs",
 }
 
@@ -152,6 +152,27 @@ def _file_list(value: Any, key: str) -> list[str] | None:
     if isinstance(value, str):
         return [value]
     raise ConfigError(key, value, "expected a path or a list of paths")
+
+
+#: Guide keys the schema accepts but no pipeline acts on yet, with the only value that means "off". A different
+#: value is an error rather than silently ignored; delete a key here when a pipeline implements it.
+NOT_IMPLEMENTED = {"l2": 0.0, "use_reward_scaling": False, "use_reward_norm": False, "sft_loss_coef": 0.0,
+                   "rl_loss_coef": 1.0}
+#: Keys the agentic pipeline does not act on yet (the RLVR pipeline does).
+NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1, "train_env_manager.worker_cls": None,
+                           "val_env_manager.worker_cls": None}
+
+
+def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
+    """Reject a non-default value of a key in ``table`` (dotted paths; a missing block is skipped)."""
+    for dotted, default in table.items():
+        node = cfg
+        *path, leaf = dotted.split(".")
+        for part in path:
+            node = getattr(node, part, None)
+        if node is not None and getattr(node, leaf) != default:
+            raise ConfigError(dotted, getattr(node, leaf), f"not implemented in roll yet; remove it or set it to "
+                                                           f"{default!r}")
 
 
 def check_scheduling(cfg: Any) -> None:
@@ -286,6 +307,7 @@ def validate(cfg: Any) -> None:
             raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     check_ppo(cfg)
     check_scheduling(cfg)
+    check_not_implemented(cfg, NOT_IMPLEMENTED)
     from roll.config.agentic import AgenticConfig
 
     if isinstance(cfg, AgenticConfig):
@@ -354,6 +376,7 @@ def check_env_manager(cfg: Any, name: str) -> None:
 def check_agentic(cfg: Any) -> None:
     """Rules of the agentic pipeline (see ARCHITECTURE.md section 3)."""
     check_env_manager(cfg, "train_env_manager")
+    check_not_implemented(cfg, NOT_IMPLEMENTED_AGENTIC)
     train = cfg.train_env_manager
     if cfg.rollout_batch_size % train.group_size:
         raise ConfigError("rollout_batch_size", cfg.rollout_batch_size,

@@ -91,4 +91,5 @@ class WorkerConfig:
     num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).")
     num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.")
     infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.")
-    model_update_frequency: int = fld(1, "Sync weights to this role every N training steps.")
+    model_update_frequency: int = fld(1, "Sync weights to this role every N training steps (RLVR actor_infer; "
+                                         "the agentic pipeline syncs every step and accepts only 1).")

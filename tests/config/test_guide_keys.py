@@ -54,15 +54,12 @@ GUIDE_VALUES = [
     ("max_additional_running_prompts=8", "max_additional_running_prompts", 8),
     ("ppo_epochs=2", "ppo_epochs", 2),
     ("max_grad_norm=0.5", "max_grad_norm", 0.5),
-    ("l2=0.01", "l2", 0.01),
     ("lambd=0.9", "lambd", 0.9),
     ("gamma=0.99", "gamma", 0.99),
     ("kl_penalty=abs", "kl_penalty", "abs"),
     ("init_kl_coef=0.1", "init_kl_coef", 0.1),
     ("kl_horizon=5000", "kl_horizon", 5000),
-    ("use_reward_scaling=true", "use_reward_scaling", True),
     ("reward_clip=5", "reward_clip", 5.0),
-    ("use_reward_norm=true", "use_reward_norm", True),
     ("whiten_rewards=true", "whiten_rewards", True),
     ("whiten_advantages=true", "whiten_advantages", True),
     ("advantage_clip=2.0", "advantage_clip", 2.0),
@@ -71,15 +68,12 @@ GUIDE_VALUES = [
     ("reward_shift=true", "reward_shift", True),
     ("reward_scale=true", "reward_scale", True),
     ("entropy_loss_coef=0.01", "entropy_loss_coef", 0.01),
-    ("sft_loss_coef=0.1", "sft_loss_coef", 0.1),
-    ("rl_loss_coef=0.5", "rl_loss_coef", 0.5),
     ("dual_clip_loss=true", "dual_clip_loss", True),
     ("loss_agg_mode=seq-mean-token-sum-norm", "loss_agg_mode", "seq-mean-token-sum-norm"),
     ("reward_normalization.grouping=inductive", "reward_normalization.grouping", "inductive"),
     ("reward_normalization.method=asym_clip", "reward_normalization.method", "asym_clip"),
     ("train_env_manager.max_traj_per_env=-1", "train_env_manager.max_traj_per_env", -1),
     ("train_env_manager.format_penalty=-0.05", "train_env_manager.format_penalty", -0.05),
-    ("train_env_manager.worker_cls=my.pkg:Manager", "train_env_manager.worker_cls", "my.pkg:Manager"),
     ("actor_train.model_args.dtype=bf16", "actor_train.model_args.dtype", "bf16"),
     ("actor_train.model_args.disable_gradient_checkpointing=false",
      "actor_train.model_args.disable_gradient_checkpointing", False),
@@ -92,6 +86,11 @@ GUIDE_VALUES = [
     ("actor_infer.num_gpus_per_worker=1", "actor_infer.num_gpus_per_worker", 1),
     ("actor_train.infer_batch_size=4", "actor_train.infer_batch_size", 4),
     ("actor_infer.model_update_frequency=1", "actor_infer.model_update_frequency", 1),
+    ("l2=0.0", "l2", 0.0),
+    ("use_reward_scaling=false", "use_reward_scaling", False),
+    ("use_reward_norm=false", "use_reward_norm", False),
+    ("sft_loss_coef=0.0", "sft_loss_coef", 0.0),
+    ("rl_loss_coef=1.0", "rl_loss_coef", 1.0),
 ]
 
 
@@ -144,8 +143,11 @@ def test_device_mapping_string_is_evaluated_safely():
 
 def test_device_mapping_sets_world_size_on_gpu_config():
     cfg = load(["num_gpus_per_node=8", "num_nodes=2", "actor_infer.device_mapping='list(range(0,16))'",
-                "actor_infer.num_gpus_per_worker=2"])
+                "actor_infer.num_gpus_per_worker=2", "actor_train.device_mapping='list(range(0,16))'",
+                "actor_train.training_args.per_device_train_batch_size=1",
+                "actor_train.training_args.gradient_accumulation_steps=2"])  # 1 x 2 x 16 = the 32 samples
     assert cfg.actor_infer.world_size == 8  # 16 GPUs / 2 per worker
+    assert cfg.actor_train.world_size == 16
 
 
 @pytest.mark.parametrize("role, name, words", [
@@ -192,4 +194,17 @@ def test_scheduling_and_choice_values_checked(base_cfg, dotted, value):
     *path, leaf = dotted.split(".")
     setattr(get(cfg, ".".join(path)) if path else cfg, leaf, value)
     with pytest.raises(ConfigError, match=f"^{dotted}={value!r}"):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("dotted, value", [
+    ("l2", 0.01), ("use_reward_scaling", True), ("use_reward_norm", True), ("sft_loss_coef", 0.1),
+    ("rl_loss_coef", 0.5), ("actor_infer.model_update_frequency", 2), ("train_env_manager.worker_cls", "a.b:C"),
+])
+def test_keys_no_pipeline_acts_on_are_rejected_unless_off(base_cfg, dotted, value):
+    """Accepted at their "off" value (a ROLL file may list them); any other value would be silently ignored."""
+    cfg = copy.deepcopy(base_cfg)
+    *path, leaf = dotted.split(".")
+    setattr(get(cfg, ".".join(path)) if path else cfg, leaf, value)
+    with pytest.raises(ConfigError, match=f"^{dotted}={value!r}: not implemented in roll yet"):
         validate(cfg)
