@@ -184,7 +184,9 @@ class RLVRPipeline:
         self.phases.activate(self.groups, {"actor_infer"})
         expanded = [prompts[i] for i in indices for _ in range(n)]
         outs = self.generator.generate(expanded, args)
-        texts = self.tokenizer.batch_decode([o.token_ids for o in outs], skip_special_tokens=True)
+        # the stop token is cut, other special tokens are kept: markup such as <answer> may be a special token
+        texts = self.tokenizer.batch_decode([o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids
+                                             for o in outs], skip_special_tokens=False)
         exs = [examples[i] for i in indices for _ in range(n)]
         results = self.rewards.compute(texts, [e.ground_truth for e in exs], [e.tag for e in exs])
         groups = []
