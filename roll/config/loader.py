@@ -53,6 +53,13 @@ def resolve_config_dir(config_path: str | None) -> Path:
     raise ConfigError("--config-path", config_path, f"no such directory (looked in the cwd and {DEFAULT_CONFIG_DIR.parent})")
 
 
+def is_fragment(path: str | Path) -> bool:
+    """Whether a YAML file is a fragment for defaults lists (one top-level block named like the file, e.g.
+    ``deepspeed_zero2.yaml`` holding ``deepspeed_zero2:``), not a pipeline config."""
+    tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return isinstance(tree, dict) and list(tree) == [Path(path).stem] and isinstance(tree[Path(path).stem], dict)
+
+
 def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir), version_base=None), warnings.catch_warnings():
@@ -208,6 +215,10 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
     if not (config_dir / f"{name}.yaml").is_file():
         found = sorted(p.stem for p in config_dir.glob("*.yaml"))
         raise ConfigError("--config-name", config_name, f"no {name}.yaml in {config_dir}; found: {', '.join(found)}")
+    if is_fragment(config_dir / f"{name}.yaml"):
+        raise ConfigError("--config-name", config_name, f"{name}.yaml is a fragment for defaults lists (use it as "
+                                                        f"`- ../config/{name}@_here_` and `${{{name}}}`), not a "
+                                                        f"pipeline config")
     schema_defaults = OmegaConf.structured(schema)
     try:
         raw = _compose(config_dir, name, [])
@@ -245,4 +256,5 @@ def apply_system_envs(envs: dict[str, str]) -> None:
         os.environ[str(k)] = str(v)
 
 
-__all__ = ["load_config", "register_schemas", "resolve_config_dir", "to_dict", "ConfigError", "ValidationError"]
+__all__ = ["load_config", "is_fragment", "register_schemas", "resolve_config_dir", "to_dict", "ConfigError",
+           "ValidationError"]

@@ -51,3 +51,14 @@ def test_every_fragment_trains_one_optimizer_step_on_cpu(tiny_model_dir):
     for name, (steps, delta) in results.items():
         assert steps == 1, name
         assert 0.5e-2 < delta <= 1.01e-2, (name, delta)
+
+
+@pytest.mark.parametrize("name", FRAGMENTS)
+def test_fragment_is_not_a_pipeline_config(name):
+    from roll.config.errors import ConfigError
+    from roll.config.loader import is_fragment, load_config
+
+    assert is_fragment(CONFIG / f"{name}.yaml")
+    assert not is_fragment(CONFIG / "sokoban_tiny.yaml")
+    with pytest.raises(ConfigError, match=f"{name}.yaml is a fragment for defaults lists"):
+        load_config(name)
