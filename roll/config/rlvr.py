@@ -83,8 +83,6 @@ class RLVRConfig(BaseConfig):
     rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "Rule rewards and workers."})
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig,
                                                     metadata={"help": "Group filters (DAPO-style)."})
-    is_use_additional_prompts: bool = fld(False, "Draw more prompts when groups are filtered out (ROLL key).")
-    max_additional_running_prompts: int = fld(16, "Additional prompts a step may draw beyond rollout_batch_size.")
     tiny_model: Optional[TinyModelConfig] = fld(None, "Build a tiny model at `pretrain` if it is missing "
                                                       "(tokenizer trained on the data's text).")
     sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
@@ -153,9 +151,10 @@ def _check_lengths(cfg: RLVRConfig) -> None:
         if not 1 <= args.max_new_tokens <= cfg.response_length:
             raise ConfigError(f"{key}.max_new_tokens", args.max_new_tokens,
                               f"must be in [1, response_length={cfg.response_length}]")
-        if args.num_return_sequences != 1:
+        if args.num_return_sequences not in (1, cfg.num_return_sequences_in_group):
             raise ConfigError(f"{key}.num_return_sequences", args.num_return_sequences,
-                              "must be 1: the group size is num_return_sequences_in_group (prompts are repeated)")
+                              f"must be 1 or num_return_sequences_in_group ({cfg.num_return_sequences_in_group}): "
+                              "the group size is num_return_sequences_in_group (prompts are repeated)")
 
 
 def _check_warmup(cfg: RLVRConfig) -> None:
