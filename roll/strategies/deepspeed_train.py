@@ -205,7 +205,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         if zero.get("offload_param", {}).get("device") == "cpu":
             return  # DeepSpeed cannot move states of CPU-offloaded parameters; they already live on CPU
         if self.zero_stage > 0:
-            self.engine.offload_states()
+            self.engine.offload_states(include=self._offloadable_states())
         else:
             self._move_stage0(torch.device("cpu"))
         torch.cuda.empty_cache()
@@ -220,6 +220,16 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         else:
             self._move_stage0(self.device)
         self._offloaded = False
+
+    def _offloadable_states(self) -> list | None:
+        """What ``engine.offload_states`` may move: everything (None), except under ZeRO-3 with an optimizer other
+        than DeepSpeed's FusedAdam, where DeepSpeed moves only bf16 weights, gradients and the gradient buffer
+        (the fp32 master weights and Adam states then stay on the GPU)."""
+        if self.zero_stage != 3 or type(getattr(self.engine.optimizer, "optimizer", None)).__name__ == "FusedAdam":
+            return None
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum as State
+
+        return [State.lp_params, State.lp_grads, State.contiguous_grad_buffer]
 
     def _move_stage0(self, device: torch.device) -> None:
         self.engine.module.to(device)
