@@ -35,15 +35,25 @@ def tiny_overrides(tmp: Path, model_dir: str, mode: str) -> list[str]:
     ]
 
 
-def run(tmp: Path, model_dir: str, mode: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """Run the start script; return the step rows of metrics.jsonl and the final actor's state dict."""
-    from transformers import AutoModelForCausalLM
-
+def launch(tmp: Path, model_dir: str, mode: str) -> subprocess.Popen:
+    """Start the start script in ``mode`` (both runs go at once: most of each is start-up, not compute)."""
     cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-name", "sokoban_tiny",
            *tiny_overrides(tmp, model_dir, mode)]
-    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = open(tmp / f"{mode}.log", "w")
+    return subprocess.Popen(cmd, cwd=tmp, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+
+
+def finish(tmp: Path, mode: str, proc: subprocess.Popen) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """Wait for a run; return the step rows of metrics.jsonl and the final actor's state dict."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        code = proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert code == 0, (tmp / f"{mode}.log").read_text()[-4000:]
     rows = [json.loads(line) for line in (tmp / mode / "logs" / "metrics.jsonl").read_text().splitlines()]
     final = AutoModelForCausalLM.from_pretrained(tmp / mode / "out" / "final")
     return [r for r in rows if r["step"] >= 1], final.state_dict()
@@ -74,8 +84,8 @@ def assert_same_runs(a: tuple[list[dict], dict], b: tuple[list[dict], dict], rel
 
 @pytest.mark.slow
 def test_local_and_ray_give_same_metrics_and_weights(tmp_path, tiny_model_dir):
-    local = run(tmp_path, tiny_model_dir, "local")
-    ray = run(tmp_path, tiny_model_dir, "ray")
+    procs = {mode: launch(tmp_path, tiny_model_dir, mode) for mode in ("local", "ray")}
+    local, ray = (finish(tmp_path, mode, proc) for mode, proc in procs.items())
     assert_same_runs(local, ray)
     start = initial_state(tiny_model_dir)
     assert any(not torch.equal(start[k], local[1][k]) for k in start), "2 RL steps did not change the weights"
