@@ -23,6 +23,7 @@ from roll.config.loader import to_dict
 from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
+from roll.data.checks import check_batch_if
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, start_workers,
@@ -246,11 +247,14 @@ class RLVRPipeline:
         timings["time/rollout"] = time.perf_counter() - t0
         self._maybe_dump(step, prompt_groups)
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
+        check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
         batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+        check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
         if "reference" in groups:
             batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
+            check_batch_if(cfg.strict_data_check, batch, "ref_log_probs", required=("ref_log_probs",))
         if "critic" in groups:
             from roll.pipelines.common import forward_values
 
