@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -21,20 +20,18 @@ from roll.config.agentic import AgenticConfig
 from roll.config.loader import to_dict
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
-from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, group_keys,
                                    perf_metrics, start_workers, sync_weights, train_actor)
 from roll.pipelines.common import forward_values, train_critic
 from roll.pipelines.loss_fns import sft_loss
 
 
-class AgenticPipeline:
-    """Runs ``cfg.max_steps`` training steps; ``run()`` returns the last step's metrics."""
+class AgenticPipeline(Pipeline):
+    """Grouped multi-turn rollouts and PPO-style updates; ``run()`` (see :class:`Pipeline`) returns the last
+    step's metrics."""
 
-    def __init__(self, cfg: AgenticConfig):
-        self.cfg = cfg
-        self.output_dir = Path(cfg.output_dir)
-        self.log_dir = Path(cfg.logging_dir)
+    cfg: AgenticConfig
 
     # ------------------------------------------------------------------ setup
     def setup(self, run_id: str | None = None) -> None:
@@ -170,67 +167,12 @@ class AgenticPipeline:
                                     "score": t.score, "success": t.success, "failure": t.failure,
                                     "turns": turns}) + "\n")
 
-    # ------------------------------------------------------------------ loop
-    def run(self) -> dict[str, float]:
-        """Set up, warm start, train ``max_steps`` steps with validation, save the final actor."""
-        from roll.tracking import progress
+    def can_validate(self) -> bool:
+        return self.val_rollout is not None
 
-        cfg = self.cfg
-        resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
-        self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
-        first = self.resume(resume) + 1 if resume else 1
-        if resume is None and cfg.sft_warmup.enabled:
-            self.tracker.log(self.warm_start(), step=0)
-        last: dict[str, float] = {}
-        if resume is None and self.val_rollout is not None and cfg.eval_steps:
-            self.tracker.log(self.validate(0), step=0)
-        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RL") as bar:
-            for step in range(first, cfg.max_steps + 1):
-                metrics = self.train_step(step)
-                if self.val_rollout is not None and cfg.eval_steps and (step % cfg.eval_steps == 0
-                                                                        or step == cfg.max_steps):
-                    metrics.update(self.validate(step))
-                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
-                    self.tracker.log(metrics, step=step)
-                if cfg.save_steps and step % cfg.save_steps == 0:
-                    self.save(step)
-                bar.advance(metrics)
-                last = metrics
-        final = self.output_dir / "final"
-        self.groups["actor_train"].call("save_pretrained", str(final))
-        self.tracker.finish()
-        self._plot()
-        print(f"[roll] final actor saved to {final}", flush=True)
-        return last
-
-    def save(self, step: int) -> None:
-        """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
-        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 "rollout": {"seed": self.cfg.seed, "next_step": step + 1}}
-        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
-                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
-        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
-
-    def resume(self, path: Path) -> int:
-        """Restore checkpoint ``path`` into the running workers, sync the actor to inference; returns its step."""
-        state = ckpt.load_checkpoint(path, self.groups)
-        if state["seed"] != self.cfg.seed:
-            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
-                             f"resume with the same seed (rollout seeds derive from it)")
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
-        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
-        print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
-        return int(state["step"])
-
-    def _plot(self) -> None:
-        from roll.tracking.plot import plot_metrics
-
-        jsonl = self.log_dir / "metrics.jsonl"
-        if jsonl.exists():
-            try:
-                plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"))
-            except Exception as exc:  # a plot must never fail a finished run
-                print(f"[roll] could not plot metrics: {exc}")
+    def driver_state(self) -> dict:
+        # rollout seeds are a pure function of (seed, phase, step, group): the step counter is the seed state
+        return {"rollout": {"seed": self.cfg.seed}}
 
 
 def turn_metadata(trajectories: list[Trajectory]) -> dict[str, list]:

@@ -12,7 +12,6 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -25,7 +24,7 @@ from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
-from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, start_workers,
                                    sync_weights, train_actor)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
@@ -115,13 +114,14 @@ def data_corpus(examples: list[RLVRExample], cfg: RLVRConfig) -> list[str]:
     return lines + [str(n) for n in range(200)]
 
 
-class RLVRPipeline:
-    """Runs ``cfg.max_steps`` RLVR steps; ``run()`` returns the last step's metrics."""
+class RLVRPipeline(Pipeline):
+    """Prompts -> grouped responses -> rule rewards -> advantages -> update; ``run()`` (see :class:`Pipeline`)
+    returns the last step's metrics."""
 
-    def __init__(self, cfg: RLVRConfig):
-        self.cfg = cfg
-        self.output_dir = Path(cfg.output_dir)
-        self.log_dir = Path(cfg.logging_dir)
+    cfg: RLVRConfig
+    headline_keys = HEADLINE_KEYS
+    plot_keys = PLOT_KEYS
+    seed_determines = "the prompt order"
 
     # ------------------------------------------------------------------ setup
     def _load(self, files: list[str]) -> list[RLVRExample]:
@@ -201,7 +201,7 @@ class RLVRPipeline:
 
     def warm_start(self) -> dict[str, float]:
         """Supervised warm start on ``answer_template`` renderings of the train answers, then sync."""
-        cfg, sft = self.cfg, self.cfg.sft_warmup
+        sft = self.cfg.sft_warmup
         order = list(range(len(self.train_examples)))
         random.Random(sft.seed).shuffle(order)
         order = order[:sft.max_examples or None]
@@ -297,71 +297,16 @@ class RLVRPipeline:
                                     "ground_truth": ex.ground_truth, "responses": g.texts, "scores": g.scores,
                                     "correct": g.correct}) + "\n")
 
-    # ------------------------------------------------------------------ loop
-    def run(self) -> dict[str, float]:
-        """Set up (or resume), warm start, train ``max_steps`` steps with validation, save the final actor."""
-        from roll.tracking import progress
+    def can_validate(self) -> bool:
+        return bool(self.val_prompts)
 
-        cfg = self.cfg
-        resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
-        self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
-        first = self.resume(resume) + 1 if resume else 1
-        if resume is None and cfg.sft_warmup.enabled:
-            self.tracker.log(self.warm_start(), step=0)
-        validating = bool(self.val_prompts) and cfg.eval_steps > 0
-        if resume is None and validating:
-            self.tracker.log(self.validate(0), step=0)
-        last: dict[str, float] = {}
-        with progress(cfg.max_steps, desc=f"{cfg.exp_name} RLVR", initial=first - 1,
-                      postfix_keys=HEADLINE_KEYS) as bar:
-            for step in range(first, cfg.max_steps + 1):
-                metrics = self.train_step(step)
-                if validating and (step % cfg.eval_steps == 0 or step == cfg.max_steps):
-                    metrics.update(self.validate(step))
-                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
-                    self.tracker.log(metrics, step=step)
-                if cfg.save_steps and step % cfg.save_steps == 0:
-                    self.save(step)
-                bar.advance(metrics)
-                last = metrics
-        final = self.output_dir / "final"
-        self.groups["actor_train"].call("save_pretrained", str(final))
-        self.tracker.finish()
-        self.rewards.shutdown()
-        self._plot()
-        print(f"[roll] final actor saved to {final}", flush=True)
-        return last
+    def driver_state(self) -> dict:
+        """The prompt stream position and the running reward statistics."""
+        return {"sampler": self.sampler.state_dict(), "running_reward": self.running.state_dict()}
 
-    def save(self, step: int) -> None:
-        """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`); the driver state holds the prompt
-        stream position, the KL controller and the running reward statistics."""
-        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 "sampler": self.sampler.state_dict(), "running_reward": self.running.state_dict()}
-        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
-                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
-        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
-
-    def resume(self, path: Path) -> int:
-        """Restore checkpoint ``path`` into the running workers and the driver, sync the actor; returns its step."""
-        state = ckpt.load_checkpoint(path, self.groups)
-        if state["seed"] != self.cfg.seed:
-            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
-                             f"resume with the same seed (the prompt order derives from it)")
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
+    def load_driver_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.running.load_state_dict(state["running_reward"])
-        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
-        print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
-        return int(state["step"])
 
-    def _plot(self) -> None:
-        from roll.tracking.plot import load_metrics, plot_metrics, select_keys
-
-        jsonl = self.log_dir / "metrics.jsonl"
-        if jsonl.exists():
-            try:
-                keys = select_keys(list(load_metrics(str(jsonl)).columns), PLOT_KEYS, strict=False)
-                plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"), keys=keys or None)
-            except Exception as exc:  # a plot must never fail a finished run
-                print(f"[roll] could not plot metrics: {exc}")
-
+    def finish(self) -> None:
+        self.rewards.shutdown()

@@ -1,0 +1,128 @@
+"""The training loop both pipelines share: resume or warm start, steps with validation, logging and
+checkpoints, then the final export and plot. A pipeline supplies the phases (``setup``, ``warm_start``,
+``validate``, ``train_step``) and the driver state it checkpoints (``driver_state`` / ``load_driver_state``)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.common import sync_weights
+
+
+class Pipeline(ABC):
+    """Runs ``cfg.max_steps`` training steps; ``run()`` returns the last step's metrics."""
+
+    #: metrics shown on the progress bar; None = the tracker's defaults
+    headline_keys: list[str] | None = None
+    #: metric patterns plotted at the end; None = the plot's defaults
+    plot_keys: list[str] | None = None
+    #: what the "seed" in a checkpoint determines (named in the error when a resume changes it)
+    seed_determines = "rollout seeds"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.output_dir = Path(cfg.output_dir)
+        self.log_dir = Path(cfg.logging_dir)
+
+    @abstractmethod
+    def setup(self, run_id: str | None = None) -> None:
+        """Start workers, data/rollouts and the tracker (``run_id``: continue that tracker run)."""
+
+    @abstractmethod
+    def warm_start(self) -> dict[str, float]:
+        """The supervised warm start (called only when ``cfg.sft_warmup.enabled``)."""
+
+    @abstractmethod
+    def can_validate(self) -> bool:
+        """Whether validation data or envs are configured."""
+
+    @abstractmethod
+    def validate(self, step: int) -> dict[str, float]:
+        """One validation round; returns ``val/...`` metrics."""
+
+    @abstractmethod
+    def train_step(self, step: int) -> dict[str, float]:
+        """One rollout batch and one update; returns the step's metrics."""
+
+    def driver_state(self) -> dict[str, Any]:
+        """Driver-side state a checkpoint keeps besides the seed, KL controller and tracker run id."""
+        return {}
+
+    def load_driver_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`driver_state` returned."""
+
+    def finish(self) -> None:
+        """Release pipeline-specific resources at the end of a run."""
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict[str, float]:
+        """Set up (or resume), warm start, train with validation and checkpoints, save the final actor."""
+        from roll.tracking import progress
+
+        cfg = self.cfg
+        resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
+        self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
+        first = self.resume(resume) + 1 if resume else 1
+        if resume is None and cfg.sft_warmup.enabled:
+            self.tracker.log(self.warm_start(), step=0)
+        validating = self.can_validate() and cfg.eval_steps > 0
+        if resume is None and validating:
+            self.tracker.log(self.validate(0), step=0)
+        last: dict[str, float] = {}
+        bar_keys = {"postfix_keys": self.headline_keys} if self.headline_keys else {}
+        with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
+            for step in range(first, cfg.max_steps + 1):
+                metrics = self.train_step(step)
+                if validating and (step % cfg.eval_steps == 0 or step == cfg.max_steps):
+                    metrics.update(self.validate(step))
+                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
+                    self.tracker.log(metrics, step=step)
+                if cfg.save_steps and step % cfg.save_steps == 0:
+                    self.save(step)
+                bar.advance(metrics)
+                last = metrics
+        final = self.output_dir / "final"
+        self.groups["actor_train"].call("save_pretrained", str(final))
+        self.tracker.finish()
+        self.finish()
+        self.plot()
+        print(f"[roll] final actor saved to {final}", flush=True)
+        return last
+
+    def save(self, step: int) -> None:
+        """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
+        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
+                 **self.driver_state()}
+        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
+                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
+
+    def resume(self, path: Path) -> int:
+        """Restore checkpoint ``path`` into the workers and the driver, sync the actor; returns its step."""
+        state = ckpt.load_checkpoint(path, self.groups)
+        if state["seed"] != self.cfg.seed:
+            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
+                             f"resume with the same seed ({self.seed_determines} derive from it)")
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.load_driver_state(state)
+        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
+        print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
+        return int(state["step"])
+
+    def plot(self) -> None:
+        """``metrics.png`` next to ``metrics.jsonl``; a plot never fails a finished run."""
+        from roll.tracking.plot import load_metrics, plot_metrics, select_keys
+
+        jsonl = self.log_dir / "metrics.jsonl"
+        if not jsonl.exists():
+            return
+        try:
+            keys = None
+            if self.plot_keys:
+                keys = select_keys(list(load_metrics(str(jsonl)).columns), self.plot_keys, strict=False) or None
+            plot_metrics(str(jsonl), str(self.log_dir / "metrics.png"), keys=keys)
+        except Exception as exc:
+            print(f"[roll] could not plot metrics: {exc}")
