@@ -392,6 +392,13 @@ def check_agentic(cfg: Any) -> None:
     if cfg.sft_warmup.enabled and cfg.sft_warmup.tag is not None and cfg.sft_warmup.tag not in cfg.custom_envs:
         raise ConfigError("sft_warmup.tag", cfg.sft_warmup.tag, f"not in custom_envs ({', '.join(cfg.custom_envs)})")
     check_train_batch(cfg, "actor_train", cfg.rollout_batch_size)
+    if cfg.sft_warmup.enabled:
+        ta, world = cfg.actor_train.training_args, cfg.actor_train.world_size
+        unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world
+        if cfg.sft_warmup.batch_size % unit:
+            raise ConfigError("sft_warmup.batch_size", cfg.sft_warmup.batch_size,
+                              f"must be a multiple of actor_train's global train batch per_device_train_batch_size x "
+                              f"gradient_accumulation_steps x world_size = {unit}")
     if cfg.critic is not None:
         check_train_batch(cfg, "critic", cfg.rollout_batch_size)
 
