@@ -28,7 +28,7 @@ def test_worker_must_not_span_nodes():
 def test_colocated_gpu_mapping_sets_world_size():
     cfg = _load("num_gpus_per_node=2", "actor_train.device_mapping='list(range(0,2))'",
                 "actor_infer.device_mapping=[0,1]", "actor_train.training_args.per_device_train_batch_size=8",
-                "actor_train.training_args.gradient_accumulation_steps=2")
+                "actor_train.training_args.gradient_accumulation_steps=2", "sft_warmup.batch_size=32")
     assert cfg.actor_train.world_size == 2 and cfg.actor_infer.world_size == 2
 
 
