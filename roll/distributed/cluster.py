@@ -42,17 +42,3 @@ def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gp
                  configure_logging=True, log_to_driver=True)
     return ray.cluster_resources()
 
-
-def check_resources(needed_cpus: float, needed_gpus: int) -> None:
-    """Fail fast when the cluster cannot host the configured workers (an infeasible actor would wait forever)."""
-    import ray
-
-    have = ray.cluster_resources()
-    missing = []
-    if needed_cpus > have.get("CPU", 0):
-        missing.append(f"{needed_cpus:g} CPUs requested by the worker blocks, the cluster has {have.get('CPU', 0):g} "
-                       f"(lower num_cpus_per_worker / world_size, or raise ray_num_cpus)")
-    if needed_gpus > have.get("GPU", 0):
-        missing.append(f"{needed_gpus} GPUs requested by device_mapping, the cluster has {have.get('GPU', 0):g}")
-    if missing:
-        raise RuntimeError("cannot place the workers: " + "; ".join(missing))
