@@ -17,22 +17,18 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, when roll is not installed
+
+from roll.data.files import read_records  # noqa: E402
 
 _FINAL = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a ``.parquet`` or ``.jsonl`` file as dicts."""
-    path = Path(path)
-    if path.suffix.lower() == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(path).to_dict(orient="records")
-    if path.suffix.lower() not in (".jsonl", ".json"):
-        raise ValueError(f"input {str(path)!r} must be .parquet or .jsonl")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_records(path, "input")
 
 
 def raise_bad_rows(path: str | Path, bad: list[tuple[int, str]]) -> None:
@@ -42,6 +38,25 @@ def raise_bad_rows(path: str | Path, bad: list[tuple[int, str]]) -> None:
         if len(bad) > 20:
             lines.append(f"  ... and {len(bad) - 20} more")
         raise ValueError(f"{path}: {len(bad)} row(s) cannot be converted:\n" + "\n".join(lines))
+
+
+def write_jsonl(rows: list[dict[str, Any]], output: str) -> int:
+    """Write ``rows`` as one JSON object per line to ``output`` (parents created); returns the row count."""
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(rows)
+
+
+def run_cli(convert: Callable[..., int], description: str, kind: str, argv: list[str] | None) -> None:
+    """The converters' shared command line: ``inputs -o OUTPUT [--instruction TEXT] [--tag TAG]``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("inputs", nargs="+", help=f"{kind} .parquet or .jsonl files")
+    parser.add_argument("-o", "--output", required=True, help="RLVR .jsonl file to write")
+    parser.add_argument("--instruction", default=None, help="text appended to every prompt (answer format)")
+    parser.add_argument("--tag", default="math", help="tag of every row (selects the reward)")
+    args = parser.parse_args(argv)
+    n = convert(args.inputs, args.output, instruction=args.instruction, tag=args.tag)
+    print(f"wrote {n} rows to {args.output}", file=sys.stderr)
 
 
 def convert_gsm8k(inputs: list[str], output: str, *, instruction: str | None = None, tag: str = "math") -> int:
@@ -60,20 +75,11 @@ def convert_gsm8k(inputs: list[str], output: str, *, instruction: str | None = N
                 prompt = question.strip() + (f"\n{instruction}" if instruction else "")
                 out_rows.append({"prompt": prompt, "ground_truth": final.group(1).replace(",", ""), "tag": tag})
         raise_bad_rows(path, bad)
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    Path(output).write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
-    return len(out_rows)
+    return write_jsonl(out_rows, output)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", help="GSM8K .parquet or .jsonl files")
-    parser.add_argument("-o", "--output", required=True, help="RLVR .jsonl file to write")
-    parser.add_argument("--instruction", default=None, help="text appended to every question (answer format)")
-    parser.add_argument("--tag", default="math", help="tag of every row (selects the reward)")
-    args = parser.parse_args(argv)
-    n = convert_gsm8k(args.inputs, args.output, instruction=args.instruction, tag=args.tag)
-    print(f"wrote {n} rows to {args.output}", file=sys.stderr)
+    run_cli(convert_gsm8k, __doc__.split("\n")[0], "GSM8K", argv)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,13 @@ answer stop the conversion with one error listing them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling script
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the repo, when roll is not installed
 
-from convert_gsm8k import raise_bad_rows, read_rows  # noqa: E402
+from convert_gsm8k import raise_bad_rows, read_rows, run_cli, write_jsonl  # noqa: E402
 
 from roll.rewards.math_answer import extract_answer_with_source  # noqa: E402
 
@@ -42,20 +40,11 @@ def convert_math(inputs: list[str], output: str, *, instruction: str | None = No
                 out.update({k: rec[k] for k in ("level", "type") if k in rec})
                 out_rows.append(out)
         raise_bad_rows(path, bad)
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    Path(output).write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
-    return len(out_rows)
+    return write_jsonl(out_rows, output)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("inputs", nargs="+", help="MATH-style .parquet or .jsonl files")
-    parser.add_argument("-o", "--output", required=True, help="RLVR .jsonl file to write")
-    parser.add_argument("--instruction", default=None, help="text appended to every problem (answer format)")
-    parser.add_argument("--tag", default="math", help="tag of every row (selects the reward)")
-    args = parser.parse_args(argv)
-    n = convert_math(args.inputs, args.output, instruction=args.instruction, tag=args.tag)
-    print(f"wrote {n} rows to {args.output}", file=sys.stderr)
+    run_cli(convert_math, __doc__.split("\n")[0], "MATH-style", argv)
 
 
 if __name__ == "__main__":

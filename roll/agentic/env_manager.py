@@ -116,15 +116,7 @@ class EnvManager:
                     outputs = generator.generate([x.traj.pending_ids(x.next_prompt) for x in batch], self.args,
                                                  max_new)
                     result.generate_s += time.perf_counter() - t
-                    for x, out in zip(batch, outputs):
-                        self._record_turn(x, out)
-                    t = time.perf_counter()
-                    outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
-                                                       for x in batch], "step", result)
-                    result.env_s += time.perf_counter() - t
-                    for x, outcome in zip(batch, outcomes):
-                        if outcome.ok:
-                            self._after_step(x, *outcome.value)
+                    self._step_batch(batch, outputs, result)
         finally:
             generator.leave()
         result.trajectories = [x.traj for x in live]
@@ -185,6 +177,18 @@ class EnvManager:
         needed = len(x.traj.token_ids()) + len(x.next_prompt) + x.spec.env.max_tokens_per_step
         if needed > self.sequence_length:
             x.done, x.traj.truncated_by_length = True, True
+
+    def _step_batch(self, batch: list[_Live], outputs: list[GenerationOutput], result: ManagerResult) -> None:
+        """Record each env's reply, then step the envs concurrently (timed as env time)."""
+        for x, out in zip(batch, outputs):
+            self._record_turn(x, out)
+        t = time.perf_counter()
+        outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
+                                           for x in batch], "step", result)
+        result.env_s += time.perf_counter() - t
+        for x, outcome in zip(batch, outcomes):
+            if outcome.ok:
+                self._after_step(x, *outcome.value)
 
     def _record_turn(self, x: _Live, out: GenerationOutput) -> None:
         """Append the model's reply (token ids as generated; an end-of-turn token added after a length cut)."""
@@ -257,15 +261,7 @@ class EnvManager:
                 done = generator.poll(list(pending))
                 result.generate_s += time.perf_counter() - t
                 batch = [pending.pop(rid) for rid in done]
-                for x, out in zip(batch, done.values()):
-                    self._record_turn(x, out)
-                t = time.perf_counter()
-                outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
-                                                   for x in batch], "step", result)
-                result.env_s += time.perf_counter() - t
-                for x, outcome in zip(batch, outcomes):
-                    if outcome.ok:
-                        self._after_step(x, *outcome.value)
+                self._step_batch(batch, list(done.values()), result)
                 send([x for x in batch if not x.done])
         finally:
             if pending:

@@ -7,7 +7,6 @@ from typing import Any, Dict, List, Optional
 
 from roll.config.base import BaseConfig
 from roll.config.fields import fld
-from roll.config.worker import WorkerConfig
 
 
 @dataclass
@@ -100,7 +99,3 @@ class AgenticConfig(BaseConfig):
     sft_warmup: SFTWarmupConfig = field(default_factory=SFTWarmupConfig,
                                         metadata={"help": "Supervised warm start before RL."})
     trajectory_dump_steps: int = fld(0, "Write rollouts as JSONL every N steps (0 = never).")
-    actor_train: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The trained policy."})
-    actor_infer: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The rollout engine."})
-    reference: Optional[WorkerConfig] = fld(None, "Reference policy for KL (needed when a KL term is on).")
-    critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")

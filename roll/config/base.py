@@ -5,10 +5,11 @@ Key names and meanings follow ROLL's configuration guide; defaults live only her
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from roll.config.fields import fld
+from roll.config.worker import WorkerConfig
 
 
 @dataclass
@@ -129,3 +130,7 @@ class BaseConfig(PPOConfig):
         16, "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts.")
     pretrain: Optional[str] = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
     reward_pretrain: Optional[str] = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")
+    actor_train: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The trained policy."})
+    actor_infer: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The rollout engine."})
+    reference: Optional[WorkerConfig] = fld(None, "Reference policy for KL (needed when a KL term is on).")
+    critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")

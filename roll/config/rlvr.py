@@ -15,7 +15,7 @@ from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.worker import GeneratingArgs, WorkerConfig
+from roll.config.worker import GeneratingArgs
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -88,10 +88,6 @@ class RLVRConfig(BaseConfig):
     sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
                                          metadata={"help": "Supervised warm start before RL."})
     rollout_dump_steps: int = fld(0, "Write prompts, responses and rewards as JSONL every N steps (0 = never).")
-    actor_train: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The trained policy."})
-    actor_infer: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The rollout engine."})
-    reference: Optional[WorkerConfig] = fld(None, "Reference policy for KL (needed when a KL term is on).")
-    critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")
 
 
 def _resolve_files(key: str, files: Optional[List[str]], required: bool) -> List[str]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from roll.data.files import read_records
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.rewards.math_answer import answers_match
@@ -24,17 +24,6 @@ class Problem(NamedTuple):
 
     question: str
     answer: str
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix.lower() == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(path).to_dict(orient="records")
-    if path.suffix.lower() not in (".jsonl", ".json"):
-        raise ValueError(f"GSM8K data file {str(path)!r} must be .jsonl or .parquet")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 @functools.lru_cache(maxsize=8)
@@ -52,7 +41,7 @@ def load_gsm8k(path: str) -> tuple[Problem, ...]:
             "'question' and 'answer' columns) or regenerate the sample with scripts/make_math_data.py"
         )
     problems, bad = [], []
-    for row, rec in enumerate(_read_rows(file)):
+    for row, rec in enumerate(read_records(file, "GSM8K data file")):
         question, answer = rec.get("question"), rec.get("answer")
         final = _FINAL.search(answer) if isinstance(answer, str) else None
         if not isinstance(question, str) or not question.strip() or final is None:

@@ -21,9 +21,8 @@ from roll.config.loader import to_dict
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, group_keys,
-                                   perf_metrics, start_workers, sync_weights, train_actor)
-from roll.pipelines.common import forward_values, train_critic
+from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, forward_values,
+                                   group_keys, perf_metrics, start_workers, sync_weights)
 from roll.pipelines.loss_fns import sft_loss
 
 
@@ -132,19 +131,7 @@ class AgenticPipeline(Pipeline):
         for key, value in turn_metadata(trajs).items():
             batch[key] = value
         metrics = advantage_step(cfg, batch, self.kl_ctl.value)
-        t = time.perf_counter()
-        seed = cfg.seed * 100_003 + step
-        if "critic" in groups:  # the critic first, so that its warm-up steps can skip the actor
-            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
-        actor_trains = step > cfg.critic_warmup
-        if actor_trains:
-            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
-        timings["time/train"] = time.perf_counter() - t
-        if cfg.add_token_level_kl:  # the adaptive controller follows the KL measured in the reward
-            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
-        metrics["actor/kl_coef"] = self.kl_ctl.value
-        if actor_trains:
-            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        self.update(step, batch, metrics, timings)
         metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))

@@ -5,11 +5,13 @@ checkpoints, then the final export and plot. A pipeline supplies the phases (``s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import time
 from pathlib import Path
 from typing import Any
 
 from roll.pipelines import checkpoint as ckpt
-from roll.pipelines.common import sync_weights
+from roll.data.batch import Batch
+from roll.pipelines.common import sync_weights, train_actor, train_critic
 
 
 class Pipeline(ABC):
@@ -56,6 +58,23 @@ class Pipeline(ABC):
 
     def finish(self) -> None:
         """Release pipeline-specific resources at the end of a run."""
+
+    def update(self, step: int, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
+        """The update phase of a step: critic first (its warm-up steps skip the actor), then the actor, the KL
+        controller (following the KL measured in the reward) and the weight sync; adds to ``metrics``/``timings``."""
+        cfg, groups = self.cfg, self.groups
+        t, seed = time.perf_counter(), cfg.seed * 100_003 + step
+        if "critic" in groups:
+            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
+        actor_trains = step > cfg.critic_warmup
+        if actor_trains:
+            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
+        timings["time/train"] = time.perf_counter() - t
+        if cfg.add_token_level_kl:
+            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
+        metrics["actor/kl_coef"] = self.kl_ctl.value
+        if actor_trains and step % cfg.actor_infer.model_update_frequency == 0:
+            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, float]:

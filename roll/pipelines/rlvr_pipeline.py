@@ -26,7 +26,7 @@ from roll.data.checks import check_batch_if
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, start_workers,
-                                   sync_weights, train_actor)
+                                   sync_weights)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.pipelines.loss_fns import sft_loss
 
@@ -265,20 +265,7 @@ class RLVRPipeline(Pipeline):
                                           reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
                                           reward_clip=cfg.reward_clip, running=self.running)
         metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
-        t, seed = time.perf_counter(), cfg.seed * 100_003 + step
-        if "critic" in groups:  # the critic first, so that its warm-up steps can skip the actor
-            from roll.pipelines.common import train_critic
-
-            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
-        actor_trains = step > cfg.critic_warmup
-        if actor_trains:
-            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
-        timings["time/train"] = time.perf_counter() - t
-        if cfg.add_token_level_kl:  # the adaptive controller follows the KL measured in the reward
-            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
-        metrics["actor/kl_coef"] = self.kl_ctl.value
-        if actor_trains and step % cfg.actor_infer.model_update_frequency == 0:
-            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+        self.update(step, batch, metrics, timings)
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)

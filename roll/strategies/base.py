@@ -83,7 +83,10 @@ class TrainStrategy(Strategy):
 
     @abstractmethod
     def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
-        """Full (gathered) weights as ``(name, cpu tensor)`` pairs for syncing to inference workers."""
+        """Full (gathered) weights as ``(name, cpu tensor)`` pairs for syncing to inference workers.
+
+        Called on every rank of the role (gathering may be collective); rank 0 returns the weights, other ranks
+        may return an empty list."""
 
     @abstractmethod
     def save_pretrained(self, path: str) -> None:

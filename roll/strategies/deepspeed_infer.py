@@ -8,7 +8,6 @@ pass, so a reference larger than one device fits. ``strategy_config`` keys: ``ze
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, sequence_log_probs
 from roll.strategies.base import Strategy, StrategyContext
+from roll.strategies.deepspeed_train import init_deepspeed_distributed
 
 KNOWN_KEYS = frozenset({"zero_stage", "offload_param"})
 
@@ -52,11 +52,7 @@ class DeepSpeedInferStrategy(Strategy):
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
 
-        torch.manual_seed(ctx.seed)
-        on_gpu = torch.cuda.is_available()
-        if on_gpu:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
+        init_deepspeed_distributed(ctx.seed)
         margs = self.config.model_args
         self.ds_config = build_infer_ds_config(dict(self.config.strategy_args.strategy_config),
                                                micro_batch=self.config.infer_batch_size,

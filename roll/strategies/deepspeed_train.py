@@ -58,6 +58,18 @@ def build_ds_config(strategy_config: dict[str, Any], *, micro_batch: int, grad_a
     return cfg
 
 
+def init_deepspeed_distributed(seed: int) -> None:
+    """Seed torch, pick this worker's GPU (``LOCAL_RANK``) and join the role's process group (NCCL on GPU, gloo
+    on CPU; the rendezvous variables are set by the worker)."""
+    import deepspeed
+
+    torch.manual_seed(seed)
+    on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
+
+
 def lr_at(step: int, peak: float, warmup: int, total: int, kind: str) -> float:
     """Learning rate after ``step`` optimizer steps: linear warmup, then constant / linear / cosine decay."""
     if warmup and step < warmup:
@@ -86,11 +98,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
 
-        torch.manual_seed(ctx.seed)
-        on_gpu = torch.cuda.is_available()
-        if on_gpu:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
+        init_deepspeed_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
         model = self._load_model()
         if not margs.disable_gradient_checkpointing:
@@ -172,7 +180,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         return deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=self.zero_stage == 3)
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """Every rank must call this (ZeRO-3 gathers collectively); only rank 0 copies the weights out, the other
+        ranks return an empty list rather than shipping identical copies."""
         with self._gathered():
+            if self.rank != 0:
+                return []
             return [(n, p.detach().to("cpu", copy=True)) for n, p in self.engine.module.named_parameters()]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
