@@ -69,6 +69,8 @@ class TinyModelConfig:
     num_key_value_heads: int = fld(2, "Key/value heads.")
     vocab_size: int = fld(1024, "Tokenizer vocabulary size (BPE trained on env text).")
     max_position_embeddings: int = fld(2048, "Maximum positions.")
+    initializer_range: float = fld(0.1, "Std of the initial weights. About 1/sqrt(hidden_size): with Hugging Face's "
+                                        "0.02 a model this small sits at a uniform policy for hundreds of steps.")
     seed: int = fld(0, "Seed of the initial weights.")
 
 

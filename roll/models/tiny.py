@@ -7,8 +7,10 @@ each; the model is a randomly initialised ``Qwen2ForCausalLM`` built from a conf
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Iterable
 
@@ -81,37 +83,82 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
 
 def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_size: int = 512,
                      num_hidden_layers: int = 4, num_attention_heads: int = 4, num_key_value_heads: int = 2,
-                     vocab_size: int = 1024, max_position_embeddings: int = 2048, seed: int = 0,
-                     corpus: Iterable[str] | None = None) -> Path:
-    """Build tokenizer + random Qwen2 model and ``save_pretrained`` both into ``path``; returns ``path``."""
+                     vocab_size: int = 1024, max_position_embeddings: int = 2048, initializer_range: float = 0.1,
+                     seed: int = 0, corpus: Iterable[str] | None = None) -> Path:
+    """Build tokenizer + random Qwen2 model and ``save_pretrained`` both into ``path``; returns ``path``.
+
+    ``roll_tiny.json`` in the directory records the build arguments (and a digest of the corpus), so
+    :func:`ensure_tiny_model` can tell a stale build from a current one.
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     path = Path(path)
-    tokenizer = build_tokenizer(env_corpus() if corpus is None else corpus, vocab_size)
+    lines = env_corpus() if corpus is None else list(corpus)
+    tokenizer = build_tokenizer(lines, vocab_size)
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
+        initializer_range=initializer_range, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
+    spec = build_spec(hidden_size=hidden_size, intermediate_size=intermediate_size,
+                      num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+                      num_key_value_heads=num_key_value_heads, vocab_size=vocab_size,
+                      max_position_embeddings=max_position_embeddings, initializer_range=initializer_range,
+                      seed=seed, corpus=lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / "roll_tiny.json").write_text(json.dumps({"seed": seed, "vocab_size": vocab_size}))
+    (tmp / SPEC_FILE).write_text(json.dumps(spec, sort_keys=True))
+    if path.exists():  # a stale build: replace it
+        shutil.rmtree(path)
     tmp.rename(path)  # atomic: a half-written directory is never mistaken for a model
     return path
 
 
+#: The file in a built directory that records how it was built.
+SPEC_FILE = "roll_tiny.json"
+
+
+def build_spec(*, corpus: Iterable[str] | None = None, **kwargs) -> dict:
+    """The record of a build: its arguments plus a digest of the tokenizer corpus (None: the env corpus)."""
+    digest = None
+    if corpus is not None:
+        digest = hashlib.sha256("\n".join(corpus).encode()).hexdigest()[:16]
+    return {**kwargs, "corpus_sha256": digest}
+
+
 def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
-    """Build the tiny model at ``path`` unless a model is already there."""
+    """Build the tiny model at ``path`` unless the same build is already there.
+
+    A directory without ``roll_tiny.json`` is a user's model and is used as it is; one built by roll with other
+    arguments (e.g. after a ``tiny_model`` change in the config) is rebuilt.
+    """
     path = Path(path)
     if (path / "config.json").is_file():
-        return path
+        record = path / SPEC_FILE
+        if not record.is_file():
+            return path
+        corpus = kwargs.get("corpus")
+        if corpus is not None:
+            kwargs = {**kwargs, "corpus": list(corpus)}
+        wanted = build_spec(**{**_defaults(), **kwargs})
+        if json.loads(record.read_text()) == json.loads(json.dumps(wanted, sort_keys=True)):
+            return path
+        print(f"[roll] rebuilding the tiny model at {path}: its build arguments changed", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     return build_tiny_model(path, **kwargs)
+
+
+def _defaults() -> dict:
+    """``build_tiny_model``'s keyword defaults (without ``corpus``)."""
+    import inspect
+
+    params = inspect.signature(build_tiny_model).parameters
+    return {name: p.default for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name != "corpus"}

@@ -40,3 +40,40 @@ def test_turn_delta_matches_template(tiny_model_dir):
     expected = tok.apply_chat_template([{"role": "system", "content": "sys"}] + messages, tokenize=False,
                                        add_generation_prompt=True)
     assert tok.decode(ids) == expected
+
+
+def test_initializer_range_reaches_the_weights(tmp_path):
+    """The std of the initial weights is the configured one (0.1 by default; HF's 0.02 stalls a model this small)."""
+    from roll.models.tiny import build_tiny_model
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=300, corpus=["a b c", "<answer>Up</answer>"])
+    for std in (0.1, 0.02):
+        path = build_tiny_model(tmp_path / f"m{std}", initializer_range=std, **small)
+        model = AutoModelForCausalLM.from_pretrained(path)
+        weight = model.model.layers[0].mlp.up_proj.weight
+        assert model.config.initializer_range == std
+        assert abs(weight.std().item() - std) < 0.2 * std
+
+
+def test_ensure_rebuilds_a_stale_build_and_keeps_a_users_model(tmp_path, capsys):
+    import json
+
+    from roll.models.tiny import SPEC_FILE, ensure_tiny_model
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=300, corpus=["a b c", "<answer>Up</answer>"])
+    path = ensure_tiny_model(tmp_path / "m", **small)
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    ensure_tiny_model(path, **small)  # same arguments: kept
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert "rebuilding" not in capsys.readouterr().out
+
+    ensure_tiny_model(path, **{**small, "num_hidden_layers": 2})  # changed arguments: rebuilt
+    assert "rebuilding" in capsys.readouterr().out
+    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
+    assert json.loads((path / SPEC_FILE).read_text())["num_hidden_layers"] == 2
+
+    (path / SPEC_FILE).unlink()  # no record: a user's model, used as it is whatever the arguments
+    ensure_tiny_model(path, **small)
+    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
