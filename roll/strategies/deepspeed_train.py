@@ -11,13 +11,14 @@ import copy
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, sequence_log_probs
 from roll.strategies.base import LossFn, StrategyContext, TrainStrategy
+from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 SHORTHANDS = ("zero_stage", "offload_optimizer", "offload_param")
 
@@ -192,6 +193,30 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         with self._gathered(), torch.no_grad():
             for name, tensor in named_tensors:
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
+        """Buckets of the full weights (names, dtypes, full shapes; ZeRO-3 shards report ``ds_shape``), in
+        ``named_parameters`` order; the same on every rank. A tied ``lm_head`` is not a separate parameter."""
+        specs = [(n, getattr(p, "ds_shape", p.shape), p.dtype) for n, p in self.engine.module.named_parameters()]
+        return plan_bucket_metas(specs, bucket_bytes)
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[NamedTensors]:
+        """The full weights on this worker's device, one bucket of :meth:`weight_bucket_metas` at a time.
+
+        Every rank must iterate (ZeRO-3 gathers each bucket collectively). The tensors are the parameters
+        themselves: valid, and not to be modified, until the next bucket is requested."""
+        import deepspeed
+
+        params = dict(self.engine.module.named_parameters())
+        for meta in self.weight_bucket_metas(bucket_bytes):
+            bucket = [params[n] for n in meta.names]
+            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None, enabled=self.zero_stage == 3):
+                tensors = [p.data for p in bucket]
+                for name, shape, t in zip(meta.names, meta.shapes, tensors):
+                    if list(t.shape) != shape:
+                        raise RuntimeError(f"deepspeed_train: weight {name} has shape {list(t.shape)} after the "
+                                           f"gather, its bucket plan says {shape}")
+                yield list(zip(meta.names, tensors))
 
     def save_pretrained(self, path: str) -> None:
         weights = dict(self.named_weights())

@@ -5,6 +5,9 @@ over the defaults in :data:`ENGINE_DEFAULTS`, except the roll keys in :data:`ROL
 
 - ``weight_bucket_bytes``: bytes per ``update_weights_from_tensor`` call in a weight sync (default 512 MiB).
 - ``release_tags``: what ``offload_states`` releases (``None`` = all: weights, KV cache, CUDA graphs).
+- ``weight_sync``: how actor_train's weights arrive: ``auto`` (default: ``nccl`` when actor_infer's GPUs are
+  disjoint from actor_train's under Ray, else ``copy``), ``nccl`` or ``copy`` (see
+  :func:`roll.distributed.placement.weight_sync_mode`).
 
 Requests: :meth:`SGLangStrategy.submit` queues requests (each its own SGLang request id), :meth:`poll` drives the
 engine's event loop until one of the given requests finishes, :meth:`abort` aborts requests in flight. SGLang's
@@ -15,7 +18,8 @@ continuous batching batches whatever is in flight, so callers send each request 
 Weights: :meth:`load_weights` pushes buckets with ``update_weights_from_tensor``. While memory is released (the
 colocated training phase), weights are kept on the host and pushed right after ``resume_memory_occupation`` (a
 release frees the engine's weights). Disaggregated: :meth:`init_weight_group` + :meth:`update_weights_distributed`
-receive NCCL broadcasts from the trainer (see :func:`roll.strategies.weight_buckets.broadcast_bucket`).
+receive NCCL broadcasts from the trainer (sender: :class:`roll.distributed.weight_group.WeightGroup`, driven by
+:class:`roll.distributed.weight_sync.WeightSync`).
 Nothing here imports SGLang until :meth:`initialize`, so the module loads on CPU machines.
 """
 
@@ -37,7 +41,9 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "mem_fraction_static": 0.5, "attention_backend": "triton", "sampling_backend": "pytorch",
     "enable_memory_saver": True, "disable_prefill_cuda_graph": True, "log_level": "warning",
 }
-ROLL_KEYS = frozenset({"weight_bucket_bytes", "release_tags"})
+ROLL_KEYS = frozenset({"weight_bucket_bytes", "release_tags", "weight_sync"})
+#: Values of the ``weight_sync`` roll key.
+WEIGHT_SYNC_CHOICES = ("auto", "nccl", "copy")
 #: Engine arguments roll sets itself; setting them in strategy_config is an error.
 RESERVED_KEYS = frozenset({"model_path", "skip_tokenizer_init", "random_seed"})
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -57,6 +63,12 @@ def engine_kwargs(model_path: str, dtype: str, strategy_config: dict[str, Any], 
     kwargs.update(model_path=model_path, skip_tokenizer_init=True, random_seed=seed)
     kwargs.setdefault("dtype", DTYPE_NAMES.get(dtype, "auto"))
     return kwargs
+
+
+def engine_tp_size(config: Any) -> int:
+    """Tensor-parallel size of one engine of a worker block: ``strategy_config.tp_size``, default
+    ``num_gpus_per_worker``. Each engine holds that many ranks of a weight group."""
+    return int(config.strategy_args.strategy_config.get("tp_size", config.num_gpus_per_worker))
 
 
 def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_id: int | None) -> dict[str, Any]:
@@ -154,6 +166,14 @@ class SGLangStrategy(InferenceStrategy):
 
     #: Callers may send requests one at a time (:meth:`submit` / :meth:`poll` / :meth:`abort`).
     supports_submit = True
+    #: Weights may arrive by broadcast in a weight group (:meth:`init_weight_group`, then
+    #: :meth:`update_weights_distributed` every sync).
+    supports_weight_group = True
+
+    @staticmethod
+    def weight_group_ranks(config: Any) -> int:
+        """Ranks one worker of block ``config`` holds in a weight group: its engine's TP size."""
+        return engine_tp_size(config)
 
     def initialize(self, ctx: StrategyContext) -> None:
         try:
@@ -167,7 +187,7 @@ class SGLangStrategy(InferenceStrategy):
         self.release_tags = sc.get("release_tags")
         self.model_path = margs.model_name_or_path
         kwargs = engine_kwargs(self.model_path, margs.dtype, sc, ctx.seed + 7919 * self.rank,
-                               tp_size=int(sc.get("tp_size", self.config.num_gpus_per_worker)))
+                               tp_size=engine_tp_size(self.config))
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig
@@ -261,25 +281,33 @@ class SGLangStrategy(InferenceStrategy):
                 self.engine.update_weights_from_disk(self.model_path)
 
     def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                          group_name: str = "roll_weights") -> Any:
-        """Join the trainer's NCCL weight group (disaggregated); the trainer is rank 0, engine ranks follow."""
-        return self.engine.init_weights_update_group(master_address=master_address, master_port=master_port,
-                                                     rank_offset=rank_offset, world_size=world_size,
-                                                     group_name=group_name, backend="nccl")
+                          group_name: str = "roll_weights", backend: str = "nccl") -> None:
+        """Join the trainer's weight group (disaggregated): the trainer is rank 0, this engine's TP ranks are
+        ``rank_offset .. rank_offset + tp_size - 1``. Blocks until every member has joined."""
+        _check_result("init_weights_update_group", self.engine.init_weights_update_group(
+            master_address=master_address, master_port=master_port, rank_offset=rank_offset,
+            world_size=world_size, group_name=group_name, backend=backend))
 
     def update_weights_distributed(self, metas: list[dict[str, Any]], group_name: str = "roll_weights") -> float:
-        """Receive buckets (``BucketMeta`` fields as dicts) broadcast by the trainer; returns seconds."""
+        """Receive buckets (``BucketMeta`` fields as dicts) that the trainer broadcasts in the same order; only the
+        last flushes the cache. Returns seconds."""
         start = time.perf_counter()
         for i, meta in enumerate(metas):
-            self.engine.update_weights_from_distributed(names=meta["names"], dtypes=meta["dtypes"],
-                                                        shapes=meta["shapes"], group_name=group_name,
-                                                        flush_cache=i == len(metas) - 1)
+            _check_result("update_weights_from_distributed", self.engine.update_weights_from_distributed(
+                names=meta["names"], dtypes=meta["dtypes"], shapes=meta["shapes"], group_name=group_name,
+                flush_cache=i == len(metas) - 1))
         return time.perf_counter() - start
 
     def shutdown(self) -> None:
         """Abort everything in flight and stop the engine's processes."""
         self.tracker.abort()
         self.engine.shutdown()
+
+
+def _check_result(call: str, result: Any) -> None:
+    """SGLang's control calls answer ``(success, message)``; a failure raises with SGLang's message."""
+    if isinstance(result, (tuple, list)) and len(result) >= 2 and not result[0]:
+        raise RuntimeError(f"sglang: {call} failed: {result[1]}")
 
 
 __all__ = ["SGLangStrategy", "RequestTracker", "engine_kwargs", "sampling_params", "parse_output", "bucket_meta"]

@@ -7,11 +7,16 @@ second copy of the model) and lets the engine load bucket k while bucket k+1 is 
 Bucketing rule (greedy, order-preserving): tensors are taken in the given order; a tensor joins the current bucket
 if the bucket's bytes plus its bytes stay <= ``bucket_bytes``, else it starts a new bucket. A tensor larger than
 ``bucket_bytes`` gets a bucket of its own (tensors are never split). No bucket is empty.
+
+Distributed sync: the trainer plans the buckets once from the weights' names, full shapes and dtypes
+(:func:`plan_bucket_metas`); the receivers allocate from those :class:`BucketMeta` and the trainer broadcasts the
+tensors of each bucket in the same order, so names, dtypes and shapes agree by construction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator
 
 import torch
@@ -92,20 +97,35 @@ class BucketMeta:
             total += numel * torch.empty((), dtype=getattr(torch, dtype)).element_size()
         return total
 
+    def to_dict(self) -> dict[str, list]:
+        """Plain fields (what crosses to a worker: ``SGLangStrategy.update_weights_distributed`` takes dicts)."""
+        return asdict(self)
+
 
 def bucket_meta(bucket: NamedTensors) -> BucketMeta:
     """The :class:`BucketMeta` of a bucket (dtype names as SGLang's ``update_weights_from_distributed`` wants)."""
-    return BucketMeta(names=[n for n, _ in bucket], dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
+    return BucketMeta(names=[n for n, _ in bucket], dtypes=[dtype_name(t.dtype) for _, t in bucket],
                       shapes=[list(t.shape) for _, t in bucket])
 
 
-def broadcast_bucket(bucket: NamedTensors, group, src: int = 0) -> None:
-    """Trainer side of an NCCL weight sync: broadcast every tensor of ``bucket`` from rank ``src`` of ``group``.
+#: ``(name, full shape, dtype)`` of one weight, as the receiver allocates it.
+WeightSpec = tuple[str, "list[int] | torch.Size", torch.dtype]
 
-    The receivers (SGLang's ``update_weights_from_distributed`` with this bucket's :func:`bucket_meta`) post the
-    matching broadcasts in the same order.
+
+def plan_bucket_metas(specs: Iterable[WeightSpec], bucket_bytes: int,
+                      skip: frozenset[str] | set[str] = frozenset()) -> list[BucketMeta]:
+    """Buckets of weights described by ``specs`` (no tensor needed: ZeRO-3 shards report their full shape), by the
+    same greedy rule as :func:`iter_buckets`, so ``iter_buckets`` over the tensors gives the same buckets.
+
+    >>> [m.names for m in plan_bucket_metas([("a", [2], torch.float32), ("b", [2], torch.float32)], 8)]
+    [['a'], ['b']]
     """
-    import torch.distributed as dist
+    kept = [(n, [int(d) for d in shape], dtype) for n, shape, dtype in specs if n not in skip]
+    sizes = [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for _, shape, dtype in kept]
+    return [BucketMeta(names=[kept[i][0] for i in idx], dtypes=[dtype_name(kept[i][2]) for i in idx],
+                       shapes=[kept[i][1] for i in idx]) for idx in plan_buckets(sizes, bucket_bytes)]
 
-    for _, tensor in bucket:
-        dist.broadcast(tensor.contiguous(), src=src, group=group)
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the form SGLang's ``update_weights_from_distributed`` takes)."""
+    return str(dtype).removeprefix("torch.")

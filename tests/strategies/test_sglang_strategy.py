@@ -13,8 +13,8 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import get_strategy_class, strategy_roles
-from roll.strategies.sglang import (ENGINE_DEFAULTS, RequestTracker, SGLangStrategy, engine_kwargs, parse_output,
-                                    sampling_params)
+from roll.strategies.sglang import (ENGINE_DEFAULTS, WEIGHT_SYNC_CHOICES, RequestTracker, SGLangStrategy,
+                                    engine_kwargs, engine_tp_size, parse_output, sampling_params)
 
 
 def test_registered_for_actor_infer_only():
@@ -103,6 +103,14 @@ class FakeEngine:
     def update_weights_from_disk(self, model_path):
         self.events.append(f"disk:{model_path}")
 
+    def init_weights_update_group(self, **kwargs):
+        self.events.append(("join", kwargs))
+        return (kwargs["world_size"] > 1, "world_size must be > 1")
+
+    def update_weights_from_distributed(self, names, dtypes, shapes, group_name, flush_cache):
+        self.events.append(("recv", names, flush_cache))
+        return (names != ["bad"], "Failed to update parameter online: shape mismatch")
+
 
 def test_tracker_poll_returns_each_finished_request_once():
     eng = FakeEngine({"slow": 0.3})
@@ -185,6 +193,32 @@ def test_resume_before_any_sync_reloads_initial_weights():
     s.offload_states()  # idempotent
     s.reload_states()
     assert eng.events == ["release", "resume", "disk:/init"]
+
+
+def test_weight_group_calls_and_their_failures():
+    eng = FakeEngine()
+    s = _strategy(eng)
+    s.init_weight_group("10.0.0.1", 2345, 1, 3, "roll_weights", "nccl")
+    assert eng.events == [("join", {"master_address": "10.0.0.1", "master_port": 2345, "rank_offset": 1,
+                                    "world_size": 3, "group_name": "roll_weights", "backend": "nccl"})]
+    metas = [{"names": ["a", "b"], "dtypes": ["bfloat16"] * 2, "shapes": [[2], [3]]},
+             {"names": ["c"], "dtypes": ["float32"], "shapes": [[1]]}]
+    assert s.update_weights_distributed(metas, "roll_weights") >= 0
+    assert eng.events[1:] == [("recv", ["a", "b"], False), ("recv", ["c"], True)]  # only the last flushes
+    with pytest.raises(RuntimeError, match="init_weights_update_group failed: world_size must be > 1"):
+        s.init_weight_group("10.0.0.1", 2345, 1, 1)
+    with pytest.raises(RuntimeError, match="update_weights_from_distributed failed: .*shape mismatch"):
+        s.update_weights_distributed([{"names": ["bad"], "dtypes": ["float32"], "shapes": [[1]]}])
+
+
+def test_engine_tp_size_and_weight_sync_key():
+    cfg = WorkerConfig()
+    cfg.num_gpus_per_worker = 2
+    assert engine_tp_size(cfg) == 2 == SGLangStrategy.weight_group_ranks(cfg)
+    cfg.strategy_args.strategy_config = {"tp_size": 1, "weight_sync": "copy"}
+    assert engine_tp_size(cfg) == 1
+    assert "weight_sync" not in engine_kwargs("/m", "bf16", cfg.strategy_args.strategy_config, 0)
+    assert WEIGHT_SYNC_CHOICES == ("auto", "nccl", "copy")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
