@@ -215,8 +215,8 @@ class SubmitGenerator:
     ``supports_submit`` (SGLang: its continuous batching batches whatever is in flight).
 
     Request ``rid`` goes to rank ``crc32(rid before '/') % world_size``, so every turn of one trajectory (``rid`` =
-    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls reach the strategy
-    through ``__ray_call__`` (Ray) or the in-process worker (local mode), since :class:`Worker` forwards a fixed set.
+    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls go to the workers'
+    ``submit`` / ``poll`` / ``abort`` forwarders, to all ranks involved at once (``call_each_async``).
     """
 
     supports_submit = True
@@ -225,7 +225,7 @@ class SubmitGenerator:
         import threading
 
         self.group, self.poll_timeout_s = group, poll_timeout_s
-        self._lock = threading.Lock()  # local mode: manager threads share one engine event loop
+        self._lock = threading.Lock()  # local mode: manager threads share this client and one engine
         self._rank_of: dict[str, int] = {}
 
     @staticmethod
@@ -253,15 +253,12 @@ class SubmitGenerator:
 
         return zlib.crc32(rid.split("/", 1)[0].encode()) % self.group.world_size
 
-    def _call(self, calls: dict[int, tuple]) -> dict[int, Any]:
-        """``strategy.<method>(*args)`` on each rank of ``calls`` ({rank: (method, *args)}), concurrently on Ray."""
+    def _call(self, method: str, per_rank_args: dict[int, tuple]) -> dict[int, Any]:
+        """``worker.<method>(*per_rank_args[r])`` on each rank named, concurrently; results by rank."""
+        if not per_rank_args:
+            return {}
         with self._lock:
-            if hasattr(self.group, "actors"):
-                import ray
-
-                refs = {r: self.group.actors[r].__ray_call__.remote(_strategy_call, *c) for r, c in calls.items()}
-                return dict(zip(refs, ray.get(list(refs.values()))))
-            return {r: _strategy_call(self.group.workers[r], *c) for r, c in calls.items()}
+            return dict(zip(per_rank_args, self.group.wait(self.group.call_each_async(method, per_rank_args))))
 
     def submit(self, requests: list[tuple[str, list[int]]], args: Any, max_new_tokens: int | None = None) -> None:
         """Queue ``(rid, prompt ids)`` requests (one sample each: agentic turns use ``num_return_sequences=1``)."""
@@ -269,7 +266,7 @@ class SubmitGenerator:
         for rid, prompt in requests:
             self._rank_of[rid] = self._rank(rid)
             by_rank[self._rank_of[rid]].append((rid, prompt))
-        self._call({r: ("submit", reqs, args, max_new_tokens) for r, reqs in by_rank.items()})
+        self._call("submit", {r: (reqs, args, max_new_tokens) for r, reqs in by_rank.items()})
 
     def poll(self, rids: list[str]) -> dict[str, Any]:
         """Finished requests among ``rids`` (waits up to ``poll_timeout_s`` for the first on each rank)."""
@@ -277,7 +274,7 @@ class SubmitGenerator:
         for rid in rids:
             by_rank[self._rank_of[rid]].append(rid)
         done: dict[str, Any] = {}
-        for part in self._call({r: ("poll", rs, self.poll_timeout_s) for r, rs in by_rank.items()}).values():
+        for part in self._call("poll", {r: (rs, self.poll_timeout_s) for r, rs in by_rank.items()}).values():
             done.update(part)
         for rid in done:
             self._rank_of.pop(rid, None)
@@ -289,7 +286,7 @@ class SubmitGenerator:
         for rid in rids:
             if rid in self._rank_of:
                 by_rank[self._rank_of.pop(rid)].append(rid)
-        self._call({r: ("abort", rs) for r, rs in by_rank.items()})
+        self._call("abort", {r: (rs,) for r, rs in by_rank.items()})
 
     def generate(self, prompts: list[list[int]], args: Any, max_new_tokens: int | None = None) -> list[Any]:
         """Batch form: every prompt as its own request, results in prompt order."""
@@ -306,8 +303,3 @@ class SubmitGenerator:
 
     def leave(self) -> None:
         """Nothing to do: requests go straight through."""
-
-
-def _strategy_call(worker: Any, method: str, *args: Any) -> Any:
-    """Runs inside the worker (``__ray_call__``): ``worker.strategy.<method>(*args)``."""
-    return getattr(worker.strategy, method)(*args)

@@ -2,22 +2,30 @@
 
 ``call`` runs a method on every rank with the same arguments; ``call_dp`` splits a :class:`Batch` into one chunk
 per rank (data parallel) and concatenates the per-rank results in order.
+
+``call_async`` / ``call_each_async`` start calls without waiting and return handles for ``wait``: the way to have
+two groups' calls in flight at once (a weight broadcast needs the trainer's sender and the engines' receivers
+running together). A worker's async calls run one at a time, in the order they were started (a Ray actor has
+``max_concurrency=1``; in local mode each worker has one call thread, so do not make a plain ``call`` to a worker
+while an async call to it is in flight).
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (for a role's torch.distributed rendezvous)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host`` (for a torch.distributed rendezvous; default: loopback)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -39,6 +47,20 @@ class WorkerGroup(ABC):
     def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
         """``method(*per_rank_args[r])`` on rank r, concurrently; results in rank order."""
 
+    @abstractmethod
+    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
+        """Start ``method(*per_rank_args[r], **kwargs)`` on each rank ``r`` named, without waiting; handles in the
+        order of ``per_rank_args``, for :meth:`wait`."""
+
+    @abstractmethod
+    def wait(self, handles: list[Any]) -> list[Any]:
+        """Results of calls started by :meth:`call_async` / :meth:`call_each_async`, in the handles' order; an
+        error raised by a call is raised here."""
+
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Start ``method(*args, **kwargs)`` on every rank without waiting; handles in rank order."""
+        return self.call_each_async(method, {r: args for r in range(self.world_size)}, **kwargs)
+
     def call_dp(self, method: str, batch: Batch, **kwargs: Any) -> list[Any]:
         """``method(chunk_r, **kwargs)`` on rank r, with ``batch`` split into ``world_size`` chunks."""
         chunks = batch.chunk(self.world_size)
@@ -53,8 +75,26 @@ class LocalWorkerGroup(WorkerGroup):
 
         if config.world_size != 1:
             raise ValueError(f"{role}.world_size={config.world_size}: local mode runs one worker per role")
-        self.role, self.world_size = role, 1
-        self.workers = [Worker(role, config, 0, 1, free_port(), num_threads)]
+        self._adopt(role, [Worker(role, config, 0, 1, free_port(), num_threads)])
+
+    @classmethod
+    def of(cls, role: str, workers: list[Any]) -> "LocalWorkerGroup":
+        """A group over worker objects built elsewhere (tests; anything with the called methods)."""
+        group = cls.__new__(cls)
+        group._adopt(role, list(workers))
+        return group
+
+    def _adopt(self, role: str, workers: list[Any]) -> None:
+        self.role, self.workers, self.world_size = role, workers, len(workers)
+        self._threads: list[ThreadPoolExecutor | None] = [None] * len(workers)
+        self._threads_lock = threading.Lock()
+
+    def _thread(self, rank: int) -> ThreadPoolExecutor:
+        """Rank ``rank``'s call thread (started on first use): async calls of one worker run one at a time."""
+        with self._threads_lock:
+            if self._threads[rank] is None:
+                self._threads[rank] = ThreadPoolExecutor(1, thread_name_prefix=f"roll-{self.role}-{rank}")
+            return self._threads[rank]
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return [getattr(w, method)(*args, **kwargs) for w in self.workers]
@@ -64,6 +104,13 @@ class LocalWorkerGroup(WorkerGroup):
 
     def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
         return [getattr(w, method)(*a, **kwargs) for w, a in zip(self.workers, per_rank_args)]
+
+    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Future]:
+        return [self._thread(r).submit(getattr(self.workers[r], method), *a, **kwargs)
+                for r, a in per_rank_args.items()]
+
+    def wait(self, handles: list[Future]) -> list[Any]:
+        return [h.result() for h in handles]
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -101,9 +148,11 @@ class RayWorkerGroup(WorkerGroup):
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self._get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
 
-    def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Object refs of ``method`` on every rank (for overlapping calls)."""
-        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
+        return [getattr(self.actors[r], method).remote(*a, **kwargs) for r, a in per_rank_args.items()]
+
+    def wait(self, handles: list[Any]) -> list[Any]:
+        return self._get(list(handles))
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._get(getattr(self.actors[0], method).remote(*args, **kwargs))

@@ -10,6 +10,8 @@ import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
+from roll.distributed.group import free_port
+from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
 from roll.strategies.registry import get_strategy_class
 
@@ -28,6 +30,7 @@ class Worker:
             torch.set_num_threads(num_threads)
         self.role, self.rank = role, rank
         self.strategy = get_strategy_class(config.strategy_args.strategy_name, role)(config, rank, world_size)
+        self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
 
     def initialize(self, ctx: StrategyContext) -> float:
         """Build the strategy; returns seconds taken."""
@@ -64,6 +67,73 @@ class Worker:
     def save_pretrained(self, path: str) -> None:
         self.strategy.save_pretrained(path)
 
+    def _strategy_method(self, name: str, purpose: str) -> Callable:
+        """``strategy.<name>``, or a TypeError naming the strategy and what was asked of it."""
+        method = getattr(self.strategy, name, None)
+        if method is None:
+            raise TypeError(f"{self.role}: strategy {type(self.strategy).__name__} cannot {purpose} (no {name})")
+        return method
+
+    # ------------------------------------------------------------------ per-request generation (supports_submit)
+    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
+               max_new_tokens: int | None = None) -> list[str]:
+        """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
+        return self._strategy_method("submit", "take single requests")(requests, args, max_new_tokens)
+
+    def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
+        """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one."""
+        return self._strategy_method("poll", "take single requests")(rids, timeout)
+
+    def abort(self, rids: list[str] | None = None) -> list[str]:
+        """Abort requests in flight (``None``: all); returns the aborted ids."""
+        return self._strategy_method("abort", "take single requests")(rids)
+
+    # ------------------------------------------------------------------ weight groups (disaggregated sync)
+    def weight_group_endpoint(self) -> tuple[str, int]:
+        """``(node IP, free port)`` on this worker's node, for a weight group this worker hosts (rank 0)."""
+        host = node_ip()
+        return host, free_port(host)
+
+    def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                          group_name: str, backend: str = "nccl") -> None:
+        """Join weight group ``group_name``. A receiving strategy (sglang) joins through its engine at
+        ``rank_offset``; a training strategy's rank 0 is the sender (``rank_offset`` 0) and hosts the store, its
+        other ranks take no part. Blocks until all ``world_size`` members joined: start the members together."""
+        receiver = getattr(self.strategy, "init_weight_group", None)
+        if receiver is not None:
+            receiver(master_address, master_port, rank_offset, world_size, group_name, backend)
+            return
+        self._strategy_method("weight_buckets", "send weights by broadcast")
+        if self.rank == 0:
+            if group_name in self.weight_groups:
+                raise RuntimeError(f"{self.role}: weight group {group_name!r} is already set up")
+            self.weight_groups[group_name] = WeightGroup(master_address, master_port, rank_offset, world_size,
+                                                         group_name, backend)
+
+    def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
+        """The sender's bucket plan (``BucketMeta`` as dicts): what receivers allocate, in broadcast order."""
+        metas = self._strategy_method("weight_bucket_metas", "send weights by broadcast")(bucket_bytes)
+        return [m.to_dict() for m in metas]
+
+    def broadcast_weights(self, bucket_bytes: int, group_name: str) -> dict[str, float]:
+        """Rank 0 broadcasts every bucket of :meth:`weight_bucket_metas` in ``group_name``; every rank must call
+        (ZeRO-3 gathers each bucket collectively). Returns ``seconds``, ``buckets`` and ``bytes`` sent."""
+        start, buckets, nbytes = time.perf_counter(), 0, 0
+        group = self.weight_groups.get(group_name)
+        if self.rank == 0 and group is None:
+            raise RuntimeError(f"{self.role}: no weight group {group_name!r}; call init_weight_group first")
+        for bucket in self._strategy_method("weight_buckets", "send weights by broadcast")(bucket_bytes):
+            if group is not None:
+                group.send_bucket(bucket)
+            buckets += 1
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        return {"seconds": time.perf_counter() - start, "buckets": float(buckets), "bytes": float(nbytes)}
+
+    def update_weights_distributed(self, metas: list[dict[str, list]], group_name: str) -> float:
+        """Receive the buckets ``metas`` describes from the group's rank 0; returns seconds."""
+        receive = self._strategy_method("update_weights_distributed", "receive weights by broadcast")
+        return receive(metas, group_name)
+
     def save_checkpoint(self, path: str) -> None:
         self.strategy.save_checkpoint(path)
 
@@ -98,6 +168,18 @@ class Worker:
 def get_rng_state() -> dict[str, Any]:
     """RNG states of this process: ``{"python", "numpy", "torch", "cuda" (list per device, GPU only)}``."""
     import random
+def node_ip() -> str:
+    """This node's IP as Ray knows it (other nodes reach it there); loopback outside Ray."""
+    import sys
+
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    return "127.0.0.1"
+
+
 
     import numpy as np
 

@@ -14,6 +14,7 @@ from roll.agentic.env_manager import EnvManager, plan_groups
 from roll.agentic.rollout import SubmitGenerator
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
+from roll.distributed.group import LocalWorkerGroup
 from roll.strategies.base import GenerationOutput
 
 ACTIONS = ["Up", "Down", "Left", "Right"]
@@ -114,17 +115,17 @@ class _FakeStrategy:
 
 
 def test_submit_generator_routes_a_trajectory_to_one_rank():
-    workers = [SimpleNamespace(strategy=_FakeStrategy()) for _ in range(3)]
-    gen = SubmitGenerator(SimpleNamespace(workers=workers, world_size=3))
+    workers = [_FakeStrategy() for _ in range(3)]  # stand-ins for Workers: same submit/poll/abort signatures
+    gen = SubmitGenerator(LocalWorkerGroup.of("actor_infer", workers))
     rids = [f"train-0-g{g}-e0-t0/turn{k}" for g in range(6) for k in range(2)]
     gen.submit([(r, [1] * (i + 1)) for i, r in enumerate(rids)], GeneratingArgs())
     for g in range(6):  # both turns of a trajectory went to the same rank
-        owners = {i for i, w in enumerate(workers) for r in w.strategy.got if r.startswith(f"train-0-g{g}-")}
+        owners = {i for i, w in enumerate(workers) for r in w.got if r.startswith(f"train-0-g{g}-")}
         assert len(owners) == 1
     done = gen.poll(rids[:4])
     assert sorted(done) == sorted(rids[:4]) and done[rids[3]].token_ids == [4]
     gen.abort(rids[4:])
-    assert all(not w.strategy.outs for w in workers)
+    assert all(not w.outs for w in workers)
     outs = gen.generate([[1], [1, 2], [1, 2, 3]], GeneratingArgs())
     assert [o.token_ids for o in outs] == [[1], [2], [3]]
 
