@@ -302,6 +302,7 @@ def validate(cfg: Any) -> None:
     check_workers(cfg)
     check_placement(cfg)
     check_strategies(cfg)
+    check_weight_sync(cfg)
     for key in ("max_steps", "rollout_batch_size", "sequence_length"):
         if getattr(cfg, key) < 1:
             raise ConfigError(key, getattr(cfg, key), "must be >= 1")
@@ -401,6 +402,36 @@ def check_agentic(cfg: Any) -> None:
                               f"gradient_accumulation_steps x world_size = {unit}")
     if cfg.critic is not None:
         check_train_batch(cfg, "critic", cfg.rollout_batch_size)
+
+
+def check_weight_sync(cfg: Any) -> None:
+    """actor_infer's ``weight_sync`` key (sglang ``strategy_config``: auto, nccl, copy) fits the placement, and on
+    GPU an sglang engine's ``tp_size`` equals its worker's ``num_gpus_per_worker`` (its TP ranks run on those GPUs).
+    See :func:`roll.distributed.placement.weight_sync_mode`; run after :func:`check_strategies`."""
+    from roll.distributed.placement import nccl_sync_blocker, role_mappings
+    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.sglang import WEIGHT_SYNC_CHOICES
+
+    train, infer = getattr(cfg, "actor_train", None), getattr(cfg, "actor_infer", None)
+    if train is None or infer is None:
+        return
+    name, sc = infer.strategy_args.strategy_name, dict(infer.strategy_args.strategy_config)
+    key = "actor_infer.strategy_args.strategy_config"
+    strategy = get_strategy_class(name, "actor_infer")
+    receives = bool(getattr(strategy, "supports_weight_group", False))
+    if "weight_sync" in sc and not receives:
+        raise ConfigError(f"{key}.weight_sync", sc["weight_sync"], f"{name} has no weight_sync setting (it always "
+                                                                   f"receives weights by copy); remove the key")
+    requested = sc.get("weight_sync", "auto")
+    if requested not in WEIGHT_SYNC_CHOICES:
+        raise ConfigError(f"{key}.weight_sync", requested, f"must be one of {', '.join(WEIGHT_SYNC_CHOICES)}")
+    blocker = nccl_sync_blocker(role_mappings(cfg), cfg.distributed, receives)
+    if requested == "nccl" and blocker:
+        raise ConfigError(f"{key}.weight_sync", requested, f"NCCL sync is impossible: {blocker}; use auto or copy")
+    if receives and infer.device_mapping and strategy.weight_group_ranks(infer) != infer.num_gpus_per_worker:
+        raise ConfigError(f"{key}.tp_size", strategy.weight_group_ranks(infer),
+                          f"must equal actor_infer.num_gpus_per_worker ({infer.num_gpus_per_worker}): an engine's "
+                          f"TP ranks run on its worker's GPUs")
 
 
 CHECKPOINT_KEYS = {"max_to_keep"}

@@ -11,6 +11,9 @@ current phase offloads its states); disjoint mappings are *disaggregated*.
 CPU runs (empty mappings): ``world_size`` workers per role, one placement group per role with one
 ``{"CPU": num_cpus_per_worker}`` bundle per worker.
 
+Weight sync follows placement (:func:`weight_sync_mode`): disaggregated actor_train / actor_infer (disjoint GPUs,
+Ray) broadcast over NCCL, everything else copies through the driver.
+
 Every request is checked against the cluster's resources before any actor exists, and placement groups are awaited
 with a timeout, so an unsatisfiable config fails fast with a message that names what is missing.
 """
@@ -169,6 +172,58 @@ def create_placement_groups(plan: PlacementPlan, timeout_s: float = 60.0) -> dic
                                f"{'All GPUs of a node group must sit on one node. ' if key.startswith('node') else ''}"
                                f"Free resources or change device_mapping / world_size / num_cpus_per_worker.")
     return groups
+
+
+def nccl_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_supports_group: bool) -> str | None:
+    """Why actor_train -> actor_infer weights cannot go by NCCL broadcast here (None: they can).
+
+    ``mappings``: ``device_mapping`` per role (``actor_train``, ``actor_infer`` and any other). NCCL needs the two
+    roles in separate processes on separate GPUs: a Ray run (``distributed=local`` keeps every role in one process,
+    without GPU isolation), GPU mappings on both sides, no GPU in both (NCCL cannot put two ranks of one group on one
+    GPU), an inference strategy that receives broadcasts, and no other role on actor_infer's GPUs (the engine
+    releases its memory while a colocated role runs, and a released engine cannot receive)."""
+    train, infer = set(mappings.get("actor_train") or []), set(mappings.get("actor_infer") or [])
+    if not infer_supports_group:
+        return "actor_infer's strategy cannot receive weights by broadcast (only sglang can)"
+    if distributed != "ray":
+        return f"distributed={distributed} runs every role in one process without GPU isolation"
+    if not train or not infer:
+        return "a CPU run (no device_mapping) has no GPUs to connect"
+    if train & infer:
+        return f"GPUs {sorted(train & infer)} are in both actor_train's and actor_infer's device_mapping (colocated)"
+    for role, mapping in mappings.items():
+        if role not in ("actor_train", "actor_infer") and infer & set(mapping or []):
+            return (f"actor_infer shares GPUs {sorted(infer & set(mapping))} with {role}, so its engine is released "
+                    f"while {role} runs")
+    return None
+
+
+def weight_sync_mode(mappings: dict[str, list[int]], distributed: str, infer_supports_group: bool,
+                     requested: str = "auto") -> tuple[str, str]:
+    """``(mode, reason)`` of the actor_train -> actor_infer weight sync (``mappings``: ``device_mapping`` per role).
+
+    ``nccl``: trainer rank 0 broadcasts the weights to the engines in a weight group (disaggregated placement);
+    ``copy``: the trainer's weights are copied to the driver and loaded by every inference worker (colocated, CPU
+    and hf_infer runs; the sglang strategy pushes them in buckets with ``update_weights_from_tensor``).
+    ``requested`` (sglang ``strategy_config.weight_sync``): ``auto`` picks ``nccl`` whenever
+    :func:`nccl_sync_blocker` finds nothing against it; ``nccl`` where it cannot work raises ValueError."""
+    if requested not in ("auto", "nccl", "copy"):
+        raise ValueError(f"weight_sync={requested!r}: expected auto, nccl or copy")
+    if requested == "copy":
+        return "copy", "weight_sync: copy requested"
+    blocker = nccl_sync_blocker(mappings, distributed, infer_supports_group)
+    if requested == "nccl" and blocker:
+        raise ValueError(f"weight_sync: nccl is impossible here: {blocker}; use weight_sync: auto or copy")
+    if blocker:
+        return "copy", blocker
+    return "nccl", (f"actor_infer GPUs {sorted(mappings['actor_infer'])} are disjoint from actor_train GPUs "
+                    f"{sorted(mappings['actor_train'])}")
+
+
+def role_mappings(cfg: Any) -> dict[str, list[int]]:
+    """``device_mapping`` of every configured role of ``cfg`` (empty lists on CPU)."""
+    roles = ("actor_train", "actor_infer", "reference", "critic")
+    return {r: list(getattr(cfg, r).device_mapping or []) for r in roles if getattr(cfg, r, None) is not None}
 
 
 class ColocationPhases:

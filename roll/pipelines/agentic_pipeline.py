@@ -79,11 +79,12 @@ class AgenticPipeline(Pipeline):
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (i + 1) % max(1, len(batches) // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{len(batches)} loss {losses[-1]:.4f}", flush=True)
-        sync_weights(train, self.groups["actor_infer"])
+        synced = self.sync_infer()
         for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
             if role in self.groups:
                 sync_weights(train, self.groups[role])
-        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start}
+        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start,
+                "time/sft_sync": synced["time/sync"]}
 
     def validate(self, step: int) -> dict[str, float]:
         """Validation rollouts on fixed seeds (comparable across steps)."""

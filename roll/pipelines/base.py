@@ -11,7 +11,8 @@ from typing import Any
 
 from roll.pipelines import checkpoint as ckpt
 from roll.data.batch import Batch
-from roll.pipelines.common import sync_weights, train_actor, train_critic
+from roll.distributed.weight_sync import WeightSync
+from roll.pipelines.common import train_actor, train_critic
 
 
 class Pipeline(ABC):
@@ -28,6 +29,7 @@ class Pipeline(ABC):
         self.cfg = cfg
         self.output_dir = Path(cfg.output_dir)
         self.log_dir = Path(cfg.logging_dir)
+        self._weight_sync: WeightSync | None = None
 
     @abstractmethod
     def setup(self, run_id: str | None = None) -> None:
@@ -59,6 +61,14 @@ class Pipeline(ABC):
     def finish(self) -> None:
         """Release pipeline-specific resources at the end of a run."""
 
+    def sync_infer(self) -> dict[str, float]:
+        """Sync actor_train's weights to actor_infer: NCCL broadcast or copy, chosen once from placement (see
+        :class:`~roll.distributed.weight_sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
+        if self._weight_sync is None:
+            self._weight_sync = WeightSync.from_config(self.cfg, self.groups["actor_train"],
+                                                       self.groups["actor_infer"])
+        return self._weight_sync()
+
     def update(self, step: int, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
         """The update phase of a step: critic first (its warm-up steps skip the actor), then the actor, the KL
         controller (following the KL measured in the reward) and the weight sync; adds to ``metrics``/``timings``."""
@@ -74,7 +84,9 @@ class Pipeline(ABC):
             self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
         if actor_trains and step % cfg.actor_infer.model_update_frequency == 0:
-            timings["time/sync"] = sync_weights(groups["actor_train"], groups["actor_infer"])
+            sync = self.sync_infer()
+            timings["time/sync"] = sync.pop("time/sync")
+            metrics.update(sync)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, float]:
@@ -127,7 +139,7 @@ class Pipeline(ABC):
                              f"resume with the same seed ({self.seed_determines} derive from it)")
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.load_driver_state(state)
-        sync_weights(self.groups["actor_train"], self.groups["actor_infer"])
+        self.sync_infer()
         print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
         return int(state["step"])
 

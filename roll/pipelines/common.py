@@ -19,6 +19,7 @@ from roll.config.base import BaseConfig
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
+from roll.distributed.weight_sync import copy_weights
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 from roll.strategies.base import StrategyContext
 
@@ -85,15 +86,13 @@ def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:
     return samples // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world)
 
 
-def sync_weights(train: WorkerGroup, infer: WorkerGroup) -> float:
-    """Copy actor_train's weights into every actor_infer worker; returns seconds."""
-    start = time.perf_counter()
-    weights = train.call("named_weights")[0]  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
-    if isinstance(infer, RayWorkerGroup):
-        import ray
+def sync_weights(train: WorkerGroup, target: WorkerGroup) -> float:
+    """Copy actor_train's weights into every worker of ``target`` (reference, critic); returns seconds.
 
-        weights = ray.put(weights)
-    infer.call("load_weights", weights)
+    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.distributed.weight_sync.WeightSync`: NCCL
+    broadcast when disaggregated, this copy otherwise)."""
+    start = time.perf_counter()
+    copy_weights(train, target)
     return time.perf_counter() - start
 
 

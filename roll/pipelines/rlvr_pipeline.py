@@ -217,11 +217,12 @@ class RLVRPipeline(Pipeline):
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (step + 1) % max(1, sft.steps // 10) == 0:
                 print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
-        sync_weights(train, self.groups["actor_infer"])
+        synced = self.sync_infer()
         for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
             if role in self.groups:
                 sync_weights(train, self.groups[role])
-        return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start}
+        return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start,
+                "time/sft_sync": synced["time/sync"]}
 
     def validate(self, step: int) -> dict[str, float]:
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""

@@ -1,0 +1,116 @@
+"""actor_train -> actor_infer weight sync, in the mode placement allows (see
+:func:`roll.distributed.placement.weight_sync_mode`).
+
+``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors) to the driver,
+and every inference worker loads them (through the Ray object store on Ray). The sglang strategy then pushes them
+into its engine in buckets with ``update_weights_from_tensor`` (held on the host while its memory is released).
+
+``nccl`` (disaggregated): set up once, on the first sync: trainer rank 0 picks a free port on its node and hosts a
+:class:`~roll.distributed.weight_group.WeightGroup` (rank 0); every engine joins it through SGLang's
+``init_weights_update_group`` (engine ``r`` of TP size ``tp`` at ranks ``1 + r * tp ..``). Every sync: the
+trainer's bucket plan (names, dtypes, full shapes; fixed for a run, asked for once) goes to the engines, whose
+``update_weights_from_distributed`` calls are started first; then the trainer's ``broadcast_weights`` (rank 0
+broadcasts bucket after bucket, the other ranks only join the ZeRO-3 gathers) is started, and both are awaited.
+Receivers and sender must be in flight together: each side blocks until the other has posted the same broadcast.
+
+Metrics of a sync: ``time/sync`` (the whole call), ``time/sync_push`` (nccl: rank 0's gather + broadcast; copy: the
+slowest inference worker's ``load_weights``), ``sync/buckets``, ``sync/gib`` (weights sent), ``sync/mode``
+(:data:`MODE_IDS`: 0 copy, 1 nccl).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from roll.distributed.group import RayWorkerGroup, WorkerGroup
+from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, plan_buckets, tensor_nbytes
+
+#: ``sync/mode`` values.
+MODE_IDS = {"copy": 0.0, "nccl": 1.0}
+#: Name of the weight group (SGLang keeps groups by name).
+GROUP_NAME = "roll_weights"
+
+
+def copy_weights(train: WorkerGroup, infer: WorkerGroup) -> tuple[list[tuple[str, Any]], list[float]]:
+    """Copy actor_train's weights into every worker of ``infer`` (any role with ``load_weights``); returns the
+    weights (CPU tensors) and each worker's ``load_weights`` seconds."""
+    weights = train.call("named_weights")[0]  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
+    payload = weights
+    if isinstance(infer, RayWorkerGroup):
+        import ray
+
+        payload = ray.put(weights)
+    return weights, infer.call("load_weights", payload)
+
+
+class WeightSync:
+    """The actor_train -> actor_infer weight sync of a run; calling it syncs once and returns its metrics."""
+
+    def __init__(self, train: WorkerGroup, infer: WorkerGroup, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False):
+        """``engine_tp_size``: weight-group ranks per inference worker; ``backend``: of the weight group (nccl on
+        GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push)."""
+        if mode not in MODE_IDS:
+            raise ValueError(f"weight sync mode {mode!r}: expected one of {sorted(MODE_IDS)}")
+        self.train, self.infer, self.mode, self.bucket_bytes = train, infer, mode, bucket_bytes
+        self.engine_tp_size, self.backend, self.count_buckets = engine_tp_size, backend, count_buckets
+        self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan, once the group is up
+
+    @classmethod
+    def from_config(cls, cfg: Any, train: WorkerGroup, infer: WorkerGroup) -> "WeightSync":
+        """The sync ``cfg`` asks for: mode from placement (and sglang's ``weight_sync`` key), bucket size and TP
+        size from actor_infer's ``strategy_config``. Prints the mode and why."""
+        from roll.distributed.placement import role_mappings, weight_sync_mode
+        from roll.strategies.registry import get_strategy_class
+
+        ic = cfg.actor_infer
+        sc = dict(ic.strategy_args.strategy_config)
+        strategy = get_strategy_class(ic.strategy_args.strategy_name, "actor_infer")
+        receives = bool(getattr(strategy, "supports_weight_group", False))
+        mode, why = weight_sync_mode(role_mappings(cfg), cfg.distributed, receives,
+                                     sc.get("weight_sync", "auto") if receives else "auto")
+        tp = strategy.weight_group_ranks(ic) if receives else 1
+        print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
+        return cls(train, infer, mode, int(sc.get("weight_bucket_bytes", DEFAULT_BUCKET_BYTES)), tp,
+                   count_buckets=receives)
+
+    def __call__(self) -> dict[str, float]:
+        """Sync once; returns ``time/sync`` and ``sync/*`` metrics (see the module docstring)."""
+        start = time.perf_counter()
+        stats = self._broadcast() if self.mode == "nccl" else self._copy()
+        return {"time/sync": time.perf_counter() - start, **stats, "sync/mode": MODE_IDS[self.mode]}
+
+    def _copy(self) -> dict[str, float]:
+        weights, seconds = copy_weights(self.train, self.infer)
+        sizes = [tensor_nbytes(t) for _, t in weights]
+        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": sum(sizes) / 2 ** 30}
+        if self.count_buckets:
+            stats["sync/buckets"] = float(len(plan_buckets(sizes, self.bucket_bytes)))
+        return stats
+
+    def setup_group(self) -> None:
+        """Create the weight group (first nccl sync): engines' joins started first, then the trainer's."""
+        host, port = self.train.call_rank0("weight_group_endpoint")
+        tp, n = self.engine_tp_size, self.infer.world_size
+        world = 1 + n * tp
+        joins = self.infer.call_each_async(
+            "init_weight_group", {r: (host, port, 1 + r * tp, world, GROUP_NAME, self.backend) for r in range(n)})
+        hosting = self.train.call_async("init_weight_group", host, port, 0, world, GROUP_NAME, self.backend)
+        self.train.wait(hosting)
+        self.infer.wait(joins)
+        self.metas = self.train.call_rank0("weight_bucket_metas", self.bucket_bytes)
+        print(f"[roll] weight group {GROUP_NAME!r} up: trainer + {n} engine(s) x TP {tp} = {world} ranks at "
+              f"{host}:{port} ({self.backend}), {len(self.metas)} buckets", flush=True)
+
+    def _broadcast(self) -> dict[str, float]:
+        if self.metas is None:
+            self.setup_group()
+        receiving = self.infer.call_async("update_weights_distributed", self.metas, GROUP_NAME)
+        sending = self.train.call_async("broadcast_weights", self.bucket_bytes, GROUP_NAME)
+        sent = self.train.wait(sending)[0]
+        self.infer.wait(receiving)
+        if int(sent["buckets"]) != len(self.metas):
+            raise RuntimeError(f"weight sync: the trainer sent {sent['buckets']:g} buckets, the engines expected "
+                               f"{len(self.metas)}")
+        return {"time/sync_push": sent["seconds"], "sync/buckets": sent["buckets"], "sync/gib": sent["bytes"] / 2 ** 30}

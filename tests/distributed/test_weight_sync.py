@@ -1,0 +1,264 @@
+"""actor_train -> actor_infer weight sync on CPU: the mode decision from device_mapping, its config checks, the
+async calls of a local worker group, and :class:`WeightSync` end to end over local groups (the broadcast path over
+a real gloo weight group between threads, with engines of TP size 2, and the copy path)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from roll.config.errors import ConfigError
+from roll.config.loader import load_config
+from roll.config.validation import check_weight_sync
+from roll.distributed.group import LocalWorkerGroup
+from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
+from roll.distributed.weight_group import WeightGroup
+from roll.distributed.weight_sync import GROUP_NAME, WeightSync
+from roll.distributed.worker import Worker
+from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
+
+
+# ---------------------------------------------------------------------------- mode decision
+@pytest.mark.parametrize("mappings, distributed, receives, mode, why", [
+    ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
+    ({"actor_train": [0, 1, 2, 3], "actor_infer": [4, 5, 6, 7], "reference": [0, 1]}, "ray", True, "nccl",
+     "disjoint"),
+    ({"actor_train": [0], "actor_infer": [0]}, "ray", True, "copy", "GPUs [0] are in both"),
+    ({"actor_train": [0, 1], "actor_infer": [1, 2]}, "ray", True, "copy", "GPUs [1] are in both"),  # partial overlap
+    ({"actor_train": [0], "actor_infer": [1], "reference": [1]}, "ray", True, "copy",
+     "shares GPUs [1] with reference"),
+    ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
+    ({"actor_train": [0], "actor_infer": [1]}, "local", True, "copy", "distributed=local"),
+    ({"actor_train": [0], "actor_infer": [1]}, "ray", False, "copy", "only sglang"),
+])
+def test_mode_from_device_mapping(mappings, distributed, receives, mode, why):
+    got, reason = weight_sync_mode(mappings, distributed, receives)
+    assert got == mode and why in reason
+    assert (nccl_sync_blocker(mappings, distributed, receives) is None) == (mode == "nccl")
+
+
+def test_requested_mode_overrides_or_fails():
+    disjoint, shared = {"actor_train": [0], "actor_infer": [1]}, {"actor_train": [0], "actor_infer": [0]}
+    assert weight_sync_mode(disjoint, "ray", True, "copy")[0] == "copy"
+    assert weight_sync_mode(disjoint, "ray", True, "nccl")[0] == "nccl"
+    with pytest.raises(ValueError, match=r"nccl is impossible here: GPUs \[0\]"):
+        weight_sync_mode(shared, "ray", True, "nccl")
+    with pytest.raises(ValueError, match="'fast'"):
+        weight_sync_mode(disjoint, "ray", True, "fast")
+
+
+# ---------------------------------------------------------------------------- config checks
+def _cfg(infer_strategy: str = "sglang", train_gpus=(0,), infer_gpus=(1,), distributed: str = "ray", **sc):
+    """sokoban_tiny (loaded on CPU, with hf_infer), then turned into a GPU config (validation of the GPU keys
+    runs below on its own: the full load would need SGLang installed)."""
+    cfg = load_config("sokoban_tiny", overrides=["distributed=local", "tiny_model=null", "pretrain=/nonexistent"])
+    cfg.distributed, cfg.num_gpus_per_node = distributed, 2
+    cfg.actor_train.device_mapping, cfg.actor_infer.device_mapping = list(train_gpus), list(infer_gpus)
+    cfg.actor_infer.strategy_args.strategy_name = infer_strategy
+    cfg.actor_infer.strategy_args.strategy_config = dict(sc)
+    return cfg
+
+
+def test_config_checks_of_weight_sync():
+    check_weight_sync(_cfg())  # disaggregated sglang: auto -> nccl, fine
+    check_weight_sync(_cfg(weight_sync="nccl"))
+    check_weight_sync(_cfg(train_gpus=(0,), infer_gpus=(0,), weight_sync="copy"))
+    with pytest.raises(ConfigError, match=r"weight_sync='nccl': NCCL sync is impossible: GPUs \[0\] are in both"):
+        check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="nccl"))
+    with pytest.raises(ConfigError, match="NCCL sync is impossible: distributed=local"):
+        check_weight_sync(_cfg(distributed="local", weight_sync="nccl"))
+    with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, copy"):
+        check_weight_sync(_cfg(weight_sync="fast"))
+    with pytest.raises(ConfigError, match="hf_infer has no weight_sync setting"):
+        check_weight_sync(_cfg("hf_infer", weight_sync="copy"))
+
+
+def test_config_check_of_sglang_tp_size():
+    cfg = _cfg(train_gpus=(0,), infer_gpus=(0, 1), tp_size=1)
+    cfg.actor_infer.num_gpus_per_worker = 2
+    with pytest.raises(ConfigError, match=r"tp_size=1: must equal actor_infer.num_gpus_per_worker \(2\)"):
+        check_weight_sync(cfg)
+    cfg.actor_infer.strategy_args.strategy_config["tp_size"] = 2
+    check_weight_sync(cfg)  # TP 2 over GPUs 0-1, colocated with training on GPU 0: copy
+    del cfg.actor_infer.strategy_args.strategy_config["tp_size"]
+    check_weight_sync(cfg)  # tp_size defaults to num_gpus_per_worker
+
+
+@pytest.mark.parametrize("name, extra, mode", [
+    ("sokoban_qwen05b_sglang_disagg", [], "nccl"),
+    ("sokoban_qwen05b_sglang", [], "copy"),
+    ("sokoban_qwen05b_sglang", ["num_gpus_per_node=2", "actor_infer.device_mapping=[0,1]",  # the tp2 GPU check
+                                "actor_infer.num_gpus_per_worker=2",
+                                "+actor_infer.strategy_args.strategy_config.tp_size=2"], "copy"),
+])
+def test_gpu_example_configs_pick_their_mode(name, extra, mode):
+    """The GPU examples validate (``ray_address`` set: the driver need not have SGLang) and pick their mode."""
+    from roll.distributed.placement import role_mappings
+
+    cfg = load_config(name, overrides=[*extra, "ray_address=auto", "pretrain=/nonexistent"])
+    assert weight_sync_mode(role_mappings(cfg), cfg.distributed, True)[0] == mode
+
+
+def test_from_config_reads_mode_buckets_and_tp(capsys):
+    cfg = _cfg(infer_gpus=(1,), weight_bucket_bytes=4096)
+    sync = WeightSync.from_config(cfg, train=None, infer=None)
+    assert (sync.mode, sync.bucket_bytes, sync.engine_tp_size, sync.count_buckets) == ("nccl", 4096, 1, True)
+    assert "weight sync actor_train -> actor_infer: nccl (actor_infer GPUs [1] are disjoint" in capsys.readouterr().out
+    cfg = _cfg(infer_gpus=(0, 1), tp_size=2)
+    cfg.actor_infer.num_gpus_per_worker = 2
+    sync = WeightSync.from_config(cfg, train=None, infer=None)
+    assert (sync.mode, sync.engine_tp_size) == ("copy", 2)
+    hf = WeightSync.from_config(_cfg("hf_infer"), train=None, infer=None)
+    assert (hf.mode, hf.engine_tp_size, hf.count_buckets) == ("copy", 1, False)
+
+
+# ---------------------------------------------------------------------------- async calls of a local group
+class _Meeter:
+    """A worker whose ``meet`` returns only when all parties of a barrier are inside (like an NCCL broadcast,
+    which returns only when the sender and every receiver have posted it)."""
+
+    def __init__(self, barrier: threading.Barrier):
+        self.barrier, self.log = barrier, []
+
+    def meet(self, tag: str) -> str:
+        self.log.append(f"{tag}:in")
+        self.barrier.wait()
+        self.log.append(f"{tag}:out")
+        return tag
+
+    def note(self, tag: str) -> str:
+        self.log.append(tag)
+        return tag
+
+    def fail(self) -> None:
+        raise RuntimeError("worker failed")
+
+
+def test_local_async_calls_overlap_and_keep_each_workers_order():
+    barrier = threading.Barrier(3, timeout=10)  # a sequential call of the three would break it
+    infer = LocalWorkerGroup.of("actor_infer", [_Meeter(barrier), _Meeter(barrier)])
+    train = LocalWorkerGroup.of("actor_train", [_Meeter(barrier)])
+    receiving = infer.call_async("meet", "recv")
+    later = infer.call_each_async("note", {1: ("after",)})  # queued behind rank 1's meet
+    sending = train.call_async("meet", "send")
+    assert train.wait(sending) == ["send"]
+    assert infer.wait(receiving) == ["recv", "recv"] and infer.wait(later) == ["after"]
+    assert infer.workers[1].log == ["recv:in", "recv:out", "after"]
+    assert infer.call_each_async("note", {}) == []
+    with pytest.raises(RuntimeError, match="worker failed"):
+        train.wait(train.call_async("fail"))
+
+
+# ---------------------------------------------------------------------------- WeightSync over local groups
+def _weights(shift: float = 0.0) -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [(f"layers.{i}.weight", torch.randn(6, 4, generator=g).to(torch.bfloat16) + shift) for i in range(5)]
+
+
+class _Trainer:
+    """A training strategy as far as a sync needs it: weights, their bucket plan and buckets."""
+
+    def __init__(self):
+        self.weights = _weights()
+
+    def named_weights(self):
+        return [(n, t.clone()) for n, t in self.weights]
+
+    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
+        return plan_bucket_metas([(n, t.shape, t.dtype) for n, t in self.weights], bucket_bytes)
+
+    def weight_buckets(self, bucket_bytes: int):
+        yield from iter_buckets(self.weights, bucket_bytes)
+
+
+class _Engine:
+    """A receiving strategy like sglang's: ``tp`` ranks (threads here, processes in SGLang), each receiving the
+    full tensors in the weight group."""
+
+    supports_weight_group = True
+
+    def __init__(self, tp: int):
+        self.tp, self.groups, self.joins, self.weights = tp, [], [], {}
+
+    def _each_rank(self, fn) -> list:
+        out = [None] * self.tp
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, fn(i))) for i in range(self.tp)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return out
+
+    def init_weight_group(self, master_address, master_port, rank_offset, world_size, group_name, backend):
+        self.joins.append((rank_offset, world_size, group_name))
+        self.groups = self._each_rank(lambda i: WeightGroup(master_address, master_port, rank_offset + i,
+                                                            world_size, group_name, backend, timeout_s=60))
+
+    def update_weights_distributed(self, metas, group_name) -> float:
+        per_rank = self._each_rank(lambda i: [kv for m in metas for kv in
+                                              self.groups[i].receive_bucket(BucketMeta(**m))])
+        for received in per_rank[1:]:  # every TP rank got the same tensors
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(per_rank[0], received))
+        self.weights = dict(per_rank[0])
+        return 0.01
+
+    def load_weights(self, named):
+        self.weights = {n: t.clone() for n, t in named}
+
+
+def _worker(role: str, rank: int, strategy) -> Worker:
+    """A :class:`Worker` around a stand-in strategy (the forwarders under test, without building a backend)."""
+    w = Worker.__new__(Worker)
+    w.role, w.rank, w.strategy, w.weight_groups = role, rank, strategy, {}
+    return w
+
+
+def _groups(engines):
+    trainer = _Trainer()
+    train = LocalWorkerGroup.of("actor_train", [_worker("actor_train", 0, trainer)])
+    infer = LocalWorkerGroup.of("actor_infer", [_worker("actor_infer", r, e) for r, e in enumerate(engines)])
+    return trainer, train, infer
+
+
+def _equal(engine: _Engine, trainer: _Trainer) -> bool:
+    return list(engine.weights) == [n for n, _ in trainer.weights] and all(
+        torch.equal(engine.weights[n], t) for n, t in trainer.weights)
+
+
+def test_broadcast_sync_two_engines_of_tp2_over_gloo():
+    engines = [_Engine(tp=2), _Engine(tp=2)]
+    trainer, train, infer = _groups(engines)
+    sync = WeightSync(train, infer, "nccl", bucket_bytes=100, engine_tp_size=2, backend="gloo")
+    first = sync()
+    assert [e.joins for e in engines] == [[(1, 5, GROUP_NAME)], [(3, 5, GROUP_NAME)]]  # trainer + 2 x TP 2
+    assert all(_equal(e, trainer) for e in engines)
+    metas = [bucket_meta(b) for b in iter_buckets(trainer.weights, 100)]
+    assert sync.metas == [m.to_dict() for m in metas] and len(metas) == 3  # 48 B tensors, two per 100 B bucket
+    assert first["sync/mode"] == 1.0 and first["sync/buckets"] == 3.0
+    assert first["sync/gib"] == pytest.approx(5 * 48 / 2 ** 30) and first["time/sync"] >= first["time/sync_push"] > 0
+    trainer.weights = _weights(shift=1.0)  # the next step's weights: same group, new tensors
+    sync()
+    assert all(_equal(e, trainer) for e in engines) and all(len(e.joins) == 1 for e in engines)
+    train.workers[0].weight_groups[GROUP_NAME].close()
+
+
+def test_copy_sync_counts_buckets_of_the_engine_push():
+    engines = [_Engine(tp=1)]
+    trainer, train, infer = _groups(engines)
+    out = WeightSync(train, infer, "copy", bucket_bytes=100, count_buckets=True)()
+    assert _equal(engines[0], trainer) and engines[0].joins == []
+    assert out["sync/mode"] == 0.0 and out["sync/buckets"] == len(plan_buckets([48] * 5, 100)) == 3
+
+
+def test_worker_refuses_what_its_strategy_cannot_do():
+    receiver_only = _worker("actor_infer", 0, object())
+    with pytest.raises(TypeError, match="cannot receive weights by broadcast"):
+        receiver_only.update_weights_distributed([], GROUP_NAME)
+    with pytest.raises(TypeError, match="cannot send weights by broadcast"):
+        receiver_only.init_weight_group("127.0.0.1", 1, 0, 2, GROUP_NAME)
+    with pytest.raises(TypeError, match="cannot take single requests"):
+        receiver_only.poll([])
+    with pytest.raises(RuntimeError, match="call init_weight_group first"):
+        _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
