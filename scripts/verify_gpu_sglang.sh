@@ -2,7 +2,7 @@
 # GPU verification of the sglang strategy (issue 8), one command on the GPU machine, from the repo root:
 #   bash scripts/verify_gpu_sglang.sh            # STEPS=4 HF_STEPS=2 DIST=ray MODEL=/tmp/roll-models/qwen05b-rand
 # 1. builds a random-weight Qwen2.5-0.5B-shaped model (hidden 896, 24 layers, 14/2 heads, vocab 151936, tied
-#    embeddings) with roll's hub-free tokenizer at $MODEL, unless one is there;
+#    embeddings) with roll's hub-free tokenizer at $MODEL, unless one is there (scripts/build_qwen05b_rand.py);
 # 2. runs the agentic pipeline (Sokoban) with actor_infer = sglang colocated with actor_train = deepspeed_train
 #    (ZeRO-2) on GPU 0: examples/config/sokoban_qwen05b_sglang.yaml, $STEPS steps;
 # 3. runs the same config with actor_infer = hf_infer for $HF_STEPS steps (0 skips a run) (same seeds: the same first-turn
@@ -21,29 +21,7 @@ mkdir -p "$OUT" "$WORK/config"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-python3 - "$MODEL" <<'PY' 2>&1 | tee "$OUT/build.log"
-import sys, time, pathlib
-path = pathlib.Path(sys.argv[1])
-if (path / "config.json").is_file():
-    print(f"[verify] model already at {path}"); sys.exit(0)
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
-from roll.models.tiny import build_tokenizer, env_corpus
-t = time.time()
-tok = build_tokenizer(env_corpus(), 1024)
-cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
-                  pad_token_id=tok.pad_token_id, bos_token_id=None, hidden_act="silu")
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
-path.parent.mkdir(parents=True, exist_ok=True)
-model.save_pretrained(path)
-tok.save_pretrained(path)
-n = sum(p.numel() for p in model.parameters())
-print(f"[verify] built {path}: {n / 1e6:.0f}M parameters in {time.time() - t:.1f}s")
-PY
+python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
 
 python3 - "$WORK/config" <<'PY'
 import sys, yaml, pathlib
