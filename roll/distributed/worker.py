@@ -64,9 +64,6 @@ class Worker:
         self.strategy.load_weights(named_tensors)
         return time.perf_counter() - start
 
-    def save_pretrained(self, path: str) -> None:
-        self.strategy.save_pretrained(path)
-
     def _strategy_method(self, name: str, purpose: str) -> Callable:
         """``strategy.<name>``, or a TypeError naming the strategy and what was asked of it."""
         method = getattr(self.strategy, name, None)
@@ -134,6 +131,9 @@ class Worker:
         receive = self._strategy_method("update_weights_distributed", "receive weights by broadcast")
         return receive(metas, group_name)
 
+    def save_pretrained(self, path: str) -> None:
+        self.strategy.save_pretrained(path)
+
     def save_checkpoint(self, path: str) -> None:
         self.strategy.save_checkpoint(path)
 
@@ -165,9 +165,6 @@ class Worker:
         return self.role, self.rank, os.getpid()
 
 
-def get_rng_state() -> dict[str, Any]:
-    """RNG states of this process: ``{"python", "numpy", "torch", "cuda" (list per device, GPU only)}``."""
-    import random
 def node_ip() -> str:
     """This node's IP as Ray knows it (other nodes reach it there); loopback outside Ray."""
     import sys
@@ -180,6 +177,9 @@ def node_ip() -> str:
     return "127.0.0.1"
 
 
+def get_rng_state() -> dict[str, Any]:
+    """RNG states of this process: ``{"python", "numpy", "torch", "cuda" (list per device, GPU only)}``."""
+    import random
 
     import numpy as np
 

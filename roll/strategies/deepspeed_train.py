@@ -188,12 +188,6 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                 return []
             return [(n, p.detach().to("cpu", copy=True)) for n, p in self.engine.module.named_parameters()]
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.engine.module.named_parameters())
-        with self._gathered(), torch.no_grad():
-            for name, tensor in named_tensors:
-                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
-
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
         """Buckets of the full weights (names, dtypes, full shapes; ZeRO-3 shards report ``ds_shape``), in
         ``named_parameters`` order; the same on every rank. A tied ``lm_head`` is not a separate parameter."""
@@ -217,6 +211,12 @@ class DeepSpeedTrainStrategy(TrainStrategy):
                         raise RuntimeError(f"deepspeed_train: weight {name} has shape {list(t.shape)} after the "
                                            f"gather, its bucket plan says {shape}")
                 yield list(zip(meta.names, tensors))
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.engine.module.named_parameters())
+        with self._gathered(), torch.no_grad():
+            for name, tensor in named_tensors:
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
 
     def save_pretrained(self, path: str) -> None:
         weights = dict(self.named_weights())
