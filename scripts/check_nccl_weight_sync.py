@@ -21,8 +21,9 @@ import torch
 
 GROUP = "roll_weights"
 BUCKET_BYTES = 256 * 2 ** 20
-#: mean |log-prob difference| allowed between SGLang and the trainer model on the same weights (bf16 noise ~1e-3)
-MAX_MISMATCH = 0.02
+#: mean |log-prob difference| allowed between SGLang and the trainer model on the same weights. bf16 noise: measured
+#: 0.0098 on the initial random weights and 0.027 on the perturbed ones (H200, 2026-11-21), against 0.88 when stale.
+MAX_MISMATCH = 0.05
 
 
 def engine_log_probs(engine, ids: torch.Tensor) -> torch.Tensor:

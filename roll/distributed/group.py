@@ -12,10 +12,11 @@ while an async call to it is in flight).
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from abc import ABC, abstractmethod
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait as wait_futures
 from typing import Any
 
 from roll.config.worker import WorkerConfig
@@ -110,6 +111,10 @@ class LocalWorkerGroup(WorkerGroup):
                 for r, a in per_rank_args.items()]
 
     def wait(self, handles: list[Future]) -> list[Any]:
+        """Fail fast, like :meth:`RayWorkerGroup.wait`."""
+        for h in wait_futures(handles, return_when=FIRST_EXCEPTION).done:
+            if h.exception() is not None:
+                raise h.exception()
         return [h.result() for h in handles]
 
 
@@ -152,6 +157,16 @@ class RayWorkerGroup(WorkerGroup):
         return [getattr(self.actors[r], method).remote(*a, **kwargs) for r, a in per_rank_args.items()]
 
     def wait(self, handles: list[Any]) -> list[Any]:
+        """Fail fast: the first call to raise is raised at once, even while others (which may be blocked
+        waiting for it, e.g. the other side of a broadcast) are still running."""
+        import ray
+
+        pending = list(handles)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.timeout_s)
+            if not done:
+                raise TimeoutError(f"{self.role}: {len(pending)} call(s) still running after {self.timeout_s:g} s")
+            ray.get(done)
         return self._get(list(handles))
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -169,7 +184,11 @@ class RayWorkerGroup(WorkerGroup):
 
 def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]:
     """Ray actor options for one :class:`~roll.distributed.placement.WorkerSlot`: its bundle, its resources and,
-    on GPU, ``CUDA_VISIBLE_DEVICES`` = the slot's node-local GPU indices (Ray told not to overwrite it)."""
+    on GPU, ``CUDA_VISIBLE_DEVICES`` = the slot's node-local GPU indices (Ray told not to overwrite it).
+
+    GPU workers also get ``NCCL_CUMEM_ENABLE=0`` unless the driver sets it: each sees only its own GPUs, and NCCL's
+    cuMem peer-to-peer path then fails between them ("Cuda failure 'invalid argument'", measured on 2 H200s in the
+    disaggregated weight group); the legacy path works."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -182,5 +201,6 @@ def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]
     if slot.gpu_ids:
         env = dict((ray.get_runtime_context().runtime_env or {}).get("env_vars", {}))
         env.update({NOSET_CUDA: "1", "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.local_gpu_ids))})
+        env.setdefault("NCCL_CUMEM_ENABLE", os.environ.get("NCCL_CUMEM_ENABLE", "0"))
         options["runtime_env"] = {"env_vars": env}
     return options

@@ -97,8 +97,7 @@ class WeightSync:
         joins = self.infer.call_each_async(
             "init_weight_group", {r: (host, port, 1 + r * tp, world, GROUP_NAME, self.backend) for r in range(n)})
         hosting = self.train.call_async("init_weight_group", host, port, 0, world, GROUP_NAME, self.backend)
-        self.train.wait(hosting)
-        self.infer.wait(joins)
+        self.train.wait(hosting + joins)  # one wait: a side that fails is reported, not waited for
         self.metas = self.train.call_rank0("weight_bucket_metas", self.bucket_bytes)
         print(f"[roll] weight group {GROUP_NAME!r} up: trainer + {n} engine(s) x TP {tp} = {world} ranks at "
               f"{host}:{port} ({self.backend}), {len(self.metas)} buckets", flush=True)
@@ -108,8 +107,7 @@ class WeightSync:
             self.setup_group()
         receiving = self.infer.call_async("update_weights_distributed", self.metas, GROUP_NAME)
         sending = self.train.call_async("broadcast_weights", self.bucket_bytes, GROUP_NAME)
-        sent = self.train.wait(sending)[0]
-        self.infer.wait(receiving)
+        sent = self.train.wait(sending + receiving)[0]  # fails fast if either side raises
         if int(sent["buckets"]) != len(self.metas):
             raise RuntimeError(f"weight sync: the trainer sent {sent['buckets']:g} buckets, the engines expected "
                                f"{len(self.metas)}")
