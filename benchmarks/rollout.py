@@ -6,6 +6,12 @@ the replay do exactly the same work. Overhead = rollout wall time / bare generat
 adds: env steps, tokenization, bookkeeping, batching).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/rollout.py --sizes 8 64 256
+
+``--kv-reuse`` instead times whole rollouts with hf_infer's ``reuse_kv_cache`` on and off, side by side
+(alternating, fastest of ``--repeats`` kept), and reports the speed-up; greedy decoding, so both produce the same
+trajectories (checked).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/rollout.py --kv-reuse --sizes 32 128 --max-actions 10
 """
 
 from __future__ import annotations
@@ -69,6 +75,30 @@ def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int, rep
             "env_s": metrics["time/rollout_env"], "calls": len(recorder.calls)}
 
 
+def bench_kv_reuse(n_envs: int, model: str, groups: dict, max_actions: int, max_tokens: int,
+                   repeats: int = 3) -> dict[str, float]:
+    """Rollout wall time with and without ``reuse_kv_cache`` (``groups``: ``{"on": group, "off": group}``)."""
+    from roll.agentic.rollout import RolloutScheduler
+
+    cfg = _config(n_envs, max_actions, max_tokens)
+    scheds = {k: RolloutScheduler(cfg, cfg.train_env_manager, "train", model, g, use_ray=False)
+              for k, g in groups.items()}
+    best, tokens = {k: float("inf") for k in groups}, {}
+    for sched in scheds.values():
+        sched.rollout(0, n_envs)  # warm-up
+    for _ in range(repeats):
+        for key, sched in scheds.items():
+            start = time.perf_counter()
+            trajs, _ = sched.rollout(1, n_envs)
+            best[key] = min(best[key], time.perf_counter() - start)
+            tokens[key] = sorted(t.token_ids() for t in trajs)
+    if tokens["on"] != tokens["off"]:
+        raise AssertionError("reuse_kv_cache changed the greedy trajectories")
+    turns = sum(len(t.turns) for t in trajs)
+    return {"envs": n_envs, "turns": turns, "on_s": best["on"], "off_s": best["off"],
+            "speedup": best["off"] / best["on"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
@@ -77,6 +107,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3, help="timed rollout/replay pairs (fastest kept)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the inference worker")
+    parser.add_argument("--kv-reuse", action="store_true", help="compare reuse_kv_cache on/off instead")
     args = parser.parse_args()
 
     from roll.config.worker import WorkerConfig
@@ -86,11 +117,24 @@ def main() -> None:
 
     ensure_tiny_model(args.model, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
-    worker = WorkerConfig()
-    worker.model_args.model_name_or_path = args.model
-    worker.strategy_args.strategy_config = {"generate_batch_size": 256}
-    group = LocalWorkerGroup("actor_infer", worker, num_threads=args.threads)
-    group.call("initialize", StrategyContext(seed=0))
+
+    def infer_group(**options):
+        worker = WorkerConfig()
+        worker.model_args.model_name_or_path = args.model
+        worker.strategy_args.strategy_config = {"generate_batch_size": 256, **options}
+        group = LocalWorkerGroup("actor_infer", worker, num_threads=args.threads)
+        group.call("initialize", StrategyContext(seed=0))
+        return group
+
+    if args.kv_reuse:
+        groups = {"on": infer_group(reuse_kv_cache=True), "off": infer_group(reuse_kv_cache=False)}
+        print(f"{'envs':>5} {'turns':>6} {'reuse s':>8} {'re-encode s':>11} {'speed-up':>8}")
+        for n in args.sizes:
+            r = bench_kv_reuse(n, args.model, groups, args.max_actions, args.max_tokens, args.repeats)
+            print(f"{r['envs']:>5} {r['turns']:>6} {r['on_s']:>8.2f} {r['off_s']:>11.2f} {r['speedup']:>7.2f}x",
+                  flush=True)
+        return
+    group = infer_group()
     print(f"{'envs':>5} {'rollout s':>9} {'bare gen s':>10} {'overhead':>8} {'traj/s':>7} {'steps/s':>8} "
           f"{'tok/s':>7} {'env s':>6} {'calls':>5}")
     for n in args.sizes:

@@ -1,11 +1,13 @@
 """``hf_infer``: generation and log-probs with Hugging Face transformers (CPU or one GPU).
 
-strategy_config keys: ``generate_batch_size`` (prompts per ``generate`` call, default 64).
+strategy_config keys: ``generate_batch_size`` (prompts per ``generate`` call, default 64), ``reuse_kv_cache``
+(keep each sequence's keys and values for its next turn, default true; see :mod:`roll.strategies.turn_cache`)
+and ``kv_cache_mb`` (memory the kept keys and values may take, default 1024).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 
@@ -13,12 +15,13 @@ from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, sequence_log_probs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
+from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
 
 class HFInferStrategy(InferenceStrategy):
     """transformers ``generate`` over left-padded batches; token ids in, token ids out."""
 
-    KNOWN_KEYS = {"generate_batch_size"}
+    KNOWN_KEYS = {"generate_batch_size", "reuse_kv_cache", "kv_cache_mb"}
 
     def initialize(self, ctx: StrategyContext) -> None:
         unknown = set(self.config.strategy_args.strategy_config) - self.KNOWN_KEYS
@@ -30,7 +33,10 @@ class HFInferStrategy(InferenceStrategy):
         self.model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
                                     margs.trust_remote_code).to(self.device).eval()
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        self.generate_batch_size = int(self.config.strategy_args.strategy_config.get("generate_batch_size", 64))
+        options = self.config.strategy_args.strategy_config
+        self.generate_batch_size = int(options.get("generate_batch_size", 64))
+        self.turn_cache = (TurnCache(int(float(options.get("kv_cache_mb", 1024)) * 2**20))
+                           if options.get("reuse_kv_cache", True) else None)
         torch.manual_seed(ctx.seed + 7919 * self.rank)  # sampling draws from the global generator
 
     @torch.no_grad()
@@ -44,13 +50,27 @@ class HFInferStrategy(InferenceStrategy):
 
     def _generate_chunk(self, prompts: list[list[int]], args: GeneratingArgs,
                         max_new_tokens: int) -> list[GenerationOutput]:
+        """Prompts that continue a kept sequence and those that do not go in separate calls (mixed, the new ones
+        would be padded to the cached width plus their whole length)."""
+        hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
+        results: list[GenerationOutput | None] = [None] * len(prompts)
+        for part in ([i for i, h in enumerate(hits) if h[0]], [i for i, h in enumerate(hits) if not h[0]]):
+            if part:
+                outs = self._generate_part([prompts[i] for i in part], [hits[i] for i in part], args, max_new_tokens)
+                for i, out in zip(part, outs):
+                    results[i] = out
+        return results
+
+    def _generate_part(self, prompts: list[list[int]], hits: list[tuple[int, Any]], args: GeneratingArgs,
+                       max_new_tokens: int) -> list[GenerationOutput]:
         pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for i, p in enumerate(prompts):  # left padding: the new tokens line up at the right edge
-            input_ids[i, width - len(p):] = torch.tensor(p)
-            attention_mask[i, width - len(p):] = 1
+        cached = [c for c, _ in hits]
+        input_ids, attention_mask, width_cached = batch_layout(prompts, cached, pad)  # left padding
+        width = input_ids.shape[1]
+        extra = {}
+        if width_cached:
+            like = next(kv for _, kv in hits if kv is not None)
+            extra["past_key_values"] = batch_cache([kv for _, kv in hits], cached, width_cached, like)
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
         out = self.model.generate(
@@ -59,7 +79,7 @@ class HFInferStrategy(InferenceStrategy):
             temperature=args.temperature if sample else None, top_p=args.top_p if sample else None,
             top_k=args.top_k if sample and args.top_k > 0 else None,
             repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids, pad_token_id=pad,
-            return_dict_in_generate=True, output_scores=True,
+            return_dict_in_generate=True, output_scores=True, **extra,
         )
         new = out.sequences[:, width:].cpu()  # (B, N)
         # log-probs of the sampled tokens under the distribution actually sampled from (after warpers)
@@ -75,6 +95,10 @@ class HFInferStrategy(InferenceStrategy):
                     reason = "stop"
                     break
             results.append(GenerationOutput(ids, lps, reason))
+        if self.turn_cache is not None:  # keys exist for the prompt and every response token but the last
+            kept = [len(r.token_ids) - 1 for r in results]
+            for prompt, r, kv in zip(prompts, results, split_cache(out.past_key_values, attention_mask, kept)):
+                self.turn_cache.store(prompt + r.token_ids[:-1], kv)
         return results
 
     @torch.no_grad()
@@ -93,6 +117,8 @@ class HFInferStrategy(InferenceStrategy):
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if self.turn_cache is not None:
+            self.turn_cache.clear()  # keys and values of the old weights
         params = dict(self.model.named_parameters())
         for name, tensor in named_tensors:
             if name not in params:
