@@ -84,6 +84,8 @@ class SFTWarmupConfig:
     steps: int = fld(200, "Optimizer steps.")
     batch_size: int = fld(32, "Episodes per optimizer step.")
     learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
+    reset_optimizer: bool = fld(True, "Start RL with fresh Adam moments (the warm start's would shrink the "
+                                      "first RL updates).")
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
 
 

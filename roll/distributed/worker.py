@@ -56,6 +56,9 @@ class Worker:
                    with_entropy: bool = False) -> dict[str, float]:
         return self.strategy.train_step(batch, loss_fn, lr, with_entropy)
 
+    def reset_optimizer(self) -> None:
+        self.strategy.reset_optimizer()
+
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return list(self.strategy.named_weights())
 

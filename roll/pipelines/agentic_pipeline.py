@@ -79,6 +79,8 @@ class AgenticPipeline(Pipeline):
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (i + 1) % max(1, len(batches) // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{len(batches)} loss {losses[-1]:.4f}", flush=True)
+        if sft.reset_optimizer:
+            train.call("reset_optimizer")
         synced = self.sync_infer()
         for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
             if role in self.groups:

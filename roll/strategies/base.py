@@ -88,6 +88,10 @@ class TrainStrategy(Strategy):
         Called on every rank of the role (gathering may be collective); rank 0 returns the weights, other ranks
         may return an empty list."""
 
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's moment estimates (a new training phase starts, e.g. RL after the warm start)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset its optimizer")
+
     @abstractmethod
     def save_pretrained(self, path: str) -> None:
         """Export the model (and tokenizer) in Hugging Face format."""

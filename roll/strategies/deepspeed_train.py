@@ -114,6 +114,7 @@ class DeepSpeedTrainStrategy(TrainStrategy):
             max_grad_norm=ctx.max_grad_norm, dtype=margs.dtype)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                  config=self.ds_config)
+        self.torch_optimizer = optimizer  # ZeRO wraps it; its per-parameter state is the Adam moments
         self.device = self.engine.device
         self.total_steps = targs.max_steps or ctx.total_steps
         self.optimizer_steps = 0
@@ -173,6 +174,11 @@ class DeepSpeedTrainStrategy(TrainStrategy):
         out[f"{self.metric_prefix}/grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
         out[f"{self.metric_prefix}/lr"] = float(self.optimizer.param_groups[0]["lr"])
         return out
+
+    def reset_optimizer(self) -> None:
+        """Drop the Adam moments; the next step starts them afresh. Without this, second moments built up by the
+        warm start's large supervised gradients keep the first RL updates about as small as their ratio."""
+        self.torch_optimizer.state.clear()
 
     def _gathered(self):
         import deepspeed
