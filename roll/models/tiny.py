@@ -111,7 +111,7 @@ def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_s
                       num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
                       num_key_value_heads=num_key_value_heads, vocab_size=vocab_size,
                       max_position_embeddings=max_position_embeddings, initializer_range=initializer_range,
-                      seed=seed, corpus=lines)
+                      seed=seed, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

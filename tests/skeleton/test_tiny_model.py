@@ -77,3 +77,16 @@ def test_ensure_rebuilds_a_stale_build_and_keeps_a_users_model(tmp_path, capsys)
     (path / SPEC_FILE).unlink()  # no record: a user's model, used as it is whatever the arguments
     ensure_tiny_model(path, **small)
     assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
+
+
+def test_ensure_keeps_a_build_from_the_env_corpus(tmp_path, capsys):
+    """No corpus given (the built-in envs' text): the second call finds the same build and keeps it."""
+    from roll.models.tiny import ensure_tiny_model
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=400)
+    path = ensure_tiny_model(tmp_path / "m", **small)
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    ensure_tiny_model(path, **small)
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp
+    assert "rebuilding" not in capsys.readouterr().out
