@@ -95,7 +95,8 @@ class HFInferStrategy(InferenceStrategy):
                     reason = "stop"
                     break
             results.append(GenerationOutput(ids, lps, reason))
-        if self.turn_cache is not None:  # keys exist for the prompt and every response token but the last
+        if self.turn_cache is not None and out.past_key_values is not None:
+            # keys exist for the prompt and every response token but the last (never fed back)
             kept = [len(r.token_ids) - 1 for r in results]
             for prompt, r, kv in zip(prompts, results, split_cache(out.past_key_values, attention_mask, kept)):
                 self.turn_cache.store(prompt + r.token_ids[:-1], kv)
