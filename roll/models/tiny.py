@@ -135,23 +135,25 @@ def build_spec(*, corpus: Iterable[str] | None = None, **kwargs) -> dict:
 
 
 def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
-    """Build the tiny model at ``path`` unless the same build is already there.
+    """Build the tiny model at ``path`` unless a model is already there; an existing model is never replaced.
 
-    A directory without ``roll_tiny.json`` is a user's model and is used as it is; one built by roll with other
-    arguments (e.g. after a ``tiny_model`` change in the config) is rebuilt.
+    When roll built the one there with other arguments (``roll_tiny.json``; e.g. an older default, or a
+    ``tiny_model`` change in the config), a warning names the differences: delete the directory to rebuild.
     """
     path = Path(path)
     if (path / "config.json").is_file():
         record = path / SPEC_FILE
-        if not record.is_file():
-            return path
-        corpus = kwargs.get("corpus")
-        if corpus is not None:
-            kwargs = {**kwargs, "corpus": list(corpus)}
-        wanted = build_spec(**{**_defaults(), **kwargs})
-        if json.loads(record.read_text()) == json.loads(json.dumps(wanted, sort_keys=True)):
-            return path
-        print(f"[roll] rebuilding the tiny model at {path}: its build arguments changed", flush=True)
+        if record.is_file():
+            corpus = kwargs.get("corpus")
+            wanted = json.loads(json.dumps(build_spec(**{**_defaults(), **kwargs,
+                                                         "corpus": None if corpus is None else list(corpus)})))
+            have = json.loads(record.read_text())
+            diff = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
+            if diff:
+                print(f"[roll] warning: the tiny model at {path} was built with other arguments "
+                      f"({', '.join(f'{k}: {have.get(k)!r} there, {wanted.get(k)!r} asked' for k in diff)}); "
+                      f"using it as it is. Delete the directory to rebuild it.", flush=True)
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     return build_tiny_model(path, **kwargs)
 

@@ -56,7 +56,7 @@ def test_initializer_range_reaches_the_weights(tmp_path):
         assert abs(weight.std().item() - std) < 0.2 * std
 
 
-def test_ensure_rebuilds_a_stale_build_and_keeps_a_users_model(tmp_path, capsys):
+def test_ensure_never_replaces_a_model_and_warns_about_a_stale_build(tmp_path, capsys):
     import json
 
     from roll.models.tiny import SPEC_FILE, ensure_tiny_model
@@ -64,19 +64,20 @@ def test_ensure_rebuilds_a_stale_build_and_keeps_a_users_model(tmp_path, capsys)
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                  num_key_value_heads=1, vocab_size=300, corpus=["a b c", "<answer>Up</answer>"])
     path = ensure_tiny_model(tmp_path / "m", **small)
+    assert json.loads((path / SPEC_FILE).read_text())["num_hidden_layers"] == 1
     stamp = (path / "model.safetensors").stat().st_mtime_ns
-    ensure_tiny_model(path, **small)  # same arguments: kept
+    ensure_tiny_model(path, **small)  # same arguments: kept, nothing said
+    assert "warning" not in capsys.readouterr().out
+
+    ensure_tiny_model(path, **{**small, "num_hidden_layers": 2})  # other arguments: kept, the difference named
+    out = capsys.readouterr().out
+    assert "warning" in out and "num_hidden_layers: 1 there, 2 asked" in out and "Delete the directory" in out
     assert (path / "model.safetensors").stat().st_mtime_ns == stamp
-    assert "rebuilding" not in capsys.readouterr().out
+    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 1
 
-    ensure_tiny_model(path, **{**small, "num_hidden_layers": 2})  # changed arguments: rebuilt
-    assert "rebuilding" in capsys.readouterr().out
-    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
-    assert json.loads((path / SPEC_FILE).read_text())["num_hidden_layers"] == 2
-
-    (path / SPEC_FILE).unlink()  # no record: a user's model, used as it is whatever the arguments
-    ensure_tiny_model(path, **small)
-    assert AutoModelForCausalLM.from_pretrained(path).config.num_hidden_layers == 2
+    (path / SPEC_FILE).unlink()  # no record: a user's model, used silently
+    ensure_tiny_model(path, **{**small, "num_hidden_layers": 2})
+    assert "warning" not in capsys.readouterr().out
 
 
 def test_ensure_keeps_a_build_from_the_env_corpus(tmp_path, capsys):
@@ -89,4 +90,4 @@ def test_ensure_keeps_a_build_from_the_env_corpus(tmp_path, capsys):
     stamp = (path / "model.safetensors").stat().st_mtime_ns
     ensure_tiny_model(path, **small)
     assert (path / "model.safetensors").stat().st_mtime_ns == stamp
-    assert "rebuilding" not in capsys.readouterr().out
+    assert "warning" not in capsys.readouterr().out
