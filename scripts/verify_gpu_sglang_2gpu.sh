@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # GPU verification of issue 8 on 2 GPUs (nvidia-h200-x2): the disaggregated NCCL weight sync, and tp_size 2.
-# Two calls on one warm machine, from the repo root (the two bundles do not fit one call: see
-# /work/shared/device/README.md):
-#   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh >$OUT/activate.log 2>&1;
+# Three calls on one warm machine, from the repo root (the two bundles do not fit one call, and the model build
+# needs the base bundle: see /work/shared/device/README.md):
+#   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh      (unpacks SGLang; nothing else runs yet)
+#   call 2, carry [".dev/base"]:    source .dev/base/activate.sh >$OUT/activate.log 2>&1;
 #                                   bash scripts/verify_gpu_sglang_2gpu.sh prepare
 #     builds the random-weight Qwen2.5-0.5B-shaped model at $MODEL (scripts/build_qwen05b_rand.py), then
 #     scripts/check_nccl_weight_sync.py: an SGLang engine on GPU 1 receives NCCL broadcasts of perturbed weights
 #     from a WeightGroup on GPU 0, and its log-probs must then match the trainer model's ($OUT/nccl_check.json).
 #     CHECK_NCCL=0 only builds the model.
-#   call 2, carry [".dev/base"]:    source .dev/base/activate.sh >$OUT/activate.log 2>&1;
+#   call 3, carry nothing:          source /tmp/site/activate.sh >$OUT/activate.log 2>&1;
 #                                   bash scripts/verify_gpu_sglang_2gpu.sh
 #     (a) disagg: examples/config/sokoban_qwen05b_sglang_disagg.yaml: actor_train (DeepSpeed ZeRO-2) on GPU 0,
 #         actor_infer (sglang) on GPU 1, weight sync by NCCL broadcast (sync/mode 1);
@@ -19,7 +20,8 @@
 #     the initial ones, so a sync that did not arrive shows as a large log-prob mismatch at step 1), logs in
 #     $OUT/<run>.log and $OUT/<run>_metrics.jsonl; then $OUT/summary_2gpu.json. Checks: exit 0 and $STEPS steps,
 #     every step synced in its mode, rollout/logprob_mismatch < $MISMATCH_MAX every step. Exit 1 when one fails.
-# Each run is killed after RUN_TIMEOUT s (default 240), so call 2 stays under ~520 s; RUNS="disagg tp2" picks runs.
+# Each run is killed after RUN_TIMEOUT s (default 240), so call 3 stays under ~520 s (measured: 354 s on 2 H200s);
+# RUNS="disagg tp2" picks runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/roll-verify-2gpu}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
