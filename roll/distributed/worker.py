@@ -14,6 +14,7 @@ from roll.distributed.group import free_port
 from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
 from roll.strategies.registry import get_strategy_class
+from roll.strategies.weight_buckets import tensor_nbytes
 
 
 class Worker:
@@ -126,7 +127,7 @@ class Worker:
             if group is not None:
                 group.send_bucket(bucket)
             buckets += 1
-            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            nbytes += sum(tensor_nbytes(t) for _, t in bucket)
         return {"seconds": time.perf_counter() - start, "buckets": float(buckets), "bytes": float(nbytes)}
 
     def update_weights_distributed(self, metas: list[dict[str, list]], group_name: str) -> float:

@@ -90,6 +90,7 @@ def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_s
     ``roll_tiny.json`` in the directory records the build arguments (and a digest of the corpus), so
     :func:`ensure_tiny_model` can tell a stale build from a current one.
     """
+    arguments = {k: v for k, v in locals().items() if k not in ("path", "corpus")}  # the keyword arguments
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -107,16 +108,12 @@ def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_s
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
-    spec = build_spec(hidden_size=hidden_size, intermediate_size=intermediate_size,
-                      num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
-                      num_key_value_heads=num_key_value_heads, vocab_size=vocab_size,
-                      max_position_embeddings=max_position_embeddings, initializer_range=initializer_range,
-                      seed=seed, corpus=corpus if corpus is None else lines)
+    spec = build_spec(**arguments, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / SPEC_FILE).write_text(json.dumps(spec, sort_keys=True))
-    if path.exists():  # a stale build: replace it
+    if path.exists():  # called directly on a built directory: build it anew
         shutil.rmtree(path)
     tmp.rename(path)  # atomic: a half-written directory is never mistaken for a model
     return path

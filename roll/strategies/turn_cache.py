@@ -20,6 +20,8 @@ from collections import OrderedDict
 
 import torch
 
+from roll.strategies.weight_buckets import tensor_nbytes
+
 #: Per layer, (keys, values) of one sequence: (kv_heads, length, head_dim) each.
 SequenceKV = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -90,7 +92,7 @@ class TurnCache:
 
 
 def kv_bytes(kv: SequenceKV) -> int:
-    return sum(k.nelement() * k.element_size() + v.nelement() * v.element_size() for k, v in kv)
+    return sum(tensor_nbytes(k) + tensor_nbytes(v) for k, v in kv)
 
 
 def batch_layout(prompts: list[list[int]], cached: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
