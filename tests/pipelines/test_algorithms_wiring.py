@@ -213,7 +213,8 @@ def test_grpo_and_reward_clip_hand_computed():
     # batch mean_std of {1, 0, 0, 0}: mean 0.25, sample std 0.5 -> {1.5, -0.5, -0.5, -0.5}; reward_clip 0.5 after
     # normalization -> {0.5, -0.5, -0.5, -0.5}; reinforce with gamma 1 puts the return on every response token
     _, batch, _ = pipeline_advantages("grpo", {"reward_normalization.method": "mean_std", "reward_clip": 0.5,
-                                               "reward_normalization.grouping": "batch", "adv_estimator": "reinforce"})
+                                               "reward_normalization.grouping": "batch", "adv_estimator": "reinforce",
+                                               "gamma": 1.0})
     for i, want in enumerate([0.5, -0.5, -0.5, -0.5]):
         torch.testing.assert_close(batch["advantages"][i][mask[i] > 0], torch.full((4,), want), atol=1e-5, rtol=0)
 
