@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def seed_overrides(seed: int, run_dir: Path) -> list[str]:
-    """Hydra overrides that give one seed its own RL seed, initial weights, demonstrations and model directory."""
-    return [f"seed={seed}", f"tiny_model.seed={seed}", f"sft_warmup.seed={12345 + seed}",
+    """Hydra overrides that give one seed its own RL seed, initial weights, demonstrations (the default demonstration
+    seed + ``seed``) and model directory."""
+    from roll.config.agentic import SFTWarmupConfig
+
+    return [f"seed={seed}", f"tiny_model.seed={seed}", f"sft_warmup.seed={SFTWarmupConfig().seed + seed}",
             f"pretrain={run_dir / 'model'}", f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}"]
 
 
