@@ -199,6 +199,7 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
         f"{prefix}/truncated_by_length": sum(t.truncated_by_length for t in trajectories) / n,
         f"{prefix}/response_tokens_per_turn": sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
         / max(1, actions),
+        f"{prefix}/generated_tokens": float(sum(len(turn.response_ids) for t in trajectories for turn in t.turns)),
     }
     by_tag: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:

@@ -2,6 +2,11 @@
 
 Sequence-level modes average over the rows that hold at least one masked token; rows that are pure padding do not
 count. An all-zero mask gives a loss of 0.
+
+Each mode averages over a unit, its ``unit`` attribute: ``"tokens"`` (``token-mean``) or ``"sequences"`` (the
+``seq-mean-*`` modes). :func:`agg_normalizer` counts that unit in a micro-batch, so that gradient accumulation can
+weight micro-batch losses into the exact loss of the whole batch (:mod:`roll.strategies.microbatch`). A registered
+mode without ``unit`` counts sequences.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ def token_mean(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> T
     return masked_mean(loss_mat, mask)
 
 
+token_mean.unit = "tokens"
+
+
 @register_agg_mode("seq-mean-token-sum")
 def seq_mean_token_sum(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> Tensor:
     """``mean_i sum_t l_it m_it``: each sequence's token sum, averaged over sequences."""
@@ -55,6 +63,14 @@ def seq_mean_token_sum_norm(loss_mat: Tensor, mask: Tensor, norm_len: int | None
     if length <= 0:
         raise ValueError(f"norm_len must be a positive length, got {norm_len}; e.g. the max response length")
     return _mean_over_sequences(masked_sum(loss_mat, mask, dim=-1) / length, mask)
+
+
+def agg_normalizer(mask: Tensor, mode: str) -> float:
+    """How many units mode ``mode`` averages over in ``mask`` (B, T): masked tokens (``unit = "tokens"``) or rows
+    with at least one masked token (``"sequences"``, the default)."""
+    if getattr(AGG_MODES.get(mode), "unit", "sequences") == "tokens":
+        return float(mask.sum())
+    return float((mask.sum(dim=-1) > 0).sum())
 
 
 def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_len: int | None = None) -> Tensor:

@@ -19,6 +19,9 @@ class PPOConfig:
     adv_estimator: str = fld("grpo", "Advantage estimator.",
                              choices=["gae", "reinforce", "grpo", "dr_grpo", "reinforce_plus_plus", "rloo", "gigpo"])
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
+    skip_old_log_probs: bool = fld(
+        True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
+              "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.")
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).")
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")
@@ -88,6 +91,10 @@ class BaseConfig(PPOConfig):
     tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
     num_nodes: int = fld(1, "Nodes in the Ray cluster.")
     num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.")
+    colocated_offload: str = fld(
+        "auto", "What roles sharing a GPU do between phases: always = the idle role offloads (trainer states to CPU, "
+                "engine memory released); never = nothing moves (the GPU must hold all); auto = offload until "
+                "measured to fit together, then stay resident (docs/strategies.md).", choices=["auto", "always", "never"])
     distributed: str = fld("ray", "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "
                                   "process without Ray, for debugging.", choices=["ray", "local"])
     strict_data_check: bool = fld(False, "Check every batch hand-off (shapes, dtypes, 0/1 masks, score placement) and "

@@ -142,6 +142,11 @@ def check_workers(cfg: Any) -> None:
             raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
         if worker.model_update_frequency < 1:
             raise ConfigError(f"{role}.model_update_frequency", worker.model_update_frequency, "must be >= 1")
+        for phase in ("train", "infer"):
+            budget = getattr(worker, f"max_tokens_per_microbatch_in_{phase}")
+            if getattr(worker, f"use_dynamic_batching_in_{phase}") and budget < 1:
+                raise ConfigError(f"{role}.max_tokens_per_microbatch_in_{phase}", budget,
+                                  f"must be >= 1 with use_dynamic_batching_in_{phase}: true (e.g. 8192)")
         worker.data_args.file_name = _file_list(worker.data_args.file_name, f"{role}.data_args.file_name")
 
 
@@ -405,10 +410,10 @@ def check_agentic(cfg: Any) -> None:
 
 
 def check_weight_sync(cfg: Any) -> None:
-    """actor_infer's ``weight_sync`` key (sglang ``strategy_config``: auto, nccl, copy) fits the placement, and on
+    """actor_infer's ``weight_sync`` key (sglang ``strategy_config``: auto, nccl, cuda_ipc, copy) fits the placement, and on
     GPU an sglang engine's ``tp_size`` equals its worker's ``num_gpus_per_worker`` (its TP ranks run on those GPUs).
     See :func:`roll.distributed.placement.weight_sync_mode`; run after :func:`check_strategies`."""
-    from roll.distributed.placement import nccl_sync_blocker, role_mappings
+    from roll.distributed.placement import ipc_sync_blocker, nccl_sync_blocker, role_mappings
     from roll.strategies.registry import get_strategy_class
     from roll.strategies.sglang import WEIGHT_SYNC_CHOICES
 
@@ -428,6 +433,11 @@ def check_weight_sync(cfg: Any) -> None:
     blocker = nccl_sync_blocker(role_mappings(cfg), cfg.distributed, receives)
     if requested == "nccl" and blocker:
         raise ConfigError(f"{key}.weight_sync", requested, f"NCCL sync is impossible: {blocker}; use auto or copy")
+    ipc_blocker = ipc_sync_blocker(role_mappings(cfg), cfg.distributed,
+                                   bool(getattr(strategy, "supports_ipc_weights", False)), receives)
+    if requested == "cuda_ipc" and ipc_blocker:
+        raise ConfigError(f"{key}.weight_sync", requested, f"CUDA IPC sync is impossible: {ipc_blocker}; use auto "
+                                                           f"or copy")
     if receives and infer.device_mapping and strategy.weight_group_ranks(infer) != infer.num_gpus_per_worker:
         raise ConfigError(f"{key}.tp_size", strategy.weight_group_ranks(infer),
                           f"must equal actor_infer.num_gpus_per_worker ({infer.num_gpus_per_worker}): an engine's "

@@ -62,6 +62,7 @@ class GeneratingArgs:
     num_return_sequences: int = fld(1, "Samples per prompt returned by one request.")
     repetition_penalty: float = fld(1.0, "Repetition penalty (1.0 = off).")
     stop_token_ids: List[int] = fld(default_factory=list, help="Extra token ids that end generation.")
+    ignore_eos: bool = fld(False, "Generate max_new_tokens even past end tokens (throughput benchmarks).")
 
 
 @dataclass
@@ -91,5 +92,19 @@ class WorkerConfig:
     num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).")
     num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.")
     infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.")
+    use_dynamic_batching_in_train: bool = fld(
+        False, "Form training micro-batches by a token budget (max_tokens_per_microbatch_in_train) instead of "
+               "per_device_train_batch_size samples; the gradient is the same (micro-batches are weighted exactly).")
+    max_tokens_per_microbatch_in_train: int = fld(
+        0, "Token budget of a training micro-batch with use_dynamic_batching_in_train (padded tokens, or real "
+           "tokens with use_sequence_packing).")
+    use_dynamic_batching_in_infer: bool = fld(
+        False, "Form log-prob/value micro-batches by a token budget (max_tokens_per_microbatch_in_infer) instead "
+               "of infer_batch_size samples.")
+    max_tokens_per_microbatch_in_infer: int = fld(
+        0, "Token budget of a log-prob/value micro-batch with use_dynamic_batching_in_infer.")
+    use_sequence_packing: bool = fld(
+        False, "Run each micro-batch as one packed row without padding (position ids restart per sample; attention "
+               "stays within a sample). Same results as the padded forward within float tolerance.")
     model_update_frequency: int = fld(1, "Sync weights to this role every N training steps (RLVR actor_infer; "
                                          "the agentic pipeline syncs every step and accepts only 1).")

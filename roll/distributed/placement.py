@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from roll.config.worker import WorkerConfig
 
@@ -198,58 +198,63 @@ def nccl_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_su
     return None
 
 
+#: Values of sglang's ``weight_sync`` key.
+SYNC_REQUESTS = ("auto", "nccl", "cuda_ipc", "copy")
+
+
+def ipc_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_supports_ipc: bool,
+                     infer_in_subprocess: bool) -> str | None:
+    """Why actor_train's weights cannot reach actor_infer by CUDA IPC here (None: they can).
+
+    CUDA IPC shares a GPU buffer between processes on that GPU, so every GPU of actor_infer must also hold an
+    actor_train rank (colocated), the inference strategy must open shared buckets, and the receiver must live in
+    another process than the trainer (Ray; or an engine with processes of its own, such as SGLang's: a process
+    cannot open its own IPC handle)."""
+    train, infer = set(mappings.get("actor_train") or []), set(mappings.get("actor_infer") or [])
+    if not infer_supports_ipc:
+        return "actor_infer's strategy cannot open CUDA-IPC buckets"
+    if not train or not infer:
+        return "a CPU run (no device_mapping) has no GPU buffers to share"
+    if not infer <= train:
+        return (f"actor_infer GPUs {sorted(infer - train)} hold no actor_train rank (CUDA IPC shares a buffer "
+                f"within one GPU)")
+    if distributed != "ray" and not infer_in_subprocess:
+        return f"distributed={distributed} keeps trainer and receiver in one process (weights are passed directly)"
+    return None
+
+
 def weight_sync_mode(mappings: dict[str, list[int]], distributed: str, infer_supports_group: bool,
-                     requested: str = "auto") -> tuple[str, str]:
+                     requested: str = "auto", infer_supports_ipc: bool = False,
+                     infer_in_subprocess: bool = False) -> tuple[str, str]:
     """``(mode, reason)`` of the actor_train -> actor_infer weight sync (``mappings``: ``device_mapping`` per role).
 
-    ``nccl``: trainer rank 0 broadcasts the weights to the engines in a weight group (disaggregated placement);
-    ``copy``: the trainer's weights are copied to the driver and loaded by every inference worker (colocated, CPU
-    and hf_infer runs; the sglang strategy pushes them in buckets with ``update_weights_from_tensor``).
-    ``requested`` (sglang ``strategy_config.weight_sync``): ``auto`` picks ``nccl`` whenever
-    :func:`nccl_sync_blocker` finds nothing against it; ``nccl`` where it cannot work raises ValueError."""
-    if requested not in ("auto", "nccl", "copy"):
-        raise ValueError(f"weight_sync={requested!r}: expected auto, nccl or copy")
+    - ``cuda_ipc``: colocated on GPUs; each trainer rank flattens a bucket on its GPU and the engines load it
+      through one CUDA IPC handle per bucket (:mod:`roll.strategies.ipc_buckets`): no host copy;
+    - ``nccl``: disaggregated; trainer rank 0 broadcasts the buckets to the engines in a weight group;
+    - ``direct``: ``distributed=local``; the receiver loads the trainer's tensors in the same process;
+    - ``copy``: the fallback: weights gathered to CPU, through the Ray object store, into every receiver.
+    ``requested`` (sglang ``strategy_config.weight_sync``): ``auto`` picks the first of the above that works here;
+    naming a mode that cannot work raises ValueError."""
+    if requested not in SYNC_REQUESTS:
+        raise ValueError(f"weight_sync={requested!r}: expected one of {', '.join(SYNC_REQUESTS)}")
     if requested == "copy":
         return "copy", "weight_sync: copy requested"
-    blocker = nccl_sync_blocker(mappings, distributed, infer_supports_group)
-    if requested == "nccl" and blocker:
-        raise ValueError(f"weight_sync: nccl is impossible here: {blocker}; use weight_sync: auto or copy")
-    if blocker:
-        return "copy", blocker
-    return "nccl", (f"actor_infer GPUs {sorted(mappings['actor_infer'])} are disjoint from actor_train GPUs "
-                    f"{sorted(mappings['actor_train'])}")
+    ipc = ipc_sync_blocker(mappings, distributed, infer_supports_ipc, infer_in_subprocess)
+    nccl = nccl_sync_blocker(mappings, distributed, infer_supports_group)
+    for mode, blocker in (("cuda_ipc", ipc), ("nccl", nccl)):
+        if requested == mode and blocker:
+            raise ValueError(f"weight_sync: {mode} is impossible here: {blocker}; use weight_sync: auto or copy")
+    if requested in ("auto", "cuda_ipc") and ipc is None:
+        return "cuda_ipc", f"actor_infer GPUs {sorted(set(mappings['actor_infer']))} each hold an actor_train rank"
+    if nccl is None:
+        return "nccl", (f"actor_infer GPUs {sorted(mappings['actor_infer'])} are disjoint from actor_train GPUs "
+                        f"{sorted(mappings['actor_train'])}")
+    if distributed == "local":
+        return "direct", "distributed=local: trainer and receiver share this process"
+    return "copy", f"no zero-copy path: {ipc}; and no NCCL broadcast: {nccl}"
 
 
 def role_mappings(cfg: Any) -> dict[str, list[int]]:
     """``device_mapping`` of every configured role of ``cfg`` (empty lists on CPU)."""
     roles = ("actor_train", "actor_infer", "reference", "critic")
     return {r: list(getattr(cfg, r).device_mapping or []) for r in roles if getattr(cfg, r, None) is not None}
-
-
-class ColocationPhases:
-    """Time-sharing of colocated roles: before a phase, roles that share a GPU with an active role offload.
-
-    ``activate(groups, {"actor_infer"})`` reloads the active roles if they were offloaded and offloads every
-    other role that shares GPUs with one of them. Roles without GPU overlap are never touched (disaggregated, or
-    CPU runs: nothing is ever offloaded)."""
-
-    def __init__(self, colocated: dict[str, set[str]]):
-        self.colocated = colocated
-        self.offloaded: set[str] = set()
-
-    def activate(self, groups: dict[str, Any], active: Iterable[str]) -> list[tuple[str, str]]:
-        """Offload the idle colocated roles first (freeing memory), then reload the active ones; returns the
-        ``(role, "offload" | "reload")`` calls made, in order."""
-        active = {r for r in active if r in groups}
-        calls: list[tuple[str, str]] = []
-        idle = {peer for r in active for peer in self.colocated.get(r, ())} - active
-        for role in sorted(idle - self.offloaded):
-            if role in groups:
-                groups[role].call("offload_states")
-                self.offloaded.add(role)
-                calls.append((role, "offload"))
-        for role in sorted(active & self.offloaded):
-            groups[role].call("reload_states")
-            self.offloaded.discard(role)
-            calls.append((role, "reload"))
-        return calls

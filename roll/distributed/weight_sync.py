@@ -1,6 +1,14 @@
 """actor_train -> actor_infer weight sync, in the mode placement allows (see
 :func:`roll.distributed.placement.weight_sync_mode`).
 
+``cuda_ipc`` (colocated on GPUs): bucket by bucket, every trainer rank flattens the bucket on its GPU and returns the
+CUDA IPC payload of that buffer (:meth:`~roll.distributed.worker.Worker.share_weight_bucket`; a few hundred bytes);
+each inference worker gets, per GPU of its engine, the payload of the trainer rank on that GPU and loads it
+(:meth:`~roll.distributed.worker.Worker.load_weight_bucket`: SGLang's ``flattened_bucket`` format, or views copied
+into ``hf_infer``'s parameters). The weights never leave the GPU; only the payloads cross Ray.
+
+``direct`` (``distributed=local``): the receiver loads the trainer's bucket tensors in the same process.
+
 ``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors) to the driver,
 and every inference worker loads them (through the Ray object store on Ray). The sglang strategy then pushes them
 into its engine in buckets with ``update_weights_from_tensor`` (held on the host while its memory is released).
@@ -14,8 +22,9 @@ broadcasts bucket after bucket, the other ranks only join the ZeRO-3 gathers) is
 Receivers and sender must be in flight together: each side blocks until the other has posted the same broadcast.
 
 Metrics of a sync: ``time/sync`` (the whole call), ``time/sync_push`` (nccl: rank 0's gather + broadcast; copy: the
-slowest inference worker's ``load_weights``), ``sync/buckets``, ``sync/gib`` (weights sent), ``sync/mode``
-(:data:`MODE_IDS`: 0 copy, 1 nccl).
+slowest inference worker's ``load_weights``; cuda_ipc: the receivers' loads), ``sync/buckets``, ``sync/gib`` (weights
+sent), ``sync/mode`` (:data:`MODE_IDS`: 0 copy, 1 nccl, 2 cuda_ipc, 3 direct). The chosen mode and why (for copy:
+why no faster path works) is printed once at the first sync.
 """
 
 from __future__ import annotations
@@ -24,10 +33,19 @@ import time
 from typing import Any
 
 from roll.distributed.group import RayWorkerGroup, WorkerGroup
-from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, plan_buckets, tensor_nbytes
+from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, plan_buckets, tensor_nbytes
+
+
+def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> list[list[int]]:
+    """For each actor_infer worker, the actor_train rank on each of its GPUs (in the worker's GPU order); empty
+    on CPU. Trainer rank r runs on ``actor_train.device_mapping[r]``."""
+    train, infer = list(mappings.get("actor_train") or []), list(mappings.get("actor_infer") or [])
+    rank_of = {gpu: rank for rank, gpu in enumerate(train)}
+    k = max(1, gpus_per_infer_worker)
+    return [[rank_of.get(g, 0) for g in infer[i:i + k]] for i in range(0, len(infer), k)]
 
 #: ``sync/mode`` values.
-MODE_IDS = {"copy": 0.0, "nccl": 1.0}
+MODE_IDS = {"copy": 0.0, "nccl": 1.0, "cuda_ipc": 2.0, "direct": 3.0}
 #: Name of the weight group (SGLang keeps groups by name).
 GROUP_NAME = "roll_weights"
 
@@ -48,14 +66,17 @@ class WeightSync:
     """The actor_train -> actor_infer weight sync of a run; calling it syncs once and returns its metrics."""
 
     def __init__(self, train: WorkerGroup, infer: WorkerGroup, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False):
+                 engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False,
+                 ipc_routes: list[list[int]] | None = None):
         """``engine_tp_size``: weight-group ranks per inference worker; ``backend``: of the weight group (nccl on
-        GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push)."""
+        GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push);
+        ``ipc_routes`` (cuda_ipc): for each inference worker, the trainer rank on each of its GPUs, in order."""
         if mode not in MODE_IDS:
             raise ValueError(f"weight sync mode {mode!r}: expected one of {sorted(MODE_IDS)}")
         self.train, self.infer, self.mode, self.bucket_bytes = train, infer, mode, bucket_bytes
         self.engine_tp_size, self.backend, self.count_buckets = engine_tp_size, backend, count_buckets
-        self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan, once the group is up
+        self.ipc_routes = ipc_routes
+        self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan (nccl, cuda_ipc), asked once
 
     @classmethod
     def from_config(cls, cfg: Any, train: WorkerGroup, infer: WorkerGroup) -> "WeightSync":
@@ -68,18 +89,49 @@ class WeightSync:
         sc = dict(ic.strategy_args.strategy_config)
         strategy = get_strategy_class(ic.strategy_args.strategy_name, "actor_infer")
         receives = bool(getattr(strategy, "supports_weight_group", False))
-        mode, why = weight_sync_mode(role_mappings(cfg), cfg.distributed, receives,
-                                     sc.get("weight_sync", "auto") if receives else "auto")
+        mappings = role_mappings(cfg)
+        mode, why = weight_sync_mode(mappings, cfg.distributed, receives,
+                                     sc.get("weight_sync", "auto") if receives else "auto",
+                                     infer_supports_ipc=bool(getattr(strategy, "supports_ipc_weights", False)),
+                                     infer_in_subprocess=receives)
         tp = strategy.weight_group_ranks(ic) if receives else 1
         print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
         return cls(train, infer, mode, int(sc.get("weight_bucket_bytes", DEFAULT_BUCKET_BYTES)), tp,
-                   count_buckets=receives)
+                   count_buckets=receives, ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker))
 
     def __call__(self) -> dict[str, float]:
         """Sync once; returns ``time/sync`` and ``sync/*`` metrics (see the module docstring)."""
         start = time.perf_counter()
-        stats = self._broadcast() if self.mode == "nccl" else self._copy()
+        sync = {"nccl": self._broadcast, "cuda_ipc": self._share, "direct": self._direct, "copy": self._copy}
+        stats = sync[self.mode]()
         return {"time/sync": time.perf_counter() - start, **stats, "sync/mode": MODE_IDS[self.mode]}
+
+    def _share(self) -> dict[str, float]:
+        """cuda_ipc: per bucket, every trainer rank shares its GPU's copy; each engine loads the payloads of the
+        trainer ranks on its GPUs (see the module docstring). A last call frees the last bucket."""
+        if self.metas is None:
+            self.metas = self.train.call_rank0("weight_bucket_metas", self.bucket_bytes)
+        routes = self.ipc_routes or [[0] * self.engine_tp_size for _ in range(self.infer.world_size)]
+        loading = 0.0
+        for k in range(len(self.metas)):
+            payloads = self.train.call("share_weight_bucket", self.bucket_bytes)
+            last = k == len(self.metas) - 1
+            seconds = self.infer.call_each("load_weight_bucket",
+                                           [([payloads[t] for t in route], last) for route in routes])
+            loading += max(seconds, default=0.0)
+        if any(p is not None for p in self.train.call("share_weight_bucket", self.bucket_bytes)):
+            raise RuntimeError(f"weight sync: the trainer has more weight buckets than its plan ({len(self.metas)})")
+        nbytes = sum(BucketMeta(**m).nbytes for m in self.metas)
+        return {"time/sync_push": loading, "sync/buckets": float(len(self.metas)), "sync/gib": nbytes / 2 ** 30}
+
+    def _direct(self) -> dict[str, float]:
+        """direct: the trainer's device buckets loaded by the receivers in this process (``distributed=local``)."""
+        buckets, nbytes, loading = 0, 0, 0.0
+        for bucket in self.train.call_rank0("weight_buckets", self.bucket_bytes):
+            loading += max(self.infer.call("load_weights", bucket), default=0.0)
+            buckets += 1
+            nbytes += sum(tensor_nbytes(t) for _, t in bucket)
+        return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2 ** 30}
 
     def _copy(self) -> dict[str, float]:
         weights, seconds = copy_weights(self.train, self.infer)

@@ -53,9 +53,9 @@ class Worker:
                             "compute_values needs the critic role")
         return self.strategy.compute_values(batch)
 
-    def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None,
-                   with_entropy: bool = False) -> dict[str, float]:
-        return self.strategy.train_step(batch, loss_fn, lr, with_entropy)
+    def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None, with_entropy: bool = False,
+                   return_log_probs: bool = False) -> dict[str, Any]:
+        return self.strategy.train_step(batch, loss_fn, lr, with_entropy, return_log_probs)
 
     def reset_optimizer(self) -> None:
         self.strategy.reset_optimizer()
@@ -66,6 +66,34 @@ class Worker:
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> float:
         start = time.perf_counter()
         self.strategy.load_weights(named_tensors)
+        return time.perf_counter() - start
+
+    # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
+    def share_weight_bucket(self, bucket_bytes: int) -> bytes | None:
+        """The CUDA IPC payload of the next weight bucket (:mod:`roll.strategies.ipc_buckets`), or None after the
+        last. Every rank of the role calls in step (ZeRO-3 gathers each bucket collectively); each shares its own
+        GPU's copy and keeps it alive until its next call."""
+        from roll.strategies.ipc_buckets import share_bucket
+
+        if getattr(self, "_ipc_buckets", None) is None:
+            self._ipc_buckets = iter(self.strategy.weight_buckets(bucket_bytes))
+        self._ipc_buffer = None  # the previous bucket's receivers are done
+        bucket = next(self._ipc_buckets, None)
+        if bucket is None:
+            self._ipc_buckets = None
+            return None
+        payload, self._ipc_buffer = share_bucket(bucket)
+        return payload
+
+    def weight_buckets(self, bucket_bytes: int):
+        """The strategy's generator of device weight buckets (``direct`` sync, in-process only: under Ray a
+        generator does not cross processes)."""
+        return self.strategy.weight_buckets(bucket_bytes)
+
+    def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> float:
+        """Load one shared bucket (one payload per GPU of this worker, in its GPU order); returns seconds."""
+        start = time.perf_counter()
+        self._strategy_method("load_weight_bucket", "receive weights by CUDA IPC")(payloads, flush)
         return time.perf_counter() - start
 
     def _strategy_method(self, name: str, purpose: str) -> Callable:
@@ -159,11 +187,15 @@ class Worker:
         set_rng_state(state)
 
     def memory_stats(self) -> dict[str, float]:
-        """Peak CUDA memory of this process since start, in GiB (``{}`` on CPU)."""
+        """CUDA memory in GiB (``{}`` on CPU): this process's peak allocated and reserved since start, what it
+        reserves now, and the GPU's use by all processes and its total."""
         if not torch.cuda.is_available():
             return {}
+        free, total = torch.cuda.mem_get_info()
         return {"peak_allocated_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
-                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2 ** 30}
+                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2 ** 30,
+                "reserved_gib": torch.cuda.memory_reserved() / 2 ** 30,
+                "gpu_used_gib": (total - free) / 2 ** 30, "gpu_total_gib": total / 2 ** 30}
 
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()

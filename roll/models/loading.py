@@ -1,4 +1,4 @@
-"""Model and tokenizer loading, and the token log-prob forward pass shared by all torch backends."""
+"""Model and tokenizer loading (the token log-prob pass is :func:`roll.models.logprobs.token_log_probs`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,17 @@ def load_tokenizer(path: str):
     return tok
 
 
+def scoring_attention(attn_implementation: str | None, dtype: str, packed: bool) -> str | None:
+    """The attention implementation of a training/scoring model: the configured one, else, for packed rows on a
+    GPU in bf16/fp16, ``roll_varlen`` (:mod:`roll.models.varlen`: padding-free without flash-attn), else None
+    (transformers' default, SDPA: packed rows then use a block-diagonal mask)."""
+    if attn_implementation or not packed or dtype == "fp32":
+        return attn_implementation
+    from roll.models import varlen
+
+    return varlen.register() if varlen.available() else None
+
+
 def load_causal_lm(path: str, dtype: str = "fp32", attn_implementation: str | None = None,
                    trust_remote_code: bool = False) -> torch.nn.Module:
     """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names."""
@@ -27,27 +38,3 @@ def load_causal_lm(path: str, dtype: str = "fp32", attn_implementation: str | No
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dim: (B, T, V) -> (B, T)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
-def sequence_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       with_entropy: bool = False, temperature: float = 1.0
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for t < L-1: (B, L) -> log_probs (B, L-1), entropy (B, L-1).
-
-    Samples are right-padded; positions count real tokens only so left padding also works.
-    """
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False).logits[:, :-1]  # (B, L-1, V): prediction of the next token
-    if temperature != 1.0:
-        logits = logits / temperature
-    logits = logits.float()
-    log_probs = torch.gather(torch.log_softmax(logits, -1), 2, input_ids[:, 1:, None]).squeeze(-1)
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return log_probs, entropy

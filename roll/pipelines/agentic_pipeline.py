@@ -22,8 +22,8 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, forward_values,
-                                   group_keys, perf_metrics, start_workers, sync_weights)
-from roll.pipelines.loss_fns import sft_loss
+                                   group_keys, perf_metrics, skip_old_log_probs, start_workers, sync_weights)
+from roll.pipelines.loss_fns import SFT_LOSS
 
 
 class AgenticPipeline(Pipeline):
@@ -75,7 +75,7 @@ class AgenticPipeline(Pipeline):
         start, losses = time.perf_counter(), []
         train = self.groups["actor_train"]
         for i, batch in enumerate(batches):
-            parts = train.call_dp("train_step", batch, loss_fn=sft_loss, lr=sft.learning_rate)
+            parts = train.call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=sft.learning_rate)
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (i + 1) % max(1, len(batches) // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{len(batches)} loss {losses[-1]:.4f}", flush=True)
@@ -117,11 +117,12 @@ class AgenticPipeline(Pipeline):
         self._maybe_dump(step, trajs)
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
-        t = time.perf_counter()
-        batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
-        mismatch = logprob_mismatch(trajs, batch)  # train-inference mismatch (sets batch["rollout_log_probs"])
-        check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
-        timings["time/old_log_probs"] = time.perf_counter() - t
+        skip_old = skip_old_log_probs(cfg, len(batch), step)
+        if not skip_old:  # else the update's forward provides them (the same values)
+            t = time.perf_counter()
+            batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+            check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
+            timings["time/old_log_probs"] = time.perf_counter() - t
         if "reference" in groups:
             t = time.perf_counter()
             batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
@@ -135,11 +136,12 @@ class AgenticPipeline(Pipeline):
             batch[key] = value
         metrics = advantage_step(cfg, batch, self.kl_ctl.value)
         self.update(step, batch, metrics, timings)
+        # train-inference mismatch, with the trainer's log-probs before the update (sets batch["rollout_log_probs"])
+        metrics.update(logprob_mismatch(trajs, batch))
         metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)
-        metrics.update(mismatch)
         return metrics
 
     def _maybe_dump(self, step: int, trajs: list[Trajectory]) -> None:

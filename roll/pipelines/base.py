@@ -83,7 +83,8 @@ class Pipeline(ABC):
         if cfg.add_token_level_kl:
             self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
-        if actor_trains and step % cfg.actor_infer.model_update_frequency == 0:
+        due = actor_trains and step % cfg.actor_infer.model_update_frequency == 0
+        if due or "actor_infer" in self.phases.offloaded:  # a released engine gets its weights back by a sync
             sync = self.sync_infer()
             timings["time/sync"] = sync.pop("time/sync")
             metrics.update(sync)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import time
@@ -20,7 +19,7 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
 from roll.distributed.weight_sync import copy_weights
-from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
+from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, loss_mask
 from roll.strategies.base import StrategyContext
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -62,22 +61,29 @@ def perf_metrics(groups: dict[str, WorkerGroup], batch: Batch, timings: dict[str
                  ppo_epochs: int) -> dict[str, float]:
     """Throughput and memory of one step: ``perf/tokens`` (attention-mask tokens of the batch),
     ``perf/train_tokens_per_s`` = tokens x ppo_epochs / time/train, and on GPU
-    ``perf/<role>_peak_{allocated,reserved}_gib`` (rank 0 of each role, peak since the worker started)."""
+    ``perf/<role>_peak_{allocated,reserved}_gib`` (rank 0 of each role, peak since the worker started) and
+    ``perf/gpu_used_gib`` (the GPU's use by all processes, seen from actor_train's rank 0, at the end of the step)."""
     tokens = float(batch["attention_mask"].sum())
-    out = {"perf/tokens": tokens,
+    out = {"perf/tokens": tokens, "perf/samples": float(len(batch)),
            "perf/train_tokens_per_s": tokens * ppo_epochs / max(timings.get("time/train", 0.0), 1e-9)}
     for role, group in groups.items():
-        for key, value in group.call_rank0("memory_stats").items():
-            out[f"perf/{role}_{key}"] = value
+        stats = group.call_rank0("memory_stats")
+        for key in ("peak_allocated_gib", "peak_reserved_gib"):
+            if key in stats:
+                out[f"perf/{role}_{key}"] = stats[key]
+        if role == "actor_train" and "gpu_used_gib" in stats:
+            out["perf/gpu_used_gib"] = stats["gpu_used_gib"]
     return out
 
 
 def colocation_phases(cfg: BaseConfig) -> Any:
-    """The :class:`~roll.distributed.placement.ColocationPhases` of ``cfg``'s roles (no-op on CPU)."""
-    from roll.distributed.placement import ColocationPhases, plan_placement
+    """The :class:`~roll.distributed.colocation.ColocationPhases` of ``cfg``'s roles (no-op on CPU), with the
+    ``colocated_offload`` policy."""
+    from roll.distributed.colocation import ColocationPhases
+    from roll.distributed.placement import plan_placement
 
     roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
-    return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated)
+    return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated, cfg.colocated_offload)
 
 
 def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:
@@ -206,13 +212,30 @@ def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
                            kl_loss_type=cfg.kl_loss_type, policy_loss=cfg.policy_loss)
 
 
-def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
-    """``ppo_epochs`` passes over shuffled mini-batches of the global train batch; mean metrics."""
-    check_batch_if(cfg.strict_data_check, batch, "train_step", required=("old_log_probs", "advantages"))
+def actor_mini_batch(cfg: BaseConfig) -> int:
+    """Samples of one actor optimizer step over all ranks: per_device x gradient_accumulation_steps x world."""
     ta = cfg.actor_train.training_args
-    mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * train.world_size
-    loss_fn = functools.partial(ppo_actor_loss, cfg=actor_loss_config(cfg))
-    return _train_epochs(cfg.ppo_epochs, train, batch, mini, seed, loss_fn=loss_fn, with_entropy=True)
+    return ta.per_device_train_batch_size * ta.gradient_accumulation_steps * cfg.actor_train.world_size
+
+
+def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
+    """Whether step ``step``'s separate old-log-prob pass can be skipped because it would equal the training
+    forward's (detached) log-probs: ``skip_old_log_probs`` on, the actor trains this step (past
+    ``critic_warmup``), one ppo epoch, the whole batch one optimizer step (so the forward runs before any update),
+    and no KL penalty in the reward (which needs the old log-probs first)."""
+    return (cfg.skip_old_log_probs and step > cfg.critic_warmup and cfg.ppo_epochs == 1
+            and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl)
+
+
+def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
+    """``ppo_epochs`` passes over shuffled mini-batches of the global train batch; mean metrics. Without
+    ``old_log_probs`` in ``batch`` (:func:`skip_old_log_probs`), the training forward's log-probs are stored there."""
+    skipped = "old_log_probs" not in batch
+    required = ("advantages",) if skipped else ("old_log_probs", "advantages")
+    check_batch_if(cfg.strict_data_check, batch, "train_step", required=required)
+    loss_fn = PPOActorLoss(actor_loss_config(cfg))
+    return _train_epochs(cfg.ppo_epochs, train, batch, actor_mini_batch(cfg), seed, loss_fn=loss_fn,
+                         with_entropy=True, keep_log_probs=skipped)
 
 
 def train_critic(cfg: BaseConfig, critic: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
@@ -220,8 +243,7 @@ def train_critic(cfg: BaseConfig, critic: WorkerGroup, batch: Batch, seed: int) 
     ``batch["returns"]``, old values = ``batch["values"]``; mean ``critic/*`` metrics."""
     ta = cfg.critic.training_args
     mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * critic.world_size
-    loss_fn = functools.partial(critic_value_loss, value_clip=cfg.value_clip)
-    return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=loss_fn)
+    return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=CriticValueLoss(cfg.value_clip))
 
 
 def forward_values(group: WorkerGroup, batch: Batch) -> torch.Tensor:
@@ -229,17 +251,27 @@ def forward_values(group: WorkerGroup, batch: Batch) -> torch.Tensor:
     return torch.cat([part["values"] for part in group.call_dp("compute_values", batch)])
 
 
-def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed: int,
+def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False,
                   **train_kwargs: Any) -> dict[str, float]:
-    """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics."""
+    """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics.
+
+    ``keep_log_probs`` (one epoch, one mini-batch): store the training forward's log-probs as
+    ``batch["old_log_probs"]``, in batch order."""
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = {}
     count = 0
     for _ in range(epochs):
         order = torch.randperm(len(batch), generator=gen)
         for start in range(0, len(batch), mini):
-            part = batch.select(order[start:start + mini])
-            for rank_metrics in group.call_dp("train_step", part, **train_kwargs):
+            index = order[start:start + mini]
+            results = group.call_dp("train_step", batch.select(index), return_log_probs=keep_log_probs,
+                                    **train_kwargs)
+            if keep_log_probs:
+                kept = torch.cat([r.pop("log_probs") for r in results])  # rank chunks are consecutive
+                old = torch.zeros(len(batch), kept.shape[1])
+                old[index] = kept
+                batch["old_log_probs"] = old
+            for rank_metrics in results:
                 for k, v in rank_metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1

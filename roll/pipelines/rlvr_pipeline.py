@@ -25,10 +25,10 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, start_workers,
-                                   sync_weights)
+from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, perf_metrics,
+                                   skip_old_log_probs, start_workers, sync_weights)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
-from roll.pipelines.loss_fns import sft_loss
+from roll.pipelines.loss_fns import SFT_LOSS
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
 PLOT_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/*accuracy", "dynamic_sampling/groups_filtered",
@@ -93,7 +93,8 @@ def rollout_metrics(groups: list[PromptGroup], examples: list[RLVRExample], pref
     metrics = {f"{prefix}/accuracy": sum(x[1] for x in flat) / n, f"{prefix}/mean_reward": sum(x[2] for x in flat) / n,
                f"{prefix}/format_rate": sum(x[3] for x in flat) / n,
                f"{prefix}/response_length": sum(x[4] for x in flat) / n,
-               f"{prefix}/truncated_rate": sum(x[5] for x in flat) / n}
+               f"{prefix}/truncated_rate": sum(x[5] for x in flat) / n,
+               f"{prefix}/generated_tokens": float(sum(x[4] for x in flat))}
     if len(groups[0].scores) > 1:
         metrics[f"{prefix}/zero_std_groups"] = sum(group_stats(g.scores)[1] < 1e-6 for g in groups) / len(groups)
     by_tag: dict[str, list[bool]] = defaultdict(list)
@@ -167,6 +168,7 @@ class RLVRPipeline(Pipeline):
         self.groups = start_workers(cfg)
         self.phases = colocation_phases(cfg)
         self.generator = GroupGenerator(self.groups["actor_infer"])
+        self.switch_s = self.generate_s = 0.0  # per step: phase switches and generate calls
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
@@ -182,9 +184,13 @@ class RLVRPipeline(Pipeline):
     def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
                         n: int, args: GeneratingArgs) -> list[PromptGroup]:
         """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers."""
+        start = time.perf_counter()
         self.phases.activate(self.groups, {"actor_infer"})
+        self.switch_s += time.perf_counter() - start
+        start = time.perf_counter()
         expanded = [prompts[i] for i in indices for _ in range(n)]
         outs = self.generator.generate(expanded, args)
+        self.generate_s += time.perf_counter() - start
         # the stop token is cut, other special tokens are kept: markup such as <answer> may be a special token
         texts = self.tokenizer.batch_decode([o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids
                                              for o in outs], skip_special_tokens=False)
@@ -213,7 +219,7 @@ class RLVRPipeline(Pipeline):
             responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
             batch = build_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
                                 self.tokenizer.pad_token_id)
-            parts = train.call_dp("train_step", batch, loss_fn=sft_loss, lr=sft.learning_rate)
+            parts = train.call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=sft.learning_rate)
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (step + 1) % max(1, sft.steps // 10) == 0:
                 print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
@@ -238,6 +244,7 @@ class RLVRPipeline(Pipeline):
         cfg, groups, timings = self.cfg, self.groups, {}
         t0 = time.perf_counter()
         n = cfg.num_return_sequences_in_group
+        self.switch_s = self.generate_s = 0.0
 
         def run_round(k: int) -> list[PromptGroup]:
             return self.generate_groups(self.sampler.draw(k), self.train_examples, self.train_prompts, n,
@@ -251,8 +258,12 @@ class RLVRPipeline(Pipeline):
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
-        batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
-        check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
+        timings["time/offload_reload"] = self.switch_s + time.perf_counter() - t
+        timings["time/rollout_generate"] = self.generate_s
+        t = time.perf_counter()
+        if not skip_old_log_probs(cfg, len(batch), step):  # else the update's forward provides them (the same values)
+            batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
+            check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
         if "reference" in groups:
             batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
             check_batch_if(cfg.strict_data_check, batch, "ref_log_probs", required=("ref_log_probs",))
@@ -267,6 +278,7 @@ class RLVRPipeline(Pipeline):
                                           reward_clip=cfg.reward_clip, running=self.running)
         metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
         self.update(step, batch, metrics, timings)
+        metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)

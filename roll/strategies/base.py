@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Iterable, Protocol
 
 import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
 
-#: ``loss_fn(log_probs (B,T), entropy (B,T) | None, micro_batch) -> (loss, metrics)``; T = sequence - 1.
-LossFn = Callable[[torch.Tensor, "torch.Tensor | None", Batch], "tuple[torch.Tensor, dict[str, float]]"]
+class LossFn(Protocol):
+    """``loss_fn(log_probs (B,T), entropy (B,T) | None, micro_batch) -> (loss, metrics)``; T = sequence - 1.
+
+    ``loss`` is the micro-batch's mean over some unit; a loss function that has ``normalizer(micro_batch) -> float``
+    (the count of that unit: tokens or sequences) is accumulated exactly over micro-batches of any size (see
+    :mod:`roll.strategies.microbatch`); without it, micro-batches are weighted by their samples."""
+
+    def __call__(self, log_probs: torch.Tensor, entropy: "torch.Tensor | None",
+                 mb: Batch) -> "tuple[torch.Tensor, dict[str, float]]": ...
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,14 @@ class TrainStrategy(Strategy):
     """A backend that trains."""
 
     @abstractmethod
-    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None,
-                   with_entropy: bool = False) -> dict[str, float]:
-        """One optimizer step over ``batch`` (split into micro-batches, gradients accumulated).
+    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
+                   return_log_probs: bool = False) -> dict[str, Any]:
+        """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples of
+        ``batch`` (each split into micro-batches, gradients accumulated exactly); returns mean metrics.
 
-        ``lr`` overrides the scheduled learning rate for this step (supervised warm start)."""
+        ``lr`` overrides the scheduled learning rate for this step (supervised warm start). ``return_log_probs``:
+        the result also holds ``"log_probs"`` (B, L-1), each sample's detached log-probs from its training
+        forward (the old log-probs when the separate pass is skipped)."""
 
     @abstractmethod
     def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
@@ -87,6 +97,12 @@ class TrainStrategy(Strategy):
 
         Called on every rank of the role (gathering may be collective); rank 0 returns the weights, other ranks
         may return an empty list."""
+
+    def weight_buckets(self, bucket_bytes: int) -> "Iterable[list[tuple[str, torch.Tensor]]]":
+        """The full weights on this worker's device, bucket by bucket (``weight_buckets.plan_bucket_metas`` order),
+        for zero-copy (CUDA IPC) and broadcast syncs. Every rank iterates (gathers may be collective); a yielded
+        bucket stays valid until the next is requested."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hand out weight buckets")
 
     def reset_optimizer(self) -> None:
         """Forget the optimizer's moment estimates (a new training phase starts, e.g. RL after the warm start)."""

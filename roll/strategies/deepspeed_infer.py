@@ -13,7 +13,8 @@ from typing import Any, Iterable
 import torch
 
 from roll.data.batch import Batch
-from roll.models.loading import load_causal_lm, sequence_log_probs
+from roll.models.loading import load_causal_lm, scoring_attention
+from roll.models.logprobs import token_log_probs
 from roll.strategies.base import Strategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
 
@@ -57,8 +58,8 @@ class DeepSpeedInferStrategy(Strategy):
         self.ds_config = build_infer_ds_config(dict(self.config.strategy_args.strategy_config),
                                                micro_batch=self.config.infer_batch_size,
                                                world_size=self.world_size, dtype=margs.dtype)
-        model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
-                               margs.trust_remote_code)
+        attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
+        model = load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code)
         model.requires_grad_(False)
         self.engine, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         self.engine.eval()
@@ -91,7 +92,8 @@ class DeepSpeedInferStrategy(Strategy):
             else:  # padding pass that keeps this rank in step with the others' collective gathers
                 ids = torch.zeros((1, 2), dtype=torch.long, device=self.device)
                 mask = torch.ones_like(ids)
-            lp, ent = sequence_log_probs(self.engine, ids, mask, with_entropy)
+            lp, ent = token_log_probs(self.engine, ids, mask, with_entropy=with_entropy,
+                                      pack=self.config.use_sequence_packing)
             if i < len(micro):
                 parts.append(lp.float().cpu())
                 if ent is not None:

@@ -8,7 +8,6 @@ filled from the worker block), plus shorthands: ``zero_stage`` (int), ``offload_
 from __future__ import annotations
 
 import copy
-import math
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -16,8 +15,10 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from roll.data.batch import Batch
-from roll.models.loading import load_causal_lm, load_tokenizer, sequence_log_probs
-from roll.strategies.base import LossFn, StrategyContext, TrainStrategy
+from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
+from roll.strategies.accumulation import AccumulatingTrainStrategy
+from roll.strategies.base import StrategyContext
+from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 SHORTHANDS = ("zero_stage", "offload_optimizer", "offload_param")
@@ -71,30 +72,16 @@ def init_deepspeed_distributed(seed: int) -> None:
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
 
 
-def lr_at(step: int, peak: float, warmup: int, total: int, kind: str) -> float:
-    """Learning rate after ``step`` optimizer steps: linear warmup, then constant / linear / cosine decay."""
-    if warmup and step < warmup:
-        return peak * (step + 1) / warmup
-    if kind == "constant" or total <= warmup:
-        return peak
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (1 - frac) if kind == "linear" else peak * 0.5 * (1 + math.cos(math.pi * frac))
-
-
-class DeepSpeedTrainStrategy(TrainStrategy):
-    """A causal LM wrapped in a DeepSpeed engine; one ``train_step`` = one or more optimizer steps."""
-
-    metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
+class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
+    """A causal LM wrapped in a DeepSpeed engine; ``train_step`` and ``compute_log_probs`` are the shared ones of
+    :class:`~roll.strategies.accumulation.AccumulatingTrainStrategy` (DeepSpeed's own accumulation counter is
+    overridden: the boundary is set per micro-batch and gradients are not divided by its accumulation steps)."""
 
     def _load_model(self) -> torch.nn.Module:
         """The model to train (a causal LM; the critic overrides this with a value model)."""
         margs = self.config.model_args
-        return load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
-                              margs.trust_remote_code)
-
-    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """What the loss function receives for a micro-batch on the device: log-probs (B, L-1) and entropy."""
-        return sequence_log_probs(self.engine, mb["input_ids"], mb["attention_mask"], with_entropy)
+        attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
+        return load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code)
 
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
@@ -123,57 +110,37 @@ class DeepSpeedTrainStrategy(TrainStrategy):
     def zero_stage(self) -> int:
         return int(self.ds_config["zero_optimization"]["stage"])
 
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        self.engine.eval()
-        parts, ents = [], []
-        with torch.no_grad():
-            for mb in batch.split(self.config.infer_batch_size):
-                lp, ent = sequence_log_probs(self.engine, mb["input_ids"].to(self.device),
-                                             mb["attention_mask"].to(self.device), with_entropy)
-                parts.append(lp.float().cpu())
-                if ent is not None:
-                    ents.append(ent.float().cpu())
-        out = {"log_probs": torch.cat(parts)}
-        if with_entropy:
-            out["entropy"] = torch.cat(ents)
-        return out
+    # ------------------------------------------------------------------ hooks of the shared training step
+    def _model(self) -> torch.nn.Module:
+        return self.engine
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None,
-                   with_entropy: bool = False) -> dict[str, float]:
-        """Micro-batches of ``per_device_train_batch_size``; every ``gradient_accumulation_steps`` of them make
-        one optimizer step. ``lr`` (warm start) replaces the scheduled rate and does not advance the schedule."""
-        targs = self.config.training_args
-        micro = batch.split(targs.per_device_train_batch_size)
-        if len(micro) % targs.gradient_accumulation_steps:
-            raise ValueError(f"deepspeed_train: {len(batch)} samples make {len(micro)} micro-batches of "
-                             f"{targs.per_device_train_batch_size}, not a multiple of gradient_accumulation_steps "
-                             f"({targs.gradient_accumulation_steps})")
-        self.engine.train()
-        sums: dict[str, float] = {}
-        grad_norms = []
-        for i, mb in enumerate(micro):
-            if i % targs.gradient_accumulation_steps == 0:
-                rate = lr if lr is not None else lr_at(self.optimizer_steps, targs.learning_rate,
-                                                       targs.warmup_steps, self.total_steps,
-                                                       targs.lr_scheduler_type)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = rate
-            mb = mb.to(self.device)
-            log_probs, entropy = self._forward(mb, with_entropy)
-            loss, metrics = loss_fn(log_probs, entropy, mb)
-            self.engine.backward(loss)
-            boundary = self.engine.is_gradient_accumulation_boundary()
-            self.engine.step()
-            if boundary:
-                grad_norms.append(float(self.engine.get_global_grad_norm() or 0.0))
-                if lr is None:
-                    self.optimizer_steps += 1
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-        out = {k: v / len(micro) for k, v in sums.items()}
-        out[f"{self.metric_prefix}/grad_norm"] = sum(grad_norms) / max(1, len(grad_norms))
-        out[f"{self.metric_prefix}/lr"] = float(self.optimizer.param_groups[0]["lr"])
-        return out
+    def _collective_forward(self) -> bool:
+        return self.zero_stage == 3  # parameters are gathered from every rank in each forward
+
+    def _before_micro(self, boundary: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(boundary)
+
+    def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def _optimizer_step(self) -> float:
+        """``engine.step()`` at the boundary; the pre-clip norm from DeepSpeed's ZeRO optimizer, or computed here
+        for stage 0, where DeepSpeed keeps none (it reported 0)."""
+        norm = self._local_grad_norm() if self.zero_stage == 0 else None
+        self.engine.step()
+        if norm is None:
+            value = self.engine.get_global_grad_norm()
+            norm = float(value) if value is not None else float("nan")
+        return norm
+
+    def _local_grad_norm(self) -> float:
+        """L2 norm of the module's gradients (after DeepSpeed's data-parallel all-reduce: already global)."""
+        grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def reset_optimizer(self) -> None:
         """Drop the Adam moments; the next step starts them afresh. Without this, second moments built up by the
@@ -289,6 +256,7 @@ class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
     engine. ``train_step`` hands the loss function values (B, L-1) in place of log-probs (entropy None)."""
 
     metric_prefix = "critic"
+    supports_packing = False  # the value pass runs padded rows
 
     def _load_model(self) -> torch.nn.Module:
         from roll.models.value_model import load_value_model
@@ -304,12 +272,7 @@ class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
 
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``{"values": (B, L-1)}``, aligned with the log-probs (see :func:`sequence_values`)."""
-        self.engine.eval()
-        parts = []
-        with torch.no_grad():
-            for mb in batch.split(self.config.infer_batch_size):
-                parts.append(self._forward(mb.to(self.device), False)[0].float().cpu())
-        return {"values": torch.cat(parts)}
+        return self.forward_batch(batch, "values")
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         raise TypeError("the critic has a value head, not token log-probs; call compute_values")

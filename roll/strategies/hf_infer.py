@@ -13,7 +13,8 @@ import torch
 
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
-from roll.models.loading import load_causal_lm, load_tokenizer, sequence_log_probs
+from roll.models.loading import load_causal_lm, load_tokenizer
+from roll.models.logprobs import token_log_probs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
@@ -22,6 +23,8 @@ class HFInferStrategy(InferenceStrategy):
     """transformers ``generate`` over left-padded batches; token ids in, token ids out."""
 
     KNOWN_KEYS = {"generate_batch_size", "reuse_kv_cache", "kv_cache_mb"}
+    #: Weights may arrive as CUDA-IPC buckets from a trainer on the same GPU (:meth:`load_weight_bucket`).
+    supports_ipc_weights = True
 
     def initialize(self, ctx: StrategyContext) -> None:
         unknown = set(self.config.strategy_args.strategy_config) - self.KNOWN_KEYS
@@ -79,6 +82,7 @@ class HFInferStrategy(InferenceStrategy):
             temperature=args.temperature if sample else None, top_p=args.top_p if sample else None,
             top_k=args.top_k if sample and args.top_k > 0 else None,
             repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids, pad_token_id=pad,
+            min_new_tokens=max_new_tokens if args.ignore_eos else None,
             return_dict_in_generate=True, output_scores=True, **extra,
         )
         new = out.sequences[:, width:].cpu()  # (B, N)
@@ -106,8 +110,8 @@ class HFInferStrategy(InferenceStrategy):
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         parts, ents = [], []
         for mb in batch.split(self.config.infer_batch_size):
-            lp, ent = sequence_log_probs(self.model, mb["input_ids"].to(self.device),
-                                         mb["attention_mask"].to(self.device), with_entropy)
+            lp, ent = token_log_probs(self.model, mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
+                                      with_entropy=with_entropy, pack=self.config.use_sequence_packing)
             parts.append(lp.cpu())
             if ent is not None:
                 ents.append(ent.cpu())
@@ -125,6 +129,15 @@ class HFInferStrategy(InferenceStrategy):
             if name not in params:
                 raise KeyError(f"hf_infer.load_weights: no parameter {name!r} in the model")
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def load_weight_bucket(self, payloads: list[bytes], flush: bool = True) -> None:
+        """Copy one CUDA-IPC bucket (:mod:`roll.strategies.ipc_buckets`) into the parameters: a device-to-device
+        copy on the trainer's GPU (device-to-host while offloaded)."""
+        from roll.strategies.ipc_buckets import open_bucket
+
+        if len(payloads) != 1:
+            raise ValueError(f"hf_infer: {len(payloads)} IPC payloads for one GPU; expected 1")
+        self.load_weights(open_bucket(payloads[0]))
 
     def offload_states(self) -> None:
         """GPU only: move the model to CPU memory and free the CUDA cache (colocated with a trainer); weights

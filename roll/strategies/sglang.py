@@ -5,9 +5,9 @@ over the defaults in :data:`ENGINE_DEFAULTS`, except the roll keys in :data:`ROL
 
 - ``weight_bucket_bytes``: bytes per ``update_weights_from_tensor`` call in a weight sync (default 512 MiB).
 - ``release_tags``: what ``offload_states`` releases (``None`` = all: weights, KV cache, CUDA graphs).
-- ``weight_sync``: how actor_train's weights arrive: ``auto`` (default: ``nccl`` when actor_infer's GPUs are
-  disjoint from actor_train's under Ray, else ``copy``), ``nccl`` or ``copy`` (see
-  :func:`roll.distributed.placement.weight_sync_mode`).
+- ``weight_sync``: how actor_train's weights arrive: ``auto`` (default: ``cuda_ipc`` when every engine GPU holds an
+  actor_train rank, ``nccl`` when actor_infer's GPUs are disjoint from actor_train's under Ray, else ``copy``),
+  ``cuda_ipc``, ``nccl`` or ``copy`` (see :func:`roll.distributed.placement.weight_sync_mode`).
 
 Requests: :meth:`SGLangStrategy.submit` queues requests (each its own SGLang request id), :meth:`poll` drives the
 engine's event loop until one of the given requests finishes, :meth:`abort` aborts requests in flight. SGLang's
@@ -42,8 +42,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_memory_saver": True, "disable_prefill_cuda_graph": True, "log_level": "warning",
 }
 ROLL_KEYS = frozenset({"weight_bucket_bytes", "release_tags", "weight_sync"})
-#: Values of the ``weight_sync`` roll key.
-WEIGHT_SYNC_CHOICES = ("auto", "nccl", "copy")
+#: Values of the ``weight_sync`` roll key (see :func:`roll.distributed.placement.weight_sync_mode`).
+WEIGHT_SYNC_CHOICES = ("auto", "nccl", "cuda_ipc", "copy")
 #: Engine arguments roll sets itself; setting them in strategy_config is an error.
 RESERVED_KEYS = frozenset({"model_path", "skip_tokenizer_init", "random_seed"})
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -86,7 +86,8 @@ def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_
             "top_p": 1.0 if greedy else float(args.top_p),
             "top_k": -1 if greedy or args.top_k <= 0 else int(args.top_k),
             "repetition_penalty": float(args.repetition_penalty),
-            "stop_token_ids": stop, "skip_special_tokens": False, "no_stop_trim": True}
+            "stop_token_ids": [] if args.ignore_eos else stop, "ignore_eos": bool(args.ignore_eos),
+            "skip_special_tokens": False, "no_stop_trim": True}
 
 
 def parse_output(out: dict[str, Any]) -> GenerationOutput:
@@ -169,6 +170,8 @@ class SGLangStrategy(InferenceStrategy):
     #: Weights may arrive by broadcast in a weight group (:meth:`init_weight_group`, then
     #: :meth:`update_weights_distributed` every sync).
     supports_weight_group = True
+    #: Weights may arrive as CUDA-IPC buckets from a trainer on the same GPUs (:meth:`load_weight_bucket`).
+    supports_ipc_weights = True
 
     @staticmethod
     def weight_group_ranks(config: Any) -> int:
@@ -197,6 +200,9 @@ class SGLangStrategy(InferenceStrategy):
         #: tied embeddings: SGLang has no lm_head parameter to receive
         self.skip_names = frozenset({"lm_head.weight"} if getattr(hf, "tie_word_embeddings", False) else set())
         self.released = False
+        self._weights_released = False  # the release freed the engine's weights
+        self._weights_fresh = True  # weights loaded since the last release
+        self._synced = False  # weights ever arrived by a CUDA-IPC sync
         self._host_weights: list[tuple[str, torch.Tensor]] | None = None
         self.last_sync: dict[str, float] = {}
 
@@ -261,24 +267,50 @@ class SGLangStrategy(InferenceStrategy):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=i == len(buckets) - 1)
         self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": float(len(buckets))}
 
+    def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> None:
+        """Load one CUDA-IPC bucket (:mod:`roll.strategies.ipc_buckets`; one payload per TP rank, each from the
+        trainer rank on that rank's GPU) with SGLang's ``flattened_bucket`` format: no host copy. While released,
+        the engine's weight memory is resumed first (its KV cache stays released until :meth:`reload_states`)."""
+        if len(payloads) != engine_tp_size(self.config):
+            raise ValueError(f"sglang: {len(payloads)} IPC payloads for an engine of TP size "
+                             f"{engine_tp_size(self.config)}; one per TP rank is needed")
+        if self.released and self._weights_released:
+            self.engine.resume_memory_occupation(tags=["weights"])
+            self._weights_released = False
+        _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
+            named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush))
+        self._host_weights = None  # the engine holds the newest weights; no host copy is kept
+        self._weights_fresh = self._synced = True
+
     def offload_states(self) -> None:
         """``release_memory_occupation`` (colocated training phase); in-flight requests are aborted first."""
         if not self.released:
             self.tracker.abort()
             self.engine.release_memory_occupation(tags=self.release_tags)
             self.released = True
+            self._weights_released = self.release_tags is None or "weights" in self.release_tags
+            self._weights_fresh = False
 
     def reload_states(self) -> None:
-        """``resume_memory_occupation``, then push the newest weights (a release freed the engine's copy)."""
+        """``resume_memory_occupation`` of what is still released. Weights released by :meth:`offload_states` must
+        have been reloaded meanwhile (a CUDA-IPC or NCCL sync), or are pushed from the host copy of a copy sync."""
         if not self.released:
             return
-        self.engine.resume_memory_occupation(tags=self.release_tags)
+        tags = self.release_tags if self.release_tags is not None else ["weights", "kv_cache", "cuda_graph"]
+        if not self._weights_released:
+            tags = [t for t in tags if t != "weights"]
+        if tags:
+            self.engine.resume_memory_occupation(tags=tags)
         self.released = False
-        if self.release_tags is None or "weights" in self.release_tags:
+        if self._weights_released and not self._weights_fresh:
             if self._host_weights is not None:
                 self._push(self._host_weights)
+            elif not self._synced:
+                self.engine.update_weights_from_disk(self.model_path)  # nothing trained yet: the initial weights
             else:
-                self.engine.update_weights_from_disk(self.model_path)
+                raise RuntimeError("sglang: the engine's weights were released and no weight sync reloaded them "
+                                   "before generation; sync after every phase that releases the engine")
+        self._weights_released = False
 
     def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
                           group_name: str = "roll_weights", backend: str = "nccl") -> None:

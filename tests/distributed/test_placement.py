@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from roll.config.worker import WorkerConfig
-from roll.distributed.placement import ColocationPhases, check_feasible, plan_placement
+from roll.distributed.colocation import ColocationPhases
+from roll.distributed.placement import check_feasible, plan_placement
 
 
 def _w(mapping=None, world_size=1, gpus_per_worker=1, cpus=1.0) -> WorkerConfig:
@@ -98,3 +99,48 @@ def test_cpu_phases_never_offload():
     phases = ColocationPhases(plan.colocated)
     assert phases.activate({r: _Recorder(r, log) for r in plan.roles}, {"actor_infer"}) == []
     assert log == []
+
+
+class _Measured(_Recorder):
+    """A role whose rank 0 reports GPU memory like ``Worker.memory_stats`` (GiB)."""
+
+    def __init__(self, role, log, stats):
+        super().__init__(role, log)
+        self.stats = stats
+
+    def call_rank0(self, method):
+        assert method == "memory_stats"
+        return dict(self.stats)
+
+
+@pytest.mark.parametrize("trainer_peak, resident", [(30.0, True), (60.0, False)])
+def test_auto_policy_stays_resident_when_measured_to_fit(trainer_peak, resident):
+    """80 GiB GPU; the engine uses 30 GiB. A 30 GiB trainer peak fits (30 + 30 + 2 + 4 = 66 <= 80): from the
+    second rollout on nothing moves. A 60 GiB peak does not (96 > 80): offloading goes on."""
+    plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0])}, 1)
+    log: list = []
+    train = _Measured("actor_train", log, {"reserved_gib": 0.5, "gpu_used_gib": 30.5, "gpu_total_gib": 80.0,
+                                           "peak_reserved_gib": trainer_peak})
+    groups = {"actor_train": train, "actor_infer": _Recorder("actor_infer", log)}
+    phases = ColocationPhases(plan.colocated, "auto")
+    phases.activate(groups, {"actor_infer"})  # first rollout: like "always"
+    phases.activate(groups, {"actor_train"})  # training: the engine's 30 GiB are measured, then it is released
+    assert phases.rollout_gib == pytest.approx(30.0) and phases.decision is None
+    log.clear()
+    calls = phases.activate(groups, {"actor_infer"})  # second rollout: decide
+    assert phases.resident == resident and ("do not fit" in phases.decision) != resident
+    if resident:
+        assert calls == [("actor_infer", "reload")]  # the trainer stays; the engine comes back
+        assert phases.activate(groups, {"actor_train"}) == [] and phases.activate(groups, {"actor_infer"}) == []
+    else:
+        assert calls == [("actor_train", "offload"), ("actor_infer", "reload")]
+
+
+def test_never_policy_moves_nothing_and_bad_policy_is_named():
+    plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0])}, 1)
+    log: list = []
+    phases = ColocationPhases(plan.colocated, "never")
+    groups = {r: _Recorder(r, log) for r in plan.roles}
+    assert phases.activate(groups, {"actor_infer"}) == [] and phases.activate(groups, {"actor_train"}) == []
+    with pytest.raises(ValueError, match="colocated_offload='sometimes'"):
+        ColocationPhases(plan.colocated, "sometimes")

@@ -30,13 +30,39 @@ from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets
     ({"actor_train": [0], "actor_infer": [1], "reference": [1]}, "ray", True, "copy",
      "shares GPUs [1] with reference"),
     ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
-    ({"actor_train": [0], "actor_infer": [1]}, "local", True, "copy", "distributed=local"),
+    ({"actor_train": [0], "actor_infer": [1]}, "local", True, "direct", "distributed=local"),
     ({"actor_train": [0], "actor_infer": [1]}, "ray", False, "copy", "only sglang"),
 ])
 def test_mode_from_device_mapping(mappings, distributed, receives, mode, why):
     got, reason = weight_sync_mode(mappings, distributed, receives)
     assert got == mode and why in reason
     assert (nccl_sync_blocker(mappings, distributed, receives) is None) == (mode == "nccl")
+
+
+@pytest.mark.parametrize("mappings, distributed, subprocess, mode, why", [
+    ({"actor_train": [0], "actor_infer": [0]}, "ray", False, "cuda_ipc", "each hold an actor_train rank"),
+    ({"actor_train": [0, 1], "actor_infer": [0, 1]}, "ray", True, "cuda_ipc", "each hold"),  # TP-2 colocated
+    ({"actor_train": [0], "actor_infer": [0]}, "local", True, "cuda_ipc", "each hold"),  # sglang: own processes
+    ({"actor_train": [0], "actor_infer": [0]}, "local", False, "direct", "share this process"),  # hf_infer local
+    ({"actor_train": [0], "actor_infer": [0, 1]}, "ray", True, "copy", "GPUs [1] hold no actor_train rank"),
+    ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
+    ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
+    ({"actor_train": [], "actor_infer": []}, "local", False, "direct", "share this process"),
+])
+def test_mode_with_cuda_ipc_receivers(mappings, distributed, subprocess, mode, why):
+    got, reason = weight_sync_mode(mappings, distributed, True, infer_supports_ipc=True,
+                                   infer_in_subprocess=subprocess)
+    assert got == mode and why in reason
+    with pytest.raises(ValueError, match="cuda_ipc is impossible here"):
+        weight_sync_mode({"actor_train": [0], "actor_infer": [1]}, "ray", True, "cuda_ipc", True, True)
+
+
+def test_ipc_routes_pick_the_trainer_rank_of_each_engine_gpu():
+    from roll.distributed.weight_sync import ipc_routes
+
+    assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 1) == [[0], [1]]  # one engine per GPU
+    assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 2) == [[0, 1]]  # one TP-2 engine
+    assert ipc_routes({"actor_train": [2, 3, 0, 1], "actor_infer": [0, 1, 2, 3]}, 2) == [[2, 3], [0, 1]]
 
 
 def test_requested_mode_overrides_or_fails():
@@ -69,7 +95,10 @@ def test_config_checks_of_weight_sync():
         check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="nccl"))
     with pytest.raises(ConfigError, match="NCCL sync is impossible: distributed=local"):
         check_weight_sync(_cfg(distributed="local", weight_sync="nccl"))
-    with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, copy"):
+    with pytest.raises(ConfigError, match="CUDA IPC sync is impossible: actor_infer GPUs \\[1\\] hold no actor_train"):
+        check_weight_sync(_cfg(weight_sync="cuda_ipc"))
+    check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="cuda_ipc"))
+    with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, cuda_ipc, copy"):
         check_weight_sync(_cfg(weight_sync="fast"))
     with pytest.raises(ConfigError, match="hf_infer has no weight_sync setting"):
         check_weight_sync(_cfg("hf_infer", weight_sync="copy"))
@@ -88,7 +117,7 @@ def test_config_check_of_sglang_tp_size():
 
 @pytest.mark.parametrize("name, extra, mode", [
     ("sokoban_qwen05b_sglang_disagg", [], "nccl"),
-    ("sokoban_qwen05b_sglang", [], "copy"),
+    ("sokoban_qwen05b_sglang", [], "cuda_ipc"),
     ("sokoban_qwen05b_sglang", ["num_gpus_per_node=2", "actor_infer.device_mapping=[0,1]",  # the tp2 GPU check
                                 "actor_infer.num_gpus_per_worker=2",
                                 "+actor_infer.strategy_args.strategy_config.tp_size=2"], "copy"),
@@ -98,7 +127,8 @@ def test_gpu_example_configs_pick_their_mode(name, extra, mode):
     from roll.distributed.placement import role_mappings
 
     cfg = load_config(name, overrides=[*extra, "ray_address=auto", "pretrain=/nonexistent"])
-    assert weight_sync_mode(role_mappings(cfg), cfg.distributed, True)[0] == mode
+    assert weight_sync_mode(role_mappings(cfg), cfg.distributed, True, infer_supports_ipc=True,
+                            infer_in_subprocess=True)[0] == mode
 
 
 def test_from_config_reads_mode_buckets_and_tp(capsys):
@@ -205,7 +235,7 @@ class _Engine:
         return 0.01
 
     def load_weights(self, named):
-        self.weights = {n: t.clone() for n, t in named}
+        self.weights.update({n: t.clone() for n, t in named})
 
 
 def _worker(role: str, rank: int, strategy) -> Worker:
@@ -262,3 +292,28 @@ def test_worker_refuses_what_its_strategy_cannot_do():
         receiver_only.poll([])
     with pytest.raises(RuntimeError, match="call init_weight_group first"):
         _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
+
+
+def test_direct_sync_loads_the_trainers_buckets_in_process():
+    engines = [_Engine(tp=1), _Engine(tp=1)]
+    trainer, train, infer = _groups(engines)
+    out = WeightSync(train, infer, "direct", bucket_bytes=100)()
+    assert all(_equal(e, trainer) for e in engines)
+    assert out["sync/mode"] == 3.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2 ** 30)
+
+
+def test_flattened_bucket_round_trip_mixed_dtypes():
+    from roll.strategies.ipc_buckets import flatten_bucket, share_bucket, unflatten_bucket
+
+    named = [("a", torch.arange(6, dtype=torch.float32).view(2, 3)), ("b", torch.tensor(7, dtype=torch.int64)),
+             ("c", torch.linspace(-1, 1, 5).to(torch.bfloat16)), ("d", torch.ones(3, 1, dtype=torch.float16))]
+    buffer, slots = flatten_bucket(named)
+    assert buffer.dtype == torch.uint8 and buffer.numel() == 24 + 8 + 10 + 6
+    assert [(s.start_idx, s.end_idx) for s in slots] == [(0, 24), (24, 32), (32, 42), (42, 48)]
+    back = unflatten_bucket(buffer, slots)
+    assert [n for n, _ in back] == ["a", "b", "c", "d"]
+    for (_, want), (_, got) in zip(named, back):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    assert back[0][1].data_ptr() == buffer.data_ptr()  # views, no copy
+    with pytest.raises(ValueError, match="CUDA IPC needs GPU tensors"):
+        share_bucket(named)

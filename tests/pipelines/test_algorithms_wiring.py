@@ -331,7 +331,7 @@ def _sequences():
 def test_deepspeed_infer_log_probs_equal_transformers(tiny_model_dir, dist_env, stage):
     from transformers import AutoModelForCausalLM
 
-    from roll.models.loading import sequence_log_probs
+    from roll.models.logprobs import token_log_probs
     from roll.strategies.base import StrategyContext
     from roll.strategies.registry import get_strategy_class
 
@@ -342,12 +342,13 @@ def test_deepspeed_infer_log_probs_equal_transformers(tiny_model_dir, dist_env, 
     got = strategy.compute_log_probs(batch)["log_probs"]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with torch.no_grad():
-        want, _ = sequence_log_probs(model, batch["input_ids"], batch["attention_mask"])
+        want, _ = token_log_probs(model, batch["input_ids"], batch["attention_mask"])
     torch.testing.assert_close(got * batch["attention_mask"][:, 1:], want * batch["attention_mask"][:, 1:])
     # weights can be replaced (the pipeline loads the warm-started actor into the reference)
     strategy.load_weights([(n, torch.zeros_like(p)) for n, p in model.named_parameters()])
     flat = strategy.compute_log_probs(batch)["log_probs"]
-    torch.testing.assert_close(flat, torch.full_like(flat, -math.log(model.config.vocab_size)))
+    scored = batch["attention_mask"][:, 1:] * batch["attention_mask"][:, :-1]  # padding positions hold 0
+    torch.testing.assert_close(flat, scored * -math.log(model.config.vocab_size))
 
 
 def test_deepspeed_infer_rejects_bad_settings():

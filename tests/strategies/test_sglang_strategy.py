@@ -39,7 +39,9 @@ def test_sampling_params_mapping():
                           stop_token_ids=[7, 3], num_return_sequences=4)
     p = sampling_params(args, None, eos_token_id=3)
     assert p == {"max_new_tokens": 32, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.1,
-                 "stop_token_ids": [3, 7], "skip_special_tokens": False, "no_stop_trim": True}
+                 "stop_token_ids": [3, 7], "ignore_eos": False, "skip_special_tokens": False, "no_stop_trim": True}
+    forced = sampling_params(GeneratingArgs(ignore_eos=True, stop_token_ids=[7]), 16, 3)
+    assert forced["ignore_eos"] is True and forced["stop_token_ids"] == []  # exactly max_new_tokens
     assert sampling_params(args, 5, None)["max_new_tokens"] == 5  # the per-turn budget wins
     greedy = sampling_params(GeneratingArgs(do_sample=False, top_k=0, top_p=0.5), 4, 1)
     assert (greedy["temperature"], greedy["top_k"], greedy["top_p"]) == (0.0, -1, 1.0)
@@ -90,15 +92,18 @@ class FakeEngine:
         await asyncio.sleep(self.delays.get(rid, 0.0))
         return _result(rid, input_ids[::-1])
 
-    def update_weights_from_tensor(self, named_tensors, flush_cache=True):
+    def update_weights_from_tensor(self, named_tensors, flush_cache=True, load_format=None):
+        if load_format == "flattened_bucket":
+            self.events.append(f"ipc({len(named_tensors)}, flush={flush_cache})")
+            return (True, "Success")
         self.pushed.append([n for n, _ in named_tensors])
         self.events.append(f"push(flush={flush_cache})")
 
     def release_memory_occupation(self, tags=None):
-        self.events.append("release")
+        self.events.append("release" if tags is None else f"release{tags}")
 
     def resume_memory_occupation(self, tags=None):
-        self.events.append("resume")
+        self.events.append("resume" if tags is None else f"resume{tags}")
 
     def update_weights_from_disk(self, model_path):
         self.events.append(f"disk:{model_path}")
@@ -153,6 +158,7 @@ def _strategy(engine: FakeEngine, bucket_bytes: int = 1 << 30) -> SGLangStrategy
     s.engine, s.tracker, s.eos_token_id = engine, RequestTracker(engine, engine.loop), 2
     s.bucket_bytes, s.release_tags, s.model_path = bucket_bytes, None, "/init"
     s.skip_names, s.released, s._host_weights, s.last_sync = frozenset({"lm_head.weight"}), False, None, {}
+    s._weights_released, s._weights_fresh, s._synced = False, True, False
     return s
 
 
@@ -180,7 +186,8 @@ def test_weights_bucketed_and_held_while_released():
     s.load_weights([(n, t + 1) for n, t in weights])  # arrives during training: held on the host
     assert eng.events == ["release"]
     s.reload_states()
-    assert eng.events == ["release", "resume", "push(flush=False)", "push(flush=True)"]
+    assert eng.events == ["release", "resume['weights', 'kv_cache', 'cuda_graph']", "push(flush=False)",
+                          "push(flush=True)"]
     assert float(s._host_weights[2][1][0, 0]) == 3.0  # the newest weights were pushed
     s.reload_states()  # not released: nothing to do
     assert len(eng.events) == 4
@@ -192,7 +199,24 @@ def test_resume_before_any_sync_reloads_initial_weights():
     s.offload_states()
     s.offload_states()  # idempotent
     s.reload_states()
-    assert eng.events == ["release", "resume", "disk:/init"]
+    assert eng.events == ["release", "resume['weights', 'kv_cache', 'cuda_graph']", "disk:/init"]
+
+
+def test_ipc_buckets_resume_weights_only_then_the_rest():
+    eng = FakeEngine()
+    s = _strategy(eng)
+    s.offload_states()  # training phase: everything released
+    s.load_weight_bucket([b"payload-0"], flush=False)  # sync: the weight memory comes back first
+    s.load_weight_bucket([b"payload-1"], flush=True)
+    s.reload_states()  # rollout: the KV cache and CUDA graphs, no second weight load
+    assert eng.events == ["release", "resume['weights']", "ipc(1, flush=False)", "ipc(1, flush=True)",
+                          "resume['kv_cache', 'cuda_graph']"]
+    with pytest.raises(ValueError, match="TP size"):
+        s.load_weight_bucket([b"a", b"b"], flush=True)
+    eng.events.clear()
+    s.offload_states()
+    with pytest.raises(RuntimeError, match="no weight sync reloaded them"):
+        s.reload_states()  # released after an IPC sync, resumed with no new sync: stale weights are refused
 
 
 def test_weight_group_calls_and_their_failures():
@@ -218,7 +242,7 @@ def test_engine_tp_size_and_weight_sync_key():
     cfg.strategy_args.strategy_config = {"tp_size": 1, "weight_sync": "copy"}
     assert engine_tp_size(cfg) == 1
     assert "weight_sync" not in engine_kwargs("/m", "bf16", cfg.strategy_args.strategy_config, 0)
-    assert WEIGHT_SYNC_CHOICES == ("auto", "nccl", "copy")
+    assert WEIGHT_SYNC_CHOICES == ("auto", "nccl", "cuda_ipc", "copy")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None,

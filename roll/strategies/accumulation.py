@@ -1,0 +1,205 @@
+"""The training step and log-prob pass that torch training backends share (DeepSpeed, FSDP2).
+
+:class:`AccumulatingTrainStrategy` owns the semantics: a ``train_step`` makes one optimizer step per
+``per_device_train_batch_size x gradient_accumulation_steps`` samples it is given; each step's samples are cut into
+micro-batches (fixed or token-budget, padded or packed: :mod:`roll.strategies.microbatch`) and accumulated with
+exact weights, so the gradient equals that of the whole step's loss, on one rank or many (the unit counts are
+summed over the data-parallel ranks). A backend implements the hooks: the model to run, backward, the boundary and
+the optimizer step (which returns the pre-clip global gradient norm).
+
+Metrics of a step are averaged over micro-batches with the accumulation weights; keys ending in ``_max`` / ``_min``
+take the max / min instead.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import torch
+
+from roll.data.batch import Batch
+from roll.models.logprobs import token_log_probs
+from roll.strategies.base import LossFn, TrainStrategy
+from roll.strategies.microbatch import accumulation_weights, micro_batches, scatter_rows
+
+
+def merge_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Weighted mean of metric dicts (``(weight, metrics)`` pairs); ``*_max`` / ``*_min`` keys take max / min."""
+    out: dict[str, float] = {}
+    for weight, metrics in parts:
+        for key, value in metrics.items():
+            value = float(value)
+            if key.endswith("_max"):
+                out[key] = max(out.get(key, value), value)
+            elif key.endswith("_min"):
+                out[key] = min(out.get(key, value), value)
+            else:
+                out[key] = out.get(key, 0.0) + weight * value
+    return out
+
+
+class AccumulatingTrainStrategy(TrainStrategy):
+    """``train_step`` / ``compute_log_probs`` over hooks a torch backend implements."""
+
+    metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
+    #: whether the model's forward can run packed rows (the value model cannot)
+    supports_packing = True
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _model(self) -> torch.nn.Module:
+        """What the forward calls (the engine or wrapped module)."""
+
+    @abstractmethod
+    def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        """Accumulate ``loss``'s gradient; ``boundary``: the last micro-batch of an optimizer step."""
+
+    @abstractmethod
+    def _optimizer_step(self) -> float:
+        """Clip, step and zero the gradients; returns the pre-clip global gradient norm."""
+
+    @abstractmethod
+    def _set_lr(self, lr: float) -> None:
+        """Learning rate of the next optimizer step."""
+
+    def _before_micro(self, boundary: bool) -> None:
+        """Called before each training micro-batch's forward; ``boundary``: it is the step's last."""
+
+    def _collective_forward(self) -> bool:
+        """Whether every forward is a collective over the data-parallel ranks (parameter gathering), so all ranks
+        must run the same number of micro-batches."""
+        return False
+
+    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values)."""
+        return token_log_probs(self._model(), mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy,
+                               pack=self.config.use_sequence_packing and self.supports_packing)
+
+    # ------------------------------------------------------------------ helpers
+    def _data_parallel_sum(self, value: float) -> float:
+        if self.world_size == 1 or not torch.distributed.is_initialized():
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return float(t.item())
+
+    def _data_parallel_max(self, value: int) -> int:
+        if self.world_size == 1 or not torch.distributed.is_initialized():
+            return value
+        t = torch.tensor([value], dtype=torch.long, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return int(t.item())
+
+    def _micro(self, batch: Batch, train: bool) -> list[tuple[list[int], Batch]]:
+        cfg = self.config
+        dynamic = cfg.use_dynamic_batching_in_train if train else cfg.use_dynamic_batching_in_infer
+        budget = (cfg.max_tokens_per_microbatch_in_train if train else cfg.max_tokens_per_microbatch_in_infer)
+        samples = cfg.training_args.per_device_train_batch_size if train else cfg.infer_batch_size
+        return micro_batches(batch, samples, budget if dynamic else None,
+                             packed=cfg.use_sequence_packing and self.supports_packing)
+
+    def _padded_to(self, micro: list[tuple[list[int], Batch]]) -> list[tuple[list[int], Batch]]:
+        """Under collective forwards, dummy micro-batches (no sample, weight 0) so every rank runs as many."""
+        if not self._collective_forward() or self.world_size == 1:
+            return micro
+        extra = self._data_parallel_max(len(micro)) - len(micro)
+        if extra <= 0:
+            return micro
+        dummy = micro[-1][1].select([0])
+        dummy = Batch({k: torch.zeros_like(v) for k, v in dummy.tensors.items()}, dict(dummy.meta), dict(dummy.info))
+        dummy["attention_mask"][:, :2] = 1  # two tokens: one scored position
+        return micro + [([], dummy)] * extra
+
+    # ------------------------------------------------------------------ the interface
+    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
+                   return_log_probs: bool = False) -> dict[str, Any]:
+        """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples (see the
+        module docstring). ``lr`` (warm start) replaces the scheduled rate and does not advance the schedule.
+        ``return_log_probs``: also return ``"log_probs"`` (B, L-1), the detached log-probs of each sample's forward
+        (CPU float32, in ``batch`` order)."""
+        targs = self.config.training_args
+        per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        if len(batch) % per_step:
+            raise ValueError(f"{self.metric_prefix} train_step: {len(batch)} samples are not a whole number of "
+                             f"optimizer steps of per_device_train_batch_size x gradient_accumulation_steps = "
+                             f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}")
+        self._train_mode(True)
+        step_metrics, kept = [], []
+        for start in range(0, len(batch), per_step):
+            rate = lr if lr is not None else self._scheduled_lr()
+            self._set_lr(rate)
+            metrics, lps = self._accumulate(batch.select(range(start, start + per_step)), loss_fn, with_entropy,
+                                            return_log_probs)
+            metrics[f"{self.metric_prefix}/grad_norm"] = self._optimizer_step()
+            metrics[f"{self.metric_prefix}/lr"] = rate
+            if lr is None:
+                self.optimizer_steps += 1
+            step_metrics.append((1.0 / (len(batch) // per_step), metrics))
+            kept.append(lps)
+        out: dict[str, Any] = merge_metrics(step_metrics)
+        if return_log_probs:
+            out["log_probs"] = torch.cat(kept)
+        return out
+
+    def _accumulate(self, batch: Batch, loss_fn: LossFn, with_entropy: bool,
+                    keep: bool) -> tuple[dict[str, float], torch.Tensor | None]:
+        """Forward/backward of one optimizer step's micro-batches, weighted exactly (the module docstring)."""
+        micro = self._padded_to(self._micro(batch, train=True))
+        normalizer = getattr(loss_fn, "normalizer", None)
+        real = [mb for idx, mb in micro if idx]
+        local = accumulation_weights(real, normalizer)
+        counts = [float(normalizer(mb)) if normalizer else float(len(mb)) for mb in real]
+        total_local = sum(counts)
+        total = self._data_parallel_sum(total_local)
+        # w_k = n_k / (n summed over ranks) x ranks: the backend averages gradients over the ranks
+        scale = self.world_size * total_local / total if total > 0 else 1.0
+        parts, kept = [], []
+        for k, (idx, mb) in enumerate(micro):
+            weight = local[k] * scale if idx else 0.0
+            mb = mb.to(self.device)
+            self._before_micro(k == len(micro) - 1)
+            log_probs, entropy = self._forward(mb, with_entropy)
+            loss, metrics = loss_fn(log_probs, entropy, mb)
+            self._backward(loss * weight, boundary=k == len(micro) - 1)
+            if idx:
+                parts.append((local[k], metrics))
+                if keep:
+                    kept.append((idx, log_probs.detach().float().cpu()))
+        lps = scatter_rows(kept, len(batch), batch["input_ids"].shape[1] - 1) if keep else None
+        return merge_metrics(parts), lps
+
+    def _train_mode(self, training: bool) -> None:
+        self._model().train(training)
+
+    def _scheduled_lr(self) -> float:
+        from roll.strategies.schedule import lr_at
+
+        targs = self.config.training_args
+        return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
+                     targs.lr_scheduler_type)
+
+    @torch.no_grad()
+    def forward_batch(self, batch: Batch, key: str, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{key: (B, L-1)[, "entropy": (B, L-1)]}`` from :meth:`_forward` over inference micro-batches
+        (``infer_batch_size`` samples or a token budget), padded back to the batch's width."""
+        self._train_mode(False)
+        micro = self._padded_to(self._micro(batch, train=False)) if len(batch) else []
+        outs, ents = [], []
+        for idx, mb in micro:
+            values, entropy = self._forward(mb.to(self.device), with_entropy)
+            if idx:
+                outs.append((idx, values.float().cpu()))
+                if entropy is not None:
+                    ents.append((idx, entropy.float().cpu()))
+        width = batch["input_ids"].shape[1] - 1 if "input_ids" in batch else 0
+        if not outs:
+            empty = torch.zeros((0, width))
+            return {key: empty, **({"entropy": empty} if with_entropy else {})}
+        out = {key: scatter_rows(outs, len(batch), width)}
+        if with_entropy:
+            out["entropy"] = scatter_rows(ents, len(batch), width)
+        return out
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        return self.forward_batch(batch, "log_probs", with_entropy)

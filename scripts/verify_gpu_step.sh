@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU verification of issue 15 (GPU step at kernel speed), on the lent GPU machine, from the repo root, after the
+# bundles are active (see /work/shared/device/README.md: call 1 carries .dev/sglang, call 2 .dev/base):
+#   bash scripts/verify_gpu_step.sh prepare   # random-weight Qwen2.5-0.5B-shaped model + GPU unit tests (~1 min)
+#   bash scripts/verify_gpu_step.sh sokoban   # benchmarks/gpu_step.py on sokoban_qwen05b_sglang, $STEPS steps
+#   bash scripts/verify_gpu_step.sh long      # the same with 256-token replies (not latency-bound)
+#   bash scripts/verify_gpu_step.sh hf        # hf_infer colocated (CUDA IPC into hf_infer), 3 steps
+#   bash scripts/verify_gpu_step.sh rlvr      # rlvr_qwen05b_gpu as shipped (model path only), $RLVR_STEPS steps
+# Several modes in one call: bash scripts/verify_gpu_step.sh prepare sokoban long
+# Logs and result JSONs land in $OUT (and benchmarks/results/); each run has its own timeout (TIMEOUT seconds).
+set -uo pipefail
+OUT=${OUT:-/tmp/roll-verify-step}
+MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
+STEPS=${STEPS:-8}
+RLVR_STEPS=${RLVR_STEPS:-4}
+TIMEOUT=${TIMEOUT:-480}
+WORK=${WORK:-/tmp/roll-verify-step-work}
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+bench() {  # name, config, extra args...
+    local name=$1 config=$2; shift 2
+    ray stop --force >/dev/null 2>&1
+    local t0=$(date +%s)
+    timeout "$TIMEOUT" python3 benchmarks/gpu_step.py --config-name "$config" "$@" pretrain="$MODEL" \
+        output_dir="$WORK/$name" logging_dir="$WORK/$name/logs" 2>&1 | tee "$OUT/$name.log"
+    local rc=${PIPESTATUS[0]}
+    echo "[verify] $name: exit $rc after $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+    cp -f benchmarks/results/${config}*.json "$OUT/" 2>/dev/null
+    cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
+    return $rc
+}
+
+rc=0
+for mode in "$@"; do
+    case $mode in
+        prepare)
+            python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
+            timeout 300 python3 -m pytest -q -p no:cacheprovider tests/strategies/test_ipc_buckets_gpu.py tests/models/test_varlen_gpu.py \
+                2>&1 | tee "$OUT/gpu_tests.log"; rc=$(( rc || PIPESTATUS[0] ));;
+        sokoban) bench sokoban sokoban_qwen05b_sglang --steps "$STEPS" || rc=1;;
+        long) bench long sokoban_qwen05b_sglang --steps "$STEPS" --tag long256 \
+                actor_infer.generating_args.max_new_tokens=256 custom_envs.SimpleSokoban.max_tokens_per_step=256 \
+                || rc=1;;
+        hf) bench hf sokoban_qwen05b_sglang --steps 3 --tag hf_infer --no-bare \
+                actor_infer.strategy_args.strategy_name=hf_infer \
+                "actor_infer.strategy_args.strategy_config={generate_batch_size:128}" || rc=1;;
+        rlvr) bench rlvr rlvr_qwen05b_gpu --steps "$RLVR_STEPS" --skip 1 || rc=1;;
+        *) echo "unknown mode $mode"; rc=2;;
+    esac
+done
+exit $rc
