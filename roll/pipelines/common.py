@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from roll.algorithms.advantages import (AdvantageInputs, compute_advantage, discounted_turn_returns,
-                                       step_level_advantages, whiten_and_clip_advantages)
+from roll.algorithms.advantages import (ADVANTAGES, AdvantageInputs, TurnInputs, compute_advantage,
+                                       whiten_and_clip_advantages)
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import ActorLossConfig, explained_variance
 from roll.algorithms.masking import masked_mean, masked_whiten
@@ -130,13 +130,10 @@ def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, grou
     if cfg.whiten_rewards:
         rewards = masked_whiten(rewards, mask, shift_mean=False)
     values = batch.tensors.get("values")
-    # gigpo = grpo episode advantages + step-level (same-state) advantages from the per-turn data of the batch
-    estimator = "grpo" if cfg.adv_estimator == "gigpo" else cfg.adv_estimator
-    out = compute_advantage(estimator, AdvantageInputs(rewards, mask, values=values, group_ids=group_ids,
-                                                       gamma=cfg.gamma, lambd=cfg.lambd))
-    if cfg.adv_estimator == "gigpo":
-        out.advantages = gigpo_token_advantages(cfg, batch, out.advantages, mask, group_ids)
-        out.returns = out.advantages.clone()
+    turns = turn_inputs(batch) if ADVANTAGES.capabilities(cfg.adv_estimator)["needs_turns"] else None
+    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(
+        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns,
+        episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight, step_norm=cfg.step_adv_norm))
     batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
     batch["returns"] = out.returns
     metrics.update(value_metrics(values, out.returns, mask))
@@ -160,45 +157,25 @@ def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torc
             "critic/explained_variance": float(explained_variance(values, returns, mask))}
 
 
-def gigpo_token_advantages(cfg: BaseConfig, batch: Batch, episode_adv: torch.Tensor, mask: torch.Tensor,
-                           group_ids: torch.Tensor | None) -> torch.Tensor:
-    """GiGPO advantages (B, L-1): each turn's combined advantage on that turn's response tokens.
-
-    Per turn k of sample i: return ``G_k`` (:func:`discounted_turn_returns` of the turn rewards, ``cfg.gamma`` per
-    turn), state = the observation the turn acted on; :func:`step_level_advantages` normalizes ``G`` within the
-    turns of one rollout group that share a state (``cfg.step_adv_norm``) and adds ``episode_adv_weight x`` the
-    sample's episode advantage (``episode_adv``, GRPO's, constant over its response tokens).
-    Needs batch metadata ``step_rewards``, ``turn_states`` and ``turn_spans`` ((start, end) index ranges in the
-    log-prob frame), which the agentic pipeline attaches; pipelines without turns cannot use gigpo.
-    """
+def turn_inputs(batch: Batch) -> TurnInputs:
+    """The per-turn tensors of an estimator that ``needs_turns``, from batch metadata ``turn_spans`` ((start, end)
+    per turn in the log-prob frame), ``turn_states`` (the observation each turn acted on: equal text = equal state,
+    numbered in first-seen order) and ``step_rewards``; only multi-turn (agentic) batches have them."""
     missing = [k for k in ("step_rewards", "turn_states", "turn_spans") if k not in batch]
     if missing:
-        raise ValueError(f"adv_estimator=gigpo needs per-turn batch metadata {missing}; only the agentic pipeline "
+        raise ValueError(f"adv_estimator needs per-turn batch metadata {missing}; only the agentic pipeline "
                          "provides turns (use grpo for single-turn data)")
-    groups = group_ids if group_ids is not None else torch.zeros(len(batch), dtype=torch.long)
-    per_sample = masked_mean(episode_adv, mask, dim=-1)  # (B,): the constant episode advantage of each sample
     state_index: dict[str, int] = {}
-    rows: list[tuple[int, int, int]] = []  # (sample, span start, span end) per turn
-    rewards, episodes, turn_groups, states, ep_adv = [], [], [], [], []
+    rows: list[tuple[int, int, int, float, int]] = []  # (sample, start, end, reward, state) per turn
     for i in range(len(batch)):
         for reward, state, (start, end) in zip(batch["step_rewards"][i], batch["turn_states"][i],
                                                batch["turn_spans"][i]):
-            rows.append((i, start, end))
-            rewards.append(float(reward))
-            episodes.append(i)
-            turn_groups.append(int(groups[i]))
-            states.append(state_index.setdefault(state, len(state_index)))
-            ep_adv.append(float(per_sample[i]))
-    out = torch.zeros_like(episode_adv)
-    if not rows:
-        return out
-    returns = discounted_turn_returns(torch.tensor(rewards), torch.tensor(episodes), cfg.gamma)
-    turn_adv = step_level_advantages(returns, torch.tensor(turn_groups), torch.tensor(states), torch.tensor(ep_adv),
-                                     episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight,
-                                     method=cfg.step_adv_norm)
-    for (i, start, end), adv in zip(rows, turn_adv.tolist()):
-        out[i, start:end] = adv
-    return out * mask
+            rows.append((i, start, end, float(reward), state_index.setdefault(state, len(state_index))))
+    sample, start, end, rewards, states = zip(*rows) if rows else ((), (), (), (), ())
+    long = torch.long
+    return TurnInputs(torch.tensor(sample, dtype=long), torch.tensor(start, dtype=long),
+                      torch.tensor(end, dtype=long), torch.tensor(rewards, dtype=torch.float32),
+                      torch.tensor(states, dtype=long))
 
 
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
