@@ -16,7 +16,7 @@ from typing import Any
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_pool import CallOutcome, EnvCallPool
-from roll.agentic.trajectory import Trajectory, Turn
+from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.strategies.base import GenerationOutput

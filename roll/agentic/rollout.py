@@ -18,7 +18,7 @@ from typing import Any
 
 from roll.agentic.batching import BatchingGenerator, Generator, GroupGenerator, RemoteGenerator
 from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
-from roll.agentic.trajectory import Trajectory
+from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.distributed.group import WorkerGroup
 

@@ -13,7 +13,8 @@ import torch
 
 from roll.agentic.render_dump import dump_val_renders
 from roll.agentic.rollout import RolloutScheduler, rollout_metrics
-from roll.agentic.trajectory import Trajectory, trajectories_to_batch
+from roll.data.layout import rollout_log_probs, trajectories_to_batch
+from roll.data.trajectory import Trajectory
 from roll.algorithms.kl import make_kl_controller
 from roll.algorithms.reward_norm import normalize_scores
 from roll.config.agentic import AgenticConfig
@@ -132,8 +133,6 @@ class AgenticPipeline(Pipeline):
             t = time.perf_counter()
             batch["values"] = forward_values(groups["critic"], batch)
             timings["time/values"] = time.perf_counter() - t
-        for key, value in turn_metadata(trajs).items():
-            batch[key] = value
         metrics = advantage_step(cfg, batch, self.kl_ctl.value)
         self.update(step, batch, metrics, timings)
         # train-inference mismatch, with the trainer's log-probs before the update (sets batch["rollout_log_probs"])
@@ -167,26 +166,6 @@ class AgenticPipeline(Pipeline):
         return {"rollout": {"seed": self.cfg.seed}}
 
 
-def turn_metadata(trajectories: list[Trajectory]) -> dict[str, list]:
-    """Per-turn metadata for step-level advantages, aligned with :func:`trajectories_to_batch`'s layout.
-
-    ``turn_spans[i]``: one ``(start, end)`` per turn, the index range of the turn's generated tokens in the
-    log-prob frame (a token at position p of ``input_ids`` is scored at index p - 1); ``turn_states[i]``: the
-    observation text each turn acted on (equal text = equal env state).
-    """
-    spans, states = [], []
-    for traj in trajectories:
-        offset, traj_spans = 0, []
-        for turn in traj.turns:
-            start = offset + len(turn.prompt_ids)
-            generated = len(turn.response_ids) - (1 if turn.appended_eos else 0)
-            traj_spans.append((start - 1, start - 1 + generated))
-            offset = start + len(turn.response_ids)
-        spans.append(traj_spans)
-        states.append([turn.observation for turn in traj.turns])
-    return {"turn_spans": spans, "turn_states": states}
-
-
 def advantage_step(cfg: AgenticConfig, batch: Batch, kl_coef: float) -> dict[str, float]:
     """Episode scores -> ``reward_normalization`` -> ``reward_clip`` -> :func:`compute_advantages` (KL penalty,
     estimator, whitening, clipping); writes ``advantages``/``returns`` into ``batch`` and returns metrics."""
@@ -198,25 +177,6 @@ def advantage_step(cfg: AgenticConfig, batch: Batch, kl_coef: float) -> dict[str
 
 
 # ---------------------------------------------------------------------------- train-inference mismatch (issue 8)
-def rollout_log_probs(trajectories: list[Trajectory], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inference engine's sampling log-probs, aligned like ``old_log_probs`` with ``input_ids[:, 1:]``.
-
-    Returns ``values`` (B, width-1) and ``mask`` (B, width-1): 1 where a generated token has an engine log-prob
-    (never on an appended end-of-turn token). Token positions follow :func:`trajectories_to_batch`.
-    """
-    values = torch.zeros(len(trajectories), width - 1)
-    mask = torch.zeros_like(values)
-    for i, traj in enumerate(trajectories):
-        pos = 0
-        for turn in traj.turns:
-            pos += len(turn.prompt_ids)
-            lps = turn.response_log_probs[:len(turn.response_ids) - int(turn.appended_eos)]
-            values[i, pos - 1:pos - 1 + len(lps)] = torch.tensor(lps, dtype=values.dtype)
-            mask[i, pos - 1:pos - 1 + len(lps)] = 1.0  # log-prob index t predicts token t + 1
-            pos += len(turn.response_ids)
-    return values, mask
-
-
 def logprob_mismatch(trajectories: list[Trajectory], batch) -> dict[str, float]:
     """``mean |logp_inference - logp_train|`` over generated tokens (and the max), with the trainer's
     ``old_log_probs`` of the same tokens; stores ``batch["rollout_log_probs"]`` for importance-sampling use."""

@@ -16,6 +16,7 @@ from roll.algorithms.losses import ActorLossConfig, explained_variance
 from roll.algorithms.masking import masked_mean, masked_whiten
 from roll.config.base import BaseConfig
 from roll.data.batch import Batch
+from roll.data.layout import place_at_last_response
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
 from roll.distributed.weight_sync import copy_weights
@@ -107,22 +108,12 @@ def forward_log_probs(group: WorkerGroup, batch: Batch) -> torch.Tensor:
     return torch.cat([part["log_probs"] for part in group.call_dp("compute_log_probs", batch)])
 
 
-def normalized_token_rewards(batch: Batch, normalized_scores: torch.Tensor) -> torch.Tensor:
-    """Put each sample's (normalized) score on its last response token: (B, L-1)."""
-    rewards = torch.zeros_like(batch["token_level_scores"])
-    mask = loss_mask(batch)
-    last = mask.shape[1] - 1 - torch.flip(mask, dims=[1]).argmax(dim=1)  # index of the last 1 per row
-    has = mask.sum(1) > 0
-    rewards[has, last[has]] = normalized_scores[has].to(rewards.dtype)
-    return rewards
-
-
 def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, group_ids: torch.Tensor | None,
                        kl_coef: float) -> dict[str, float]:
     """Token rewards (+ KL penalty) -> advantages/returns stored in ``batch``; returns metrics."""
     metrics: dict[str, float] = {}
     mask = loss_mask(batch)
-    rewards = normalized_token_rewards(batch, scores)
+    rewards = place_at_last_response(scores, mask)  # each (normalized) score on its last response token
     if cfg.add_token_level_kl:
         rewards, kl_metrics = apply_kl_penalty(rewards, batch["old_log_probs"], batch["ref_log_probs"], mask,
                                                kl_coef, cfg.kl_penalty)

@@ -23,6 +23,7 @@ from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
+from roll.data.layout import prompt_response_batch
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, perf_metrics,
@@ -49,35 +50,10 @@ class PromptGroup:
     truncated: list[bool]  # generation hit max_new_tokens without an end token
 
 
-def build_batch(prompts: list[list[int]], responses: list[list[int]], scores: list[float], pad_id: int) -> Batch:
-    """One sample per (prompt, response): ``input_ids`` = prompt + response, right-padded to the longest.
-
-    Tensors: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on response tokens) (B, L);
-    ``scores`` (B,); ``token_level_scores`` (B, L-1) with the score at the last response token, aligned with
-    ``input_ids[:, 1:]`` like the log-probs.
-    """
-    n = len(prompts)
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    response_mask = torch.zeros((n, width), dtype=torch.long)
-    token_level_scores = torch.zeros((n, width - 1), dtype=torch.float32)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        end = len(p) + len(r)
-        input_ids[i, :end] = torch.tensor(p + r, dtype=torch.long)
-        attention_mask[i, :end] = 1
-        response_mask[i, len(p):end] = 1
-        if r:
-            token_level_scores[i, end - 2] = scores[i]  # log-prob index t predicts token t + 1
-    return Batch(tensors={"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-                          "scores": torch.tensor(scores, dtype=torch.float32),
-                          "token_level_scores": token_level_scores})
-
-
 def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_id: int) -> Batch:
     """The training batch of a step; ``group_id`` (meta) = position of the prompt in the step (0..G-1)."""
     prompts = [g.prompt_ids for g in groups for _ in g.response_ids]
-    batch = build_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
+    batch = prompt_response_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
                         pad_id)
     batch["group_id"] = [k for k, g in enumerate(groups) for _ in g.response_ids]
     batch["tag"] = [examples[g.index].tag for g in groups for _ in g.response_ids]
@@ -217,7 +193,7 @@ class RLVRPipeline(Pipeline):
             picked = [order[(step * sft.batch_size + j) % len(order)] for j in range(sft.batch_size)]
             answers = [sft.answer_template.format(answer=self.train_examples[i].ground_truth) for i in picked]
             responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
-            batch = build_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
+            batch = prompt_response_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
                                 self.tokenizer.pad_token_id)
             parts = train.call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=sft.learning_rate)
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))

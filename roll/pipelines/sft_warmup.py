@@ -10,7 +10,8 @@ import random
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
 

@@ -9,7 +9,8 @@ import pytest
 
 from roll.agentic.batching import BatchingGenerator, GroupGenerator
 from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups
-from roll.agentic.trajectory import Trajectory, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory
 from roll.strategies.base import GenerationOutput, StrategyContext
 from tests.agentic.conftest import make_cfg
 from tests.agentic.helpers import FlakyEnv

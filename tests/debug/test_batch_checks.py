@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.data.batch import Batch
 from roll.data.checks import ENV_VAR, BatchCheckError, check_batch, check_batch_if, strict_enabled
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.algorithms.advantages import AdvantageInputs, compute_advantage, whiten_and_clip_advantages
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
@@ -25,7 +26,7 @@ from roll.algorithms.reward_norm import normalize_scores
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.validation import validate
-from roll.pipelines.agentic_pipeline import advantage_step, turn_metadata
+from roll.pipelines.agentic_pipeline import advantage_step
 from roll.pipelines.common import actor_loss_config, group_keys
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 
@@ -115,8 +116,6 @@ def make_batch():
     trajs = [_traj(0, 0, [("S0", 0.0), ("S1", 1.0)]), _traj(0, 1, [("S0", 0.0), ("S2", 0.0)], eos_on_first=True),
              _traj(1, 0, [("S0", 0.0), ("S3", 0.0)]), _traj(1, 1, [("S0", 0.0), ("S3", 0.0)])]
     batch = trajectories_to_batch(trajs, pad_id=0)
-    for key, value in turn_metadata(trajs).items():
-        batch[key] = value
     gen = torch.Generator().manual_seed(0)
     shape = batch["token_level_scores"].shape
     batch["old_log_probs"] = -torch.rand(shape, generator=gen) * 2

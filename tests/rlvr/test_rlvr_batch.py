@@ -4,7 +4,8 @@ import torch
 
 from roll.data.rlvr_dataset import RLVRExample
 from roll.pipelines.loss_fns import loss_mask
-from roll.pipelines.rlvr_pipeline import PromptGroup, build_batch, groups_to_batch, rollout_metrics
+from roll.data.layout import prompt_response_batch as build_batch
+from roll.pipelines.rlvr_pipeline import PromptGroup, groups_to_batch, rollout_metrics
 
 PAD = 0
 

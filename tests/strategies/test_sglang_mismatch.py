@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
-from roll.pipelines.agentic_pipeline import logprob_mismatch, rollout_log_probs
+from roll.data.layout import rollout_log_probs, trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
+from roll.pipelines.agentic_pipeline import logprob_mismatch
 
 
 def _trajs():

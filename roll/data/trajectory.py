@@ -1,0 +1,73 @@
+"""Turns and trajectories of multi-turn episodes: what a rollout produces and what becomes a training sample.
+
+Plain dataclasses (no torch): the env managers fill them, :mod:`roll.data.layout` turns them into token layouts
+and batches, the pipelines and the SFT warm start read them.
+
+Ids: ``traj_id = "{phase}-{step}-g{group_id}-e{env_index}-t{k}"`` (k-th trajectory of that env in the step);
+``env_id`` is the env's index within its group; ``group_id`` is the global group index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Turn:
+    """One model turn: the tokens given before it, the tokens it produced, and what the env made of them."""
+
+    prompt_ids: list[int]  # tokens appended before this reply (first prompt, or the delta after the last reply)
+    response_ids: list[int]  # generated tokens, ending with the end-of-turn token unless cut by length
+    response_log_probs: list[float]
+    observation: str  # the observation shown in prompt_ids
+    response_text: str = ""
+    parsed_action: str | None = None
+    action_is_valid: bool = False
+    reward: float = 0.0
+    finish_reason: str = "stop"
+    appended_eos: bool = False  # an end-of-turn token was added after a length-cut reply (not trained on)
+
+    @property
+    def generated(self) -> int:
+        """How many of ``response_ids`` the model generated (all but an appended end-of-turn token)."""
+        return len(self.response_ids) - (1 if self.appended_eos else 0)
+
+
+@dataclass
+class Trajectory:
+    """One episode of one env: its turns, outcome and ids."""
+
+    traj_id: str
+    env_id: int
+    group_id: int
+    tag: str
+    seed: int
+    turns: list[Turn] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)  # the conversation (for conformance/dumps)
+    success: bool = False
+    terminated: bool = False
+    truncated_by_length: bool = False
+    failure: str | None = None  # an env error or timeout, recorded instead of crashing the rollout
+    failure_kind: str | None = None  # "error" (reset/step raised) or "timeout" (no return within env_step_timeout)
+    template_conforms: bool | None = None  # token ids == chat template of the whole conversation (None: unchecked)
+    env_metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """Episode score: the sum of the env's rewards (format penalties included)."""
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def num_actions(self) -> int:
+        return sum(1 for t in self.turns if t.parsed_action is not None or t.response_ids)
+
+    def token_ids(self) -> list[int]:
+        """The whole conversation as token ids, exactly as the model saw and produced them."""
+        ids: list[int] = []
+        for turn in self.turns:
+            ids += turn.prompt_ids + turn.response_ids
+        return ids
+
+    def pending_ids(self, next_prompt: list[int]) -> list[int]:
+        """The ids to generate from when ``next_prompt`` is appended."""
+        return self.token_ids() + next_prompt
