@@ -231,14 +231,10 @@ class SubmitGenerator:
 
     @staticmethod
     def supported(cfg: AgenticConfig) -> bool:
-        """Whether ``actor_infer``'s strategy class declares ``supports_submit`` (importing it loads no backend)."""
-        from roll.strategies.registry import get_strategy_class
+        """Whether ``actor_infer``'s strategy declares the ``submit`` ability (in the strategy registry)."""
+        from roll.strategies.registry import strategy_spec
 
-        try:
-            return bool(getattr(get_strategy_class(cfg.actor_infer.strategy_args.strategy_name),
-                                "supports_submit", False))
-        except ImportError:
-            return False
+        return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).can("submit")
 
     def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers: the lock stays behind
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from roll.algorithms.groups import STD_ZERO_TOL, group_stats
 from roll.algorithms.masking import masked_mean, masked_sum, masked_whiten
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 from roll.algorithms.returns import discounted_returns, gae_advantages
 from roll.algorithms.reward_norm import normalize_scores
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from roll.algorithms.masking import masked_mean
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 LOW_VAR_KL_CLAMP = 10.0
 LOG_RATIO_CLAMP = 20.0

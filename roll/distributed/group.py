@@ -13,7 +13,6 @@ while an async call to it is in flight).
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait as wait_futures
@@ -21,13 +20,7 @@ from typing import Any
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on ``host`` (for a torch.distributed rendezvous; default: loopback)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from roll.distributed.network import free_port
 
 
 class WorkerGroup(ABC):

@@ -10,7 +10,7 @@ import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
-from roll.distributed.group import free_port
+from roll.distributed.network import free_port, node_ip
 from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
 from roll.strategies.registry import get_strategy_class
@@ -199,18 +199,6 @@ class Worker:
 
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
-
-
-def node_ip() -> str:
-    """This node's IP as Ray knows it (other nodes reach it there); loopback outside Ray."""
-    import sys
-
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    return "127.0.0.1"
 
 
 def get_rng_state() -> dict[str, Any]:

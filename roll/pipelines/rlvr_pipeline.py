@@ -23,6 +23,7 @@ from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
+from roll.data.files import resolve_data_files
 from roll.data.layout import prompt_response_batch
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
@@ -127,8 +128,8 @@ class RLVRPipeline(Pipeline):
 
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        train = self._load(list(cfg.actor_train.data_args.file_name))
-        val = self._load(list(cfg.validation.file_name)) if cfg.validation.file_name else []
+        train = self._load(resolve_data_files(cfg.actor_train.data_args.file_name))
+        val = self._load(resolve_data_files(cfg.validation.file_name)) if cfg.validation.file_name else []
         if cfg.validation.max_samples:
             val = val[:cfg.validation.max_samples]
         model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roll.algorithms.masking import masked_mean, masked_sum, masked_var, masked_whiten
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 NAN = float("nan")
 # Masked values are 1, 2, 4, 6 (padding holds 3 and nan, which must not leak in).

@@ -8,13 +8,14 @@ import pytest
 
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
-from roll.config.loader import load_config
 from roll.config.validation import parse_device_mapping, validate
 from roll.config.worker import StrategyArgs, WorkerConfig
+from roll.pipelines.launch import load_checked
+from roll.pipelines.preflight import preflight
 
 
 def load(overrides: list[str] | None = None) -> AgenticConfig:
-    return load_config("agentic_sokoban", "roll_style", overrides or [], AgenticConfig)
+    return load_checked("agentic_sokoban", "roll_style", overrides or [], AgenticConfig)
 
 
 def get(cfg: object, dotted: str) -> object:
@@ -159,7 +160,7 @@ def test_unimplemented_backends_rejected_naming_backend(base_cfg, role, name, wo
     cfg = copy.deepcopy(base_cfg)
     setattr(cfg, role, WorkerConfig(strategy_args=StrategyArgs(strategy_name=name)))
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        preflight(cfg)
     assert str(err.value).startswith(f"{role}.strategy_args.strategy_name='{name}'")
     for word in words:
         assert word in str(err.value)

@@ -11,12 +11,12 @@ import torch
 
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
-from roll.config.validation import check_weight_sync
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
 from roll.distributed.weight_group import WeightGroup
 from roll.distributed.weight_sync import GROUP_NAME, WeightSync
 from roll.distributed.worker import Worker
+from roll.pipelines.preflight import check_strategy_options, check_weight_sync
 from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
 
 
@@ -100,8 +100,9 @@ def test_config_checks_of_weight_sync():
     check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="cuda_ipc"))
     with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, cuda_ipc, copy"):
         check_weight_sync(_cfg(weight_sync="fast"))
-    with pytest.raises(ConfigError, match="hf_infer has no weight_sync setting"):
-        check_weight_sync(_cfg("hf_infer", weight_sync="copy"))
+    with pytest.raises(ConfigError, match="weight_sync='copy': not a key of HFInferOptions; allowed: "
+                                          "generate_batch_size"):
+        check_strategy_options(_cfg("hf_infer", weight_sync="copy"))  # it always receives weights by copy
 
 
 def test_config_check_of_sglang_tp_size():

@@ -26,6 +26,8 @@ from roll.algorithms.reward_norm import normalize_scores
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.validation import validate
+from roll.pipelines.launch import load_checked
+from roll.pipelines.preflight import check_algorithms, preflight
 from roll.pipelines.agentic_pipeline import advantage_step
 from roll.pipelines.common import actor_loss_config, group_keys
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
@@ -51,6 +53,7 @@ def algo_cfg(name: str, overrides: dict | None = None):
             obj = getattr(obj, part)
         setattr(obj, leaf, value)
     validate(cfg)
+    preflight(cfg)
     return cfg
 
 
@@ -91,12 +94,11 @@ def test_contradictory_settings_are_config_errors(name, overrides, key):
 
 def test_config_errors_through_the_loader():
     with pytest.raises(ConfigError, match="kl_penalty='full'"):
-        load_config("algo_ppo", overrides=["kl_penalty=full"])
+        load_checked("algo_ppo", overrides=["kl_penalty=full"])
     from roll.config.rlvr import RLVRConfig
-    from roll.config.validation import check_algorithm
 
     with pytest.raises(ConfigError, match="multi-turn"):  # RLVR samples have no turns
-        check_algorithm(RLVRConfig(adv_estimator="gigpo"))
+        check_algorithms(RLVRConfig(adv_estimator="gigpo"))
 
 
 # ---------------------------------------------------------------- a small real batch

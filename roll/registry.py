@@ -78,8 +78,12 @@ class Registry(Generic[T]):
         return decorator
 
     def _resolve(self, name: str) -> str:
-        """The registered name of ``name`` (importing a ``"module:entry"`` user module first)."""
-        entry = import_user_module(name) if name not in self._entries else name
+        """The registered name of ``name``; for ``"module:entry"``, ``entry``, importing the module first unless
+        ``entry`` is registered already (the module was imported, or its entry was registered by value, e.g. in a
+        Ray worker)."""
+        entry = name.partition(":")[2] if ":" in name else name
+        if entry not in self._entries:
+            entry = import_user_module(name)
         if entry not in self._entries:
             raise KeyError(
                 f"unknown {self.kind} {name!r}; valid names: {self.names()}. "
@@ -100,6 +104,11 @@ class Registry(Generic[T]):
     def capabilities(self, name: str) -> dict[str, Any]:
         """What entry ``name`` declared, with the registry's defaults for the rest (looked up like :meth:`get`)."""
         return dict(self._caps[self._resolve(name)])
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` if registered (tests that register entries for their own duration)."""
+        self._entries.pop(name, None)
+        self._caps.pop(name, None)
 
     def names(self) -> list[str]:
         """Return all registered names (aliases included), sorted."""
