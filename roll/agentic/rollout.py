@@ -5,7 +5,8 @@ Failed trajectories (an env that raised or hung, see :class:`~roll.agentic.env_m
 training batch. Their group keeps its other members and is normalized without them; a group left with fewer than
 2 members (when ``group_size >= 2``) is dropped, since a one-member group has no baseline. If that leaves the batch
 short, up to ``max_refill_rounds`` extra rounds (fresh seeds) refill it; whatever is still missing makes the batch
-smaller, trimmed to a multiple of the train mini-batch so the update still runs. Counts go to
+smaller, trimmed to a multiple of the train mini-batch so the update still runs. Every round gives each env one
+trajectory; ``max_traj_per_env`` (when > 0) caps the rounds of a step, refills included. Counts go to
 ``rollout/env_failures``, ``rollout/env_timeouts`` and ``rollout/dropped_trajectories``.
 """
 
@@ -113,7 +114,7 @@ class RolloutScheduler:
                 produced += len(r.trajectories)
             round_index += 1
             usable = keep_groups([t for r in results for t in r.trajectories], self.min_group)
-            if len(usable) >= batch_size:
+            if len(usable) >= batch_size or 0 < self.manager.max_traj_per_env <= round_index:
                 break
             if produced >= batch_size:
                 if refills >= self.manager.max_refill_rounds:

@@ -34,7 +34,8 @@ class EnvManagerConfig:
     env_groups: int = fld(8, "Number of groups; split evenly across tags unless n_groups is set.")
     group_size: int = fld(8, "Envs per group; all start from the same seed (state).")
     n_groups: Optional[List[int]] = fld(None, "Groups per tag (same length as tags; sums to env_groups).")
-    max_traj_per_env: int = fld(1, "Trajectories an env may produce per rollout (-1 = no limit).")
+    max_traj_per_env: int = fld(-1, "Trajectories an env may produce per step (-1 = no limit): rollout rounds, one "
+                                    "trajectory per env each, stop there even when failures leave the batch short.")
     format_penalty: float = fld(-0.1, "Reward of an unparseable or invalid action.")
     worker_cls: Optional[str] = fld(None, "Import path of a custom env manager class (not implemented yet: "
                                           "only null accepted; register an env instead).")
@@ -144,6 +145,8 @@ def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:
     rules = [("env_step_timeout", manager.env_step_timeout >= 0, "must be >= 0 seconds (0 = no limit)"),
              ("env_threads", manager.env_threads >= 1, "must be >= 1"),
              ("max_refill_rounds", manager.max_refill_rounds >= 0, "must be >= 0"),
+             ("max_traj_per_env", manager.max_traj_per_env == -1 or manager.max_traj_per_env >= 1,
+              "must be -1 (no limit) or >= 1"),
              ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
              ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
              ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds")]

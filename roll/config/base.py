@@ -120,16 +120,17 @@ class BaseConfig(PPOConfig):
                                                 "batch is rollout_batch_size x num_return_sequences_in_group.")
     local_rank: int = fld(-1, "Rank within the node; set by a distributed launcher, -1 when not distributed "
                               "(roll's workers learn their rank from Ray, so a config value is informational).")
-    generate_opt_level: int = fld(1, "Generation interface: 0 = one batched generate call per request batch; "
-                                     "1 = requests go through the scheduler (continuous batching where the backend "
-                                     "has it; hf_infer batches each submitted request batch either way).",
+    generate_opt_level: int = fld(1, "ROLL's generation interface switch (0 = batched generate calls, 1 = requests "
+                                     "through a scheduler). roll has one protocol, 1: requests are submitted and "
+                                     "polled, the engine batches what is pending; 0 is accepted with a warning.",
                                   choices=[0, 1])
     is_num_return_sequences_expand: bool = fld(
-        False, "Repeat each prompt num_return_sequences times as separate requests instead of asking the engine "
-               "for n samples of one request (same samples, different batching).")
-    max_running_requests: int = fld(128, "Most generation requests in flight on one inference worker at a time "
-                                         "(not enforced by hf_infer, which generates each submitted batch in "
-                                         "chunks of its generate_batch_size).")
+        True, "Send each of a prompt's num_return_sequences samples as its own request (roll always does; the "
+              "samples are the same as n samples of one request). false is accepted with a warning.")
+    max_running_requests: Optional[int] = fld(
+        None, "Most generation requests in flight on one inference worker at a time: hf_infer generates at most "
+              "this many prompts per generate call (with its generate_batch_size), sglang passes it to the engine; "
+              "None = the backend's own limit.")
     is_use_additional_prompts: bool = fld(
         False, "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
                "some prompts are filtered out (dynamic sampling).")

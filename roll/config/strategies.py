@@ -94,7 +94,8 @@ class DeepSpeedInferOptions:
 class HFInferOptions:
     """``hf_infer``: transformers ``generate`` and forward passes (CPU or one GPU)."""
 
-    generate_batch_size: int = fld(64, "Prompts per generate call (a larger request is generated in chunks).")
+    generate_batch_size: int = fld(64, "Prompts per generate call (a larger request is generated in chunks; at most "
+                                       "the pipeline's max_running_requests).")
     reuse_kv_cache: bool = fld(True, "Keep each sequence's keys and values for its next turn "
                                      "(roll.strategies.turn_cache).")
     kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB.")

@@ -123,6 +123,26 @@ NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1, "train_env_m
                            "val_env_manager.worker_cls": None}
 
 
+#: ROLL keys whose other value roll accepts but does not act on: key -> (the value roll implements, why, what to
+#: do). A different value is a warning at launch (printed by the preflight), never silently ignored.
+IGNORED = {
+    "generate_opt_level": (1, "roll has one generation protocol (requests are submitted and polled; the engine "
+                              "batches whatever is pending)", "remove the key or set it to 1"),
+    "is_num_return_sequences_expand": (True, "roll always sends each of a prompt's samples as its own request (the "
+                                             "samples are the same; SGLang's prefix cache shares the prompt)",
+                                       "remove the key or set it to true"),
+}
+
+
+def ignored_settings(cfg: Any) -> list[str]:
+    """One line per :data:`IGNORED` key set to a value roll does not act on: the key, the reason, the fix."""
+    out = []
+    for key, (value, why, fix) in IGNORED.items():
+        if getattr(cfg, key, value) != value:
+            out.append(f"{key}={getattr(cfg, key)!r} is ignored: {why}; {fix}")
+    return out
+
+
 def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
     """Reject a non-default value of a key in ``table`` (dotted paths; a missing block is skipped)."""
     for dotted, default in table.items():
@@ -137,7 +157,7 @@ def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
 
 def check_scheduling(cfg: Any) -> None:
     """Generation scheduling keys (see ``BaseConfig``): request limits are positive."""
-    if cfg.max_running_requests < 1:
+    if cfg.max_running_requests is not None and cfg.max_running_requests < 1:
         raise ConfigError("max_running_requests", cfg.max_running_requests, "must be >= 1")
     if cfg.max_additional_running_prompts < 0:
         raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")

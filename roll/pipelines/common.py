@@ -52,7 +52,8 @@ def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
         groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r],
                                     placement_groups=pgs) for r, w in roles.items()}
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, _optimizer_steps_per_rollout(cfg))
-    ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps)
+    ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
+                          max_running_requests=cfg.max_running_requests)
     for group in groups.values():
         group.call("initialize", ctx)
     return groups

@@ -25,7 +25,7 @@ from typing import Any
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import ROLES
+from roll.config.validation import ROLES, ignored_settings
 
 
 def preflight(cfg: Any) -> list[str]:
@@ -34,7 +34,7 @@ def preflight(cfg: Any) -> list[str]:
     Raises:
         ConfigError: the first failed check (one line: key, value, what is allowed).
     """
-    warnings: list[str] = []
+    warnings: list[str] = ignored_settings(cfg)
     check_strategies(cfg)
     warnings += check_strategy_options(cfg)
     check_weight_sync(cfg)

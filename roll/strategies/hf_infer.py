@@ -32,7 +32,7 @@ class HFInferStrategy(InferenceStrategy):
         self.model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
                                     margs.trust_remote_code).to(self.device).eval()
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        self.generate_batch_size = options.generate_batch_size
+        self.generate_batch_size = min(options.generate_batch_size, ctx.max_running_requests or 2 ** 31)
         self.turn_cache = TurnCache(int(options.kv_cache_mb * 2**20)) if options.reuse_kv_cache else None
         torch.manual_seed(ctx.seed + 7919 * self.rank)  # sampling draws from the global generator
 

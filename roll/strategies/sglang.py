@@ -179,6 +179,8 @@ class SGLangStrategy(InferenceStrategy):
         self.model_path = margs.model_name_or_path
         kwargs = engine_kwargs(self.model_path, margs.dtype, options, ctx.seed + 7919 * self.rank,
                                tp_size=engine_tp_size(self.config))
+        if options.max_running_requests is None and ctx.max_running_requests is not None:
+            kwargs["max_running_requests"] = ctx.max_running_requests
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig

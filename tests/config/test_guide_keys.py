@@ -209,3 +209,21 @@ def test_keys_no_pipeline_acts_on_are_rejected_unless_off(base_cfg, dotted, valu
     setattr(get(cfg, ".".join(path)) if path else cfg, leaf, value)
     with pytest.raises(ConfigError, match=f"^{dotted}={value!r}: not implemented in roll yet"):
         validate(cfg)
+
+
+def test_keys_roll_does_not_act_on_warn_with_key_reason_and_fix(base_cfg, capsys):
+    cfg = copy.deepcopy(base_cfg)
+    cfg.generate_opt_level, cfg.is_num_return_sequences_expand = 0, False
+    cfg.actor_train.strategy_args.strategy_config = {"zero_stage": 2, "optimizer": {"type": "AdamW"}}
+    warnings = preflight(cfg)
+    assert [w.split(" is ignored")[0] for w in warnings] == [
+        "generate_opt_level=0", "is_num_return_sequences_expand=False",
+        "actor_train.strategy_args.strategy_config.optimizer"]
+    assert "set it to 1" in warnings[0] and "training_args" in warnings[2]
+    assert capsys.readouterr().err.count("roll: config warning: ") == 3
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_max_traj_per_env_must_be_minus_one_or_positive(value):
+    with pytest.raises(ConfigError, match=f"max_traj_per_env={value}: must be -1"):
+        load([f"train_env_manager.max_traj_per_env={value}"])
