@@ -1,4 +1,5 @@
-"""Pieces both pipelines use: worker-group setup, weight sync, the reward -> advantage step, actor training."""
+"""Pieces both pipelines use: starting the roles, phases, weight copies, metrics of a step, and the training
+epochs of the actor and the critic (the update that calls them: :mod:`roll.pipelines.ppo`)."""
 
 from __future__ import annotations
 
@@ -9,57 +10,55 @@ from typing import Any
 
 import torch
 
-from roll.algorithms.advantages import (ADVANTAGES, AdvantageInputs, TurnInputs, compute_advantage,
-                                       whiten_and_clip_advantages)
-from roll.algorithms.kl import apply_kl_penalty
-from roll.algorithms.losses import ActorLossConfig, explained_variance
-from roll.algorithms.masking import masked_mean, masked_whiten
+from roll.algorithms.losses import ActorLossConfig
 from roll.config.base import BaseConfig
 from roll.data.batch import Batch
-from roll.data.layout import place_at_last_response
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
+from roll.distributed.roles import CriticProxy, RoleProxy, Roles, TrainProxy
 from roll.distributed.weight_sync import copy_weights
-from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, loss_mask
+from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss
 from roll.strategies.base import StrategyContext
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
-def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
-    """Start (Ray or local) the worker groups of every configured role and initialise their strategies."""
-    roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
-    for worker in roles.values():
+def start_roles(cfg: BaseConfig) -> Roles:
+    """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
+    role's strategy checked against the registry) and initialise their strategies."""
+    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    for worker in workers.values():
         if not worker.model_args.model_name_or_path:
             worker.model_args.model_name_or_path = cfg.pretrain
     if cfg.distributed == "local":
         groups: dict[str, WorkerGroup] = {
-            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in roles.items()}
+            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in workers.items()}
     else:
         from roll.distributed.cluster import start_ray
 
-        needed = sum(w.num_cpus_per_worker * w.world_size for w in roles.values()) + 1
+        needed = sum(w.num_cpus_per_worker * w.world_size for w in workers.values()) + 1
         start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
                   num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
                   env_vars=dict(cfg.system_envs))
         from roll.distributed.placement import check_feasible, create_placement_groups, plan_placement
 
-        plan = plan_placement(roles, cfg.num_gpus_per_node)
+        plan = plan_placement(workers, cfg.num_gpus_per_node)
         import ray
 
         check_feasible(plan, ray.cluster_resources())
         pgs = create_placement_groups(plan, timeout_s=min(cfg.rpc_timeout, 120))
         groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r],
-                                    placement_groups=pgs) for r, w in roles.items()}
+                                    placement_groups=pgs) for r, w in workers.items()}
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, _optimizer_steps_per_rollout(cfg))
     ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
                           max_running_requests=cfg.max_running_requests)
-    for group in groups.values():
-        group.call("initialize", ctx)
-    return groups
+    roles = Roles.of(groups, cfg)
+    for _, proxy in roles.items():
+        proxy.initialize(ctx)
+    return roles
 
 
-def perf_metrics(groups: dict[str, WorkerGroup], batch: Batch, timings: dict[str, float],
+def perf_metrics(roles: Roles, batch: Batch, timings: dict[str, float],
                  ppo_epochs: int) -> dict[str, float]:
     """Throughput and memory of one step: ``perf/tokens`` (attention-mask tokens of the batch),
     ``perf/train_tokens_per_s`` = tokens x ppo_epochs / time/train, and on GPU
@@ -68,8 +67,8 @@ def perf_metrics(groups: dict[str, WorkerGroup], batch: Batch, timings: dict[str
     tokens = float(batch["attention_mask"].sum())
     out = {"perf/tokens": tokens, "perf/samples": float(len(batch)),
            "perf/train_tokens_per_s": tokens * ppo_epochs / max(timings.get("time/train", 0.0), 1e-9)}
-    for role, group in groups.items():
-        stats = group.call_rank0("memory_stats")
+    for role, proxy in roles.items():
+        stats = proxy.memory_stats()
         for key in ("peak_allocated_gib", "peak_reserved_gib"):
             if key in stats:
                 out[f"perf/{role}_{key}"] = stats[key]
@@ -94,80 +93,14 @@ def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:
     return samples // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world)
 
 
-def sync_weights(train: WorkerGroup, target: WorkerGroup) -> float:
+def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
     """Copy actor_train's weights into every worker of ``target`` (reference, critic); returns seconds.
 
     actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.distributed.weight_sync.WeightSync`: NCCL
     broadcast when disaggregated, this copy otherwise)."""
     start = time.perf_counter()
-    copy_weights(train, target)
+    copy_weights(train.group, target.group)
     return time.perf_counter() - start
-
-
-def forward_log_probs(group: WorkerGroup, batch: Batch) -> torch.Tensor:
-    """(B, L-1) log-probs of ``batch`` from a worker group, data parallel."""
-    return torch.cat([part["log_probs"] for part in group.call_dp("compute_log_probs", batch)])
-
-
-def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, group_ids: torch.Tensor | None,
-                       kl_coef: float) -> dict[str, float]:
-    """Token rewards (+ KL penalty) -> advantages/returns stored in ``batch``; returns metrics."""
-    metrics: dict[str, float] = {}
-    mask = loss_mask(batch)
-    rewards = place_at_last_response(scores, mask)  # each (normalized) score on its last response token
-    if cfg.add_token_level_kl:
-        rewards, kl_metrics = apply_kl_penalty(rewards, batch["old_log_probs"], batch["ref_log_probs"], mask,
-                                               kl_coef, cfg.kl_penalty)
-        metrics.update(kl_metrics)
-    if cfg.whiten_rewards:
-        rewards = masked_whiten(rewards, mask, shift_mean=False)
-    values = batch.tensors.get("values")
-    turns = turn_inputs(batch) if ADVANTAGES.capabilities(cfg.adv_estimator)["needs_turns"] else None
-    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(
-        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns,
-        episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight, step_norm=cfg.step_adv_norm))
-    batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
-    batch["returns"] = out.returns
-    metrics.update(value_metrics(values, out.returns, mask))
-    check_batch_if(cfg.strict_data_check, batch, "advantages", required=("advantages", "returns"))
-    metrics.update({"critic/advantages_mean": float(masked_mean(batch["advantages"], mask)),
-                    "critic/advantages_max": float(batch["advantages"][mask.bool()].max()) if mask.any() else 0.0,
-                    "critic/advantages_min": float(batch["advantages"][mask.bool()].min()) if mask.any() else 0.0,
-                    "critic/returns_mean": float(masked_mean(out.returns, mask)),
-                    "critic/returns_max": float(out.returns[mask.bool()].max()) if mask.any() else 0.0,
-                    "critic/returns_min": float(out.returns[mask.bool()].min()) if mask.any() else 0.0,
-                    "critic/score_mean": float(scores.mean())})
-    return metrics
-
-
-def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Critic diagnostics before its update: ``critic/values_mean`` and ``critic/explained_variance``
-    (``1 - Var[R - V] / Var[R]`` over response tokens); empty without a critic."""
-    if values is None:
-        return {}
-    return {"critic/values_mean": float(masked_mean(values, mask)),
-            "critic/explained_variance": float(explained_variance(values, returns, mask))}
-
-
-def turn_inputs(batch: Batch) -> TurnInputs:
-    """The per-turn tensors of an estimator that ``needs_turns``, from batch metadata ``turn_spans`` ((start, end)
-    per turn in the log-prob frame), ``turn_states`` (the observation each turn acted on: equal text = equal state,
-    numbered in first-seen order) and ``step_rewards``; only multi-turn (agentic) batches have them."""
-    missing = [k for k in ("step_rewards", "turn_states", "turn_spans") if k not in batch]
-    if missing:
-        raise ValueError(f"adv_estimator needs per-turn batch metadata {missing}; only the agentic pipeline "
-                         "provides turns (use grpo for single-turn data)")
-    state_index: dict[str, int] = {}
-    rows: list[tuple[int, int, int, float, int]] = []  # (sample, start, end, reward, state) per turn
-    for i in range(len(batch)):
-        for reward, state, (start, end) in zip(batch["step_rewards"][i], batch["turn_states"][i],
-                                               batch["turn_spans"][i]):
-            rows.append((i, start, end, float(reward), state_index.setdefault(state, len(state_index))))
-    sample, start, end, rewards, states = zip(*rows) if rows else ((), (), (), (), ())
-    long = torch.long
-    return TurnInputs(torch.tensor(sample, dtype=long), torch.tensor(start, dtype=long),
-                      torch.tensor(end, dtype=long), torch.tensor(rewards, dtype=torch.float32),
-                      torch.tensor(states, dtype=long))
 
 
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
@@ -196,7 +129,7 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
             and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl)
 
 
-def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
+def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> dict[str, float]:
     """``ppo_epochs`` passes over shuffled mini-batches of the global train batch; mean metrics. Without
     ``old_log_probs`` in ``batch`` (:func:`skip_old_log_probs`), the training forward's log-probs are stored there."""
     skipped = "old_log_probs" not in batch
@@ -207,7 +140,7 @@ def train_actor(cfg: BaseConfig, train: WorkerGroup, batch: Batch, seed: int) ->
                          with_entropy=True, keep_log_probs=skipped)
 
 
-def train_critic(cfg: BaseConfig, critic: WorkerGroup, batch: Batch, seed: int) -> dict[str, float]:
+def train_critic(cfg: BaseConfig, critic: CriticProxy, batch: Batch, seed: int) -> dict[str, float]:
     """The critic's ``ppo_epochs`` passes: clipped value loss (``value_clip``) of its values against
     ``batch["returns"]``, old values = ``batch["values"]``; mean ``critic/*`` metrics."""
     ta = cfg.critic.training_args
@@ -215,12 +148,7 @@ def train_critic(cfg: BaseConfig, critic: WorkerGroup, batch: Batch, seed: int) 
     return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=CriticValueLoss(cfg.value_clip))
 
 
-def forward_values(group: WorkerGroup, batch: Batch) -> torch.Tensor:
-    """(B, L-1) critic values of ``batch``, data parallel."""
-    return torch.cat([part["values"] for part in group.call_dp("compute_values", batch)])
-
-
-def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False,
+def _train_epochs(epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False,
                   **train_kwargs: Any) -> dict[str, float]:
     """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics.
 
@@ -233,8 +161,7 @@ def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed
         order = torch.randperm(len(batch), generator=gen)
         for start in range(0, len(batch), mini):
             index = order[start:start + mini]
-            results = group.call_dp("train_step", batch.select(index), return_log_probs=keep_log_probs,
-                                    **train_kwargs)
+            results = role.train_step(batch.select(index), return_log_probs=keep_log_probs, **train_kwargs)
             if keep_log_probs:
                 kept = torch.cat([r.pop("log_probs") for r in results])  # rank chunks are consecutive
                 old = torch.zeros(len(batch), kept.shape[1])
@@ -245,12 +172,3 @@ def _train_epochs(epochs: int, group: WorkerGroup, batch: Batch, mini: int, seed
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
     return {k: v / max(1, count) for k, v in sums.items()}
-
-
-def group_keys(grouping: str, batch: Batch) -> torch.Tensor | None:
-    """Group ids for reward normalization: same-seed group (state), env tag (inductive) or None (batch)."""
-    if grouping == "batch":
-        return None
-    key = "group_id" if grouping == "state" else "tag"
-    index: dict[Any, int] = {}
-    return torch.tensor([index.setdefault(v, len(index)) for v in batch[key]], dtype=torch.long)

@@ -76,9 +76,12 @@ def infer_group(tiny_model_dir):
     worker = WorkerConfig()
     worker.model_args.model_name_or_path = tiny_model_dir
     worker.strategy_args.strategy_name = "hf_infer"
-    group = LocalWorkerGroup("actor_infer", worker, num_threads=1)
-    group.call("initialize", StrategyContext(seed=0))
-    return group
+    from roll.distributed.roles import InferProxy
+    from roll.strategies.registry import strategy_spec
+
+    infer = InferProxy(LocalWorkerGroup("actor_infer", worker, num_threads=1), strategy_spec("hf_infer"))
+    infer.initialize(StrategyContext(seed=0))
+    return infer
 
 
 class _Counting(GroupGenerator):

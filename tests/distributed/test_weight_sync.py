@@ -289,8 +289,11 @@ def test_worker_refuses_what_its_strategy_cannot_do():
         receiver_only.update_weights_distributed([], GROUP_NAME)
     with pytest.raises(TypeError, match="cannot send weights by broadcast"):
         receiver_only.init_weight_group("127.0.0.1", 1, 0, 2, GROUP_NAME)
-    with pytest.raises(TypeError, match="cannot take single requests"):
-        receiver_only.poll([])
+    from roll.distributed.worker import check_strategy_class
+
+    with pytest.raises(TypeError, match=r"actor_infer: strategy object lacks \['generate', 'load_weights', 'submit', "
+                                        r"'poll', 'abort'\], which its role and registered abilities \(submit\)"):
+        check_strategy_class(object, "actor_infer", frozenset({"submit"}))  # checked when the worker is built
     with pytest.raises(RuntimeError, match="call init_weight_group first"):
         _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
 
