@@ -77,7 +77,7 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def _resolve(self, name: str) -> str:
+    def resolve(self, name: str) -> str:
         """The registered name of ``name``; for ``"module:entry"``, ``entry``, importing the module first unless
         ``entry`` is registered already (the module was imported, or its entry was registered by value, e.g. in a
         Ray worker)."""
@@ -99,11 +99,11 @@ class Registry(Generic[T]):
             KeyError: when ``name`` is unknown; the message lists the valid names.
             ImportError: when a ``"package.module:name"`` module cannot be imported.
         """
-        return self._entries[self._resolve(name)]
+        return self._entries[self.resolve(name)]
 
     def capabilities(self, name: str) -> dict[str, Any]:
         """What entry ``name`` declared, with the registry's defaults for the rest (looked up like :meth:`get`)."""
-        return dict(self._caps[self._resolve(name)])
+        return dict(self._caps[self.resolve(name)])
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` if registered (tests that register entries for their own duration)."""

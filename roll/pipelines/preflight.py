@@ -228,7 +228,7 @@ def check_rewards(cfg: RLVRConfig, tags: set[str]) -> None:
         _lookup(REWARDS, f"rewards.tag_to_reward.{tag}", name)
     for name, options in rewards.reward_options.items():
         _lookup(REWARDS, f"rewards.reward_options.{name}", name)
-        accepted = reward_option_names(name)
+        accepted = reward_option_names(REWARDS.resolve(name))
         unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
         if unknown:
             raise ConfigError(f"rewards.reward_options.{name}.{unknown[0]}", options[unknown[0]],
