@@ -17,6 +17,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 
+#: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 

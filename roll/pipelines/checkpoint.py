@@ -26,10 +26,10 @@ import torch
 
 from roll.distributed.roles import Roles
 from roll.distributed.worker import get_rng_state, set_rng_state
+from roll.strategies.registry import TRAIN_ROLES
 
 COMPLETE = "COMPLETE"
 STEP_DIR = re.compile(r"^step_(\d+)$")
-TRAIN_ROLES = ("actor_train", "critic")
 
 
 def checkpoints_root(output_dir: str | Path) -> Path:

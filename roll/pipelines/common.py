@@ -12,6 +12,7 @@ import torch
 
 from roll.algorithms.losses import ActorLossConfig
 from roll.config.base import BaseConfig
+from roll.config.validation import ROLES
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
@@ -20,7 +21,6 @@ from roll.distributed.weight_sync import copy_weights
 from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss
 from roll.strategies.base import StrategyContext
 
-ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
 def start_roles(cfg: BaseConfig) -> Roles:
