@@ -80,7 +80,7 @@ def summarize(row: dict, params: int, peak: float | None) -> dict[str, float]:
     return out
 
 
-def bare_components(pipeline, row: dict, repeats: int = 2) -> dict[str, float]:
+def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False) -> dict[str, float]:
     """Seconds of the engine generating the step's tokens alone and of one training step on its tokens alone."""
     import torch
 
@@ -119,6 +119,8 @@ def bare_components(pipeline, row: dict, repeats: int = 2) -> dict[str, float]:
         start = time.perf_counter()
         groups["actor_train"].call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=0.0)
         train_s.append(time.perf_counter() - start)
+    if profile:
+        print(groups["actor_train"].call_rank0("profile_train_step", batch, SFT_LOSS, lr=0.0), flush=True)
     return {"bare_generate_s": min(gen_s), "bare_train_s": min(train_s), "bare_requests": float(requests),
             "bare_prompt_tokens": float(prompt), "bare_new_tokens": float(new_tokens),
             "bare_train_tokens": float(batch["attention_mask"].sum())}
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (warm-up)")
     parser.add_argument("--tag", default="", help="suffix of the results file name (variants of a config)")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare-component measurements")
+    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of one bare train step")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
 
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     per_step = [{"step": r.get("step"), **summarize(r, params, peak)} for r in rows]
     kept = per_step[args.skip:] or per_step
     medians = {k: statistics.median(s[k] for s in kept) for k in kept[0] if k != "step"}
-    bare = {} if args.no_bare else bare_components(pipeline, rows[-1])
+    bare = {} if args.no_bare else bare_components(pipeline, rows[-1], profile=args.profile)
     if bare:
         bare["pipeline_over_components"] = medians["step_s"] / (bare["bare_generate_s"] + bare["bare_train_s"])
     result = {"date": datetime.date.today().isoformat(), "gpu": device, "config": args.config_name,

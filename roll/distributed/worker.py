@@ -60,6 +60,19 @@ class Worker:
     def reset_optimizer(self) -> None:
         self.strategy.reset_optimizer()
 
+    def profile_train_step(self, batch: Batch, loss_fn: Callable, rows: int = 25, **kwargs: Any) -> str:
+        """One ``train_step`` under ``torch.profiler``: the table of the ``rows`` most expensive operations (by
+        device time on GPU, CPU time otherwise), for ``benchmarks/gpu_step.py --profile``."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        with profile(activities=activities) as prof:
+            self.strategy.train_step(batch, loss_fn, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+        return prof.key_averages().table(sort_by=key, row_limit=rows)
+
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return list(self.strategy.named_weights())
 
