@@ -34,7 +34,8 @@ class MegatronOptions:
                                         "Engine attention).")
     expert_model_parallel_size: int = fld(1, "Expert parallel size (MoE); roll's Megatron models are dense, so 1.")
     sequence_parallel: bool = fld(False, "Split norms and dropout along the sequence over the TP ranks (less "
-                                         "activation memory); needs TP > 1.")
+                                         "activation memory); needs TP > 1 and transformer_impl "
+                                         "transformer_engine.")
     use_distributed_optimizer: bool = fld(False, "Shard fp32 master weights and Adam states over data-parallel "
                                                  "ranks (ZeRO-1 style).")
     overlap_grad_reduce: bool = fld(False, "Overlap the data-parallel gradient reduce with the backward pass.")
@@ -113,6 +114,10 @@ def check_megatron_options(opts: MegatronOptions, key: str, world_size: int, dty
                           "must be >= 1 and needs pipeline_model_parallel_size >= 2; or null")
     if opts.sequence_parallel and tp == 1:
         raise ConfigError(f"{key}.sequence_parallel", True, "needs tensor_model_parallel_size > 1; set it to false")
+    if opts.sequence_parallel and opts.transformer_impl == "local":
+        raise ConfigError(f"{key}.sequence_parallel", True, "megatron-core's local layers (torch norms, no Apex) do "
+                                                            "not support it; set transformer_impl: "
+                                                            "transformer_engine, or sequence_parallel: false")
     if opts.overlap_param_gather and not opts.use_distributed_optimizer:
         raise ConfigError(f"{key}.overlap_param_gather", True, "needs use_distributed_optimizer: true")
     if opts.recompute_method is not None and opts.recompute_granularity != "full":
