@@ -56,12 +56,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue: Any) -> None:
+def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue: Any, shim: bool) -> None:
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                       "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "HF_HUB_OFFLINE": "1"})
-    torch.set_num_threads(1)
+                       "LOCAL_RANK": str(rank) if not shim else "0", "WORLD_SIZE": str(world), "HF_HUB_OFFLINE": "1"})
+    torch.set_num_threads(1 if shim else 4)
     try:
-        apply_cpu_shim()
+        if shim:
+            apply_cpu_shim()
         queue.put((rank, pickle.dumps(fn(rank, *args)), None))  # plain bytes: no shared memory
     except BaseException:  # report every failure to the parent
         queue.put((rank, None, traceback.format_exc()))
@@ -72,13 +73,14 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue: A
             dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 600) -> list[Any]:
+def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 600, shim: bool = True) -> list[Any]:
     """``fn(rank, *args)`` in ``world`` fresh processes joined by torch.distributed env variables; results in rank
-    order. A failure on any rank raises with that rank's traceback."""
+    order. A failure on any rank raises with that rank's traceback. ``shim=False`` (GPU): no CPU shim, rank r
+    uses GPU r."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, queue)) for r in range(world)]
+    procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, queue, shim)) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
