@@ -46,7 +46,7 @@ declare -A CMD=(
     [equiv2]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k tp2"
     [sokoban]="python3 examples/start_agentic_pipeline.py --config-name sokoban_qwen05b_megatron sft_warmup.steps=$SFT_STEPS"
     [sokoban_tp2]="python3 examples/start_agentic_pipeline.py --config-name sokoban_qwen05b_megatron_tp2 sft_warmup.steps=$SFT_STEPS"
-    [rlvr]="python3 examples/start_rlvr_pipeline.py --config-name rlvr_qwen05b_megatron eval_steps=0 response_length=128 sequence_length=640 actor_infer.generating_args.max_new_tokens=128 rollout_batch_size=16 actor_train.training_args.gradient_accumulation_steps=4 dynamic_sampling.enabled=false is_use_additional_prompts=false"
+    [rlvr]="python3 examples/start_rlvr_pipeline.py --config-name rlvr_qwen05b_megatron eval_steps=0 response_length=128 sequence_length=640 actor_infer.generating_args.max_new_tokens=128 rollout_batch_size=16 actor_train.training_args.gradient_accumulation_steps=4 dynamic_sampling.enabled=false is_use_additional_prompts=false validation.generating_args.max_new_tokens=128"
 )
 declare -A RC
 for name in $RUNS; do
