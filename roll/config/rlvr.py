@@ -159,12 +159,15 @@ def _check_warmup(cfg: RLVRConfig) -> None:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
-    ta = worker.training_args
-    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * worker.world_size
+    from roll.config.validation import model_parallel_size
+
+    ta, strategy = worker.training_args, worker.strategy_args
+    data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
+    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
     if sft.batch_size < 1 or sft.batch_size % global_batch:
         raise ConfigError("sft_warmup.batch_size", sft.batch_size,
                           f"must be a positive multiple of actor_train's global train batch ({global_batch} = "
-                          "per_device_train_batch_size x gradient_accumulation_steps x world_size)")
+                          "per_device_train_batch_size x gradient_accumulation_steps x data-parallel size)")
 
 
 def check_rlvr(cfg: RLVRConfig) -> None:

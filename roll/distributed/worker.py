@@ -29,7 +29,7 @@ class Worker:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.role, self.rank = role, rank
+        self.role, self.rank, self.world_size = role, rank, world_size
         self.strategy = get_strategy_class(config.strategy_args.strategy_name, role)(config, rank, world_size)
         self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
 
@@ -45,6 +45,12 @@ class Worker:
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         return self.strategy.compute_log_probs(batch, with_entropy)
+
+    def data_parallel_info(self) -> tuple[int, int, bool]:
+        """``(data-parallel rank, data-parallel size, whether this rank's results are kept)`` for ``call_dp``:
+        the strategy's (model-parallel backends), else this worker is a replica of its own."""
+        info = getattr(self.strategy, "data_parallel_info", None)
+        return info() if info is not None else (self.rank, self.world_size, True)
 
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic values ``{"values": (B, L-1)}`` (strategies with a value head only)."""
