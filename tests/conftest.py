@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -13,7 +14,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
+if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # on a GPU machine DeepSpeed picks CUDA (GPU-only tests)
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512, seed=0)
