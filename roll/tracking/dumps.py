@@ -15,16 +15,18 @@ A record::
 
     {"id": "train-3-g0-e1-t0", "group": 0, "tag": "SimpleSokoban", "case": "SimpleSokoban/1234",
      "seed": 1234, "score": 10.6, "success": true, "failure": null, "truncated": false, "metrics": {...},
+     "final_observation": "#___\\n...",
      "turns": [{"prompt": "<|im_start|>user\\n...", "observation": "#__P\\n...", "response": "<answer>Up</answer>",
                 "action": "Up", "valid": true, "reward": -0.1, "finish": "stop",
                 "tokens": ["<answer>", "Up", "</answer>", "<|im_end|>"], "mask": [1, 1, 1, 1],
                 "adv": [0.52, 0.52, 0.52, 0.52], "logp": [-0.01, -0.3, 0.0, -0.02]}]}
 
-``case`` names the start state (env tag and seed; RLVR: data source and row): equal across steps for the same
-room or prompt. ``tokens`` are the reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained
-on; 0 e.g. for an end-of-turn token appended after a length cut); ``adv`` the advantage of each token (train
-files only) and ``logp`` the inference engine's sampling log-probability (when it reports one). RLVR records
-have one turn (the prompt and the response) and add ``ground_truth``, ``source``, ``row`` and ``format_ok``.
+``final_observation`` is what the env showed after the last action (agentic). ``case`` names the start state
+(env tag and seed; RLVR: data file name and row): equal across steps for the same room or prompt. ``tokens`` are the
+reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained on; 0 e.g. for an end-of-turn token
+appended after a length cut); ``adv`` the advantage of each token (train files only) and ``logp`` the inference
+engine's sampling log-probability (when it reports one). RLVR records have one turn (the prompt and the response)
+and add ``ground_truth``, ``source``, ``row`` and ``format_ok``.
 
 This module imports nothing of roll: trajectories, prompt groups and batches are read through the attributes
 named in the protocols below.
@@ -33,6 +35,7 @@ named in the protocols below.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
@@ -69,6 +72,7 @@ class TrajectoryLike(Protocol):
     truncated_by_length: bool
     failure: str | None
     env_metrics: dict[str, float]
+    final_observation: str | None
 
     @property
     def score(self) -> float: ...
@@ -221,7 +225,8 @@ class TrajectoryDumps:
         return {"id": traj.traj_id, "group": traj.group_id, "env": traj.env_id, "tag": traj.tag,
                 "case": f"{traj.tag}/{traj.seed}", "seed": traj.seed, "score": round(float(traj.score), 6),
                 "success": bool(traj.success), "failure": traj.failure, "truncated": bool(traj.truncated_by_length),
-                "metrics": {k: float(v) for k, v in traj.env_metrics.items()}, "turns": turns}
+                "metrics": {k: float(v) for k, v in traj.env_metrics.items()}, "turns": turns,
+                "final_observation": traj.final_observation}
 
     def _response(self, phase: str, step: int, group: PromptGroupLike, k: int, j: int,
                   examples: Sequence[ExampleLike], row: int, layout: TokenLayout) -> dict[str, Any]:
@@ -234,7 +239,7 @@ class TrajectoryDumps:
         if layout.mask is None:
             turn["mask"] = [1] * len(ids)
         turn.update(layout.span(row, len(group.prompt_ids), len(ids)))
-        return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag, "case": f"{ex.source}:{ex.row}",
+        return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag, "case": f"{os.path.basename(ex.source)}:{ex.row}",
                 "seed": group.index, "score": round(float(group.scores[j]), 6), "success": bool(group.correct[j]),
                 "failure": None, "truncated": bool(group.truncated[j]), "ground_truth": ex.ground_truth,
                 "source": ex.source, "row": ex.row, "format_ok": bool(group.format_ok[j]), "turns": [turn]}

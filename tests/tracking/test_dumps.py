@@ -37,7 +37,8 @@ def make_trajectory(tokenizer, group: int, env: int, success: bool) -> Trajector
                   response_log_probs=[-1.25], observation="#P_", response_text="<answer>", reward=-0.1,
                   finish_reason="length", appended_eos=True)
     return Trajectory(traj_id=f"train-1-g{group}-e{env}-t0", env_id=env, group_id=group, tag="SimpleSokoban",
-                      seed=1000 + group, turns=[first, second], success=success, env_metrics={"boxes_on_target": 0})
+                      seed=1000 + group, turns=[first, second], success=success, env_metrics={"boxes_on_target": 0},
+                      final_observation="#P_\n_OX")
 
 
 def test_pick_whole_groups() -> None:
@@ -80,6 +81,7 @@ def test_agentic_dump_aligns_advantages_and_masks(tmp_path, tokenizer) -> None:
     assert rec["turns"][0]["prompt"] == "#_P\n_OX" and rec["turns"][1]["finish"] == "length"
     assert (rec["case"], rec["group"], rec["score"], rec["success"]) == ("SimpleSokoban/1000", 0, -0.2, True)
     assert rec["turns"][0]["action"] == "Up" and rec["turns"][1]["valid"] is False
+    assert rec["final_observation"] == "#P_\n_OX" and rec["metrics"] == {"boxes_on_target": 0.0}
 
 
 def test_validation_dump_without_batch(tmp_path, tokenizer) -> None:
@@ -96,8 +98,8 @@ def test_validation_dump_without_batch(tmp_path, tokenizer) -> None:
 
 
 def test_rlvr_dump(tmp_path, tokenizer) -> None:
-    examples = [RLVRExample("1+1?", "2", "math", row=7, source="a.jsonl"),
-                RLVRExample("2+2?", "4", "math", row=8, source="a.jsonl")]
+    examples = [RLVRExample("1+1?", "2", "math", row=7, source="/data/a.jsonl"),
+                RLVRExample("2+2?", "4", "math", row=8, source="/data/a.jsonl")]
     prompt = encode(tokenizer, "1+1?")
     groups = [PromptGroup(0, prompt, [encode(tokenizer, "2"), encode(tokenizer, "3")], ["2", "3"], [1.0, 0.0],
                           [True, False], [True, True], [False, True])]
