@@ -117,21 +117,24 @@ class BatchLike(Protocol):
 
 
 class TokenLayout:
-    """Per-row token values of a batch: ``response_mask`` (B, L) and ``advantages`` (B, L-1, log-prob frame:
-    index p - 1 belongs to the token at position p). Either may be absent (validation has no advantages)."""
+    """Per-row token values of a batch, for the rows ``rows`` only: ``response_mask`` (B, L) and ``advantages``
+    (B, L-1, log-prob frame: index p - 1 belongs to the token at position p). Either may be absent (validation has
+    no advantages)."""
 
-    def __init__(self, batch: BatchLike | None):
+    def __init__(self, batch: BatchLike | None, rows: Sequence[int]):
+        self.index = {row: k for k, row in enumerate(rows)}
         has = (lambda key: key in batch) if batch is not None else (lambda key: False)
-        self.mask = batch["response_mask"].tolist() if has("response_mask") else None
-        self.adv = batch["advantages"].float().tolist() if has("advantages") else None
+        self.mask = batch["response_mask"][list(rows)].tolist() if has("response_mask") else None
+        self.adv = batch["advantages"][list(rows)].float().tolist() if has("advantages") else None
 
     def span(self, row: int, start: int, n: int) -> dict[str, list]:
-        """``mask``/``adv`` of the ``n`` tokens at positions ``start .. start + n - 1`` of ``row``."""
+        """``mask``/``adv`` of the ``n`` tokens at positions ``start .. start + n - 1`` of batch row ``row``."""
         out: dict[str, list] = {}
+        k = self.index[row]
         if self.mask is not None:
-            out["mask"] = [int(m) for m in self.mask[row][start:start + n]]
+            out["mask"] = [int(m) for m in self.mask[k][start:start + n]]
         if self.adv is not None:
-            out["adv"] = [round(a, 4) for a in self.adv[row][start - 1:start - 1 + n]]
+            out["adv"] = [round(a, 4) for a in self.adv[k][start - 1:start - 1 + n]]
         return out
 
 
@@ -184,8 +187,8 @@ class TrajectoryDumps:
         written, or None when ``phase`` at ``step`` is not due."""
         if not self.due(phase, step):
             return None
-        layout = TokenLayout(batch)
         keep = pick_whole_groups([t.group_id for t in trajectories], self.cap)
+        layout = TokenLayout(batch, keep)
         return self._write(phase, step, (self._episode(trajectories[i], i, layout) for i in keep))
 
     def rlvr(self, phase: str, step: int, groups: Sequence[PromptGroupLike], examples: Sequence[ExampleLike],
@@ -194,9 +197,9 @@ class TrajectoryDumps:
         are the responses in group order); returns the file written, or None when not due."""
         if not self.due(phase, step):
             return None
-        layout = TokenLayout(batch)
         flat = [(k, j) for k, g in enumerate(groups) for j in range(len(g.response_ids))]
         keep = pick_whole_groups([k for k, _ in flat], self.cap)
+        layout = TokenLayout(batch, keep)
         records = (self._response(phase, step, groups[flat[i][0]], flat[i][0], flat[i][1], examples, i, layout)
                    for i in keep)
         return self._write(phase, step, records)
@@ -239,7 +242,8 @@ class TrajectoryDumps:
         if layout.mask is None:
             turn["mask"] = [1] * len(ids)
         turn.update(layout.span(row, len(group.prompt_ids), len(ids)))
-        return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag, "case": f"{os.path.basename(ex.source)}:{ex.row}",
+        return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag,
+                "case": f"{os.path.basename(ex.source)}:{ex.row}",
                 "seed": group.index, "score": round(float(group.scores[j]), 6), "success": bool(group.correct[j]),
                 "failure": None, "truncated": bool(group.truncated[j]), "ground_truth": ex.ground_truth,
                 "source": ex.source, "row": ex.row, "format_ok": bool(group.format_ok[j]), "turns": [turn]}

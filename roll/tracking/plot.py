@@ -240,7 +240,8 @@ def _style(ax: Axes, title: str, percent: bool) -> None:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
 
 
-def draw_dashboard(frame: pd.DataFrame, title: str = "", panels: Sequence[Panel] = DASHBOARD) -> tuple[Figure, list[str]]:
+def draw_dashboard(frame: pd.DataFrame, title: str = "",
+                   panels: Sequence[Panel] = DASHBOARD) -> tuple[Figure, list[str]]:
     """The dashboard figure of a metrics frame (see :func:`load_metrics`) and the metric keys it draws.
 
     Raises:

@@ -30,9 +30,10 @@ def encode(tokenizer, text: str) -> list[int]:
 def make_trajectory(tokenizer, group: int, env: int, success: bool) -> Trajectory:
     """Two turns; the second reply was cut by length and got an end-of-turn token appended (not trained on)."""
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    first = Turn(prompt_ids=encode(tokenizer, "#_P\n_OX"), response_ids=encode(tokenizer, "<answer>Up</answer>") + [eos],
-                 response_log_probs=[-0.5] * 4, observation="#_P\n_OX", response_text="<answer>Up</answer>",
-                 parsed_action="Up", action_is_valid=True, reward=-0.1)
+    first = Turn(prompt_ids=encode(tokenizer, "#_P\n_OX"),
+                 response_ids=encode(tokenizer, "<answer>Up</answer>") + [eos], response_log_probs=[-0.5] * 4,
+                 observation="#_P\n_OX", response_text="<answer>Up</answer>", parsed_action="Up",
+                 action_is_valid=True, reward=-0.1)
     second = Turn(prompt_ids=encode(tokenizer, "\n#P_"), response_ids=encode(tokenizer, "<answer>") + [eos],
                   response_log_probs=[-1.25], observation="#P_", response_text="<answer>", reward=-0.1,
                   finish_reason="length", appended_eos=True)
@@ -82,6 +83,18 @@ def test_agentic_dump_aligns_advantages_and_masks(tmp_path, tokenizer) -> None:
     assert (rec["case"], rec["group"], rec["score"], rec["success"]) == ("SimpleSokoban/1000", 0, -0.2, True)
     assert rec["turns"][0]["action"] == "Up" and rec["turns"][1]["valid"] is False
     assert rec["final_observation"] == "#P_\n_OX" and rec["metrics"] == {"boxes_on_target": 0.0}
+
+
+def test_capped_dump_reads_the_kept_rows(tmp_path, tokenizer) -> None:
+    trajs = [make_trajectory(tokenizer, g, e, success=False) for e in range(2) for g in range(2)]  # groups 0 1 0 1
+    batch = trajectories_to_batch(trajs, tokenizer.pad_token_id)
+    rows, width = batch["input_ids"].shape
+    batch["advantages"] = torch.arange(width - 1).repeat(rows, 1).float() + 100 * torch.arange(rows)[:, None]
+    path = TrajectoryDumps(tmp_path, 1, 2, tokenizer, "agentic").agentic("train", 1, trajs, batch)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in records] == [trajs[0].traj_id, trajs[2].traj_id]  # group 0: rows 0 and 2
+    p1 = len(trajs[0].turns[0].prompt_ids)
+    assert [r["turns"][0]["adv"][0] for r in records] == [p1 - 1, 200 + p1 - 1]
 
 
 def test_validation_dump_without_batch(tmp_path, tokenizer) -> None:

@@ -172,7 +172,8 @@ R.chart = function (chart, onPick, width, height) {
     const x = Math.round(x0 + (x1 - x0) * i / 5);
     add("text", {x: X(x), y: H - 8, "text-anchor": "middle", class: "tick"}, String(x));
   }
-  const line = (points, cls) => add("polyline", {class: cls, points: points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ")});
+  const line = (points, cls) => add("polyline", {class: cls,
+                                                  points: points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ")});
   if (chart.train) line(chart.train, chart.smooth ? "train faint" : "train");
   if (chart.smooth) line(chart.smooth, "train");
   if (chart.val) line(chart.val, "val");

@@ -18,7 +18,8 @@ function modeLegend(mode, hasAdv, scale) {
     return el("p", {class: "legend"}, "token background: how unlikely the sampled token was (1 − p); ",
       el("span", {class: "tok masked"}, "struck"), " tokens have mask 0 (not trained on)");
   }
-  return el("p", {class: "legend"}, el("span", {class: "tok masked"}, "struck"), " tokens have mask 0 (not trained on)");
+  return el("p", {class: "legend"}, el("span", {class: "tok masked"}, "struck"),
+            " tokens have mask 0 (not trained on)");
 }
 
 function turnCard(record, turn, k, scale) {
@@ -27,8 +28,8 @@ function turnCard(record, turn, k, scale) {
     turn.action !== null ? el("span", {}, "action ", el("code", {class: "action"}, turn.action)) : null,
     turn.valid ? el("span", {class: "badge ok"}, "valid") : el("span", {class: "badge no"}, "invalid"),
     el("span", {}, "reward ", el("b", {class: "reward"}, R.fmt(turn.reward))),
-    turn.finish !== "stop" ? el("span", {class: "badge warn", title: "generation stopped at max tokens"}, "cut by length")
-                           : null,
+    turn.finish !== "stop"
+      ? el("span", {class: "badge warn", title: "generation stopped at max tokens"}, "cut by length") : null,
     turn.adv && turn.adv.length ? el("span", {class: "muted"}, `advantage ${R.fmt(turn.adv[0])}`) : null);
   return el("section", {class: "card turn", dataset: {turn: k}},
     turn.observation !== null ? el("div", {class: "observation"}, R.board(turn.observation, V.symbolsOf(record.tag)))
@@ -52,12 +53,14 @@ V.trajectoryPage = function (phase, step, records, id) {
     at > 0 ? el("a", {href: V.trajLink(phase, step, members[at - 1].id)}, "‹ previous in group") : null,
     at < members.length - 1 ? el("a", {href: V.trajLink(phase, step, members[at + 1].id)}, "next in group ›") : null);
   const metrics = Object.entries(record.metrics || {}).map(([k, v]) => `${k} ${R.fmt(v)}`).join(" · ");
-  const modes = [["adv", "advantage"], ["prob", "probability"], ["none", "plain"]].filter(([m]) => m !== "adv" || hasAdv);
+  const modes = [["adv", "advantage"], ["prob", "probability"], ["none", "plain"]]
+    .filter(([m]) => m !== "adv" || hasAdv);
   const symbols = V.symbolsOf(record.tag);
   return [V.crumbs(["Overview", "#/"], ["Rollouts", "#/steps"], [`${phase} step ${step}`, V.stepLink(phase, step)],
                    record.id),
     el("h1", {}, "Trajectory ", el("code", {}, record.id), " ", nav),
-    el("p", {id: "traj-summary"}, V.outcomeBadge(record), ` score ${R.fmt(record.score)} · ${record.turns.length} turn${record.turns.length === 1 ? "" : "s"} · `,
+    el("p", {id: "traj-summary"}, V.outcomeBadge(record),
+       ` score ${R.fmt(record.score)} · ${record.turns.length} turn${record.turns.length === 1 ? "" : "s"} · `,
        `${record.tag} · group ${record.group} · ${record.case}`, record.truncated ? " · cut by sequence length" : "",
        record.ground_truth !== undefined ? ` · answer ${record.ground_truth}` : "", metrics ? ` · ${metrics}` : ""),
     record.failure ? el("p", {class: "error"}, record.failure) : null,
@@ -112,8 +115,10 @@ V.validationPage = async function () {
   }
   const rate = (s) => V.mean(cases.filter((c) => c.at[s]).map((c) => (c.at[s].success ? 1 : 0)));
   const table = el("table", {id: "val-matrix", class: "grid-table"},
-    el("thead", {}, el("tr", {}, el("th", {}, "room"), el("th", {}, "start"), steps.map((s) => el("th", {}, `step ${s}`))),
-      el("tr", {class: "rates"}, el("th", {}, "success"), el("th", {}), steps.map((s) => el("th", {}, R.fmt(rate(s), true))))),
+    el("thead", {},
+      el("tr", {}, el("th", {}, "room"), el("th", {}, "start"), steps.map((s) => el("th", {}, `step ${s}`))),
+      el("tr", {class: "rates"}, el("th", {}, "success"), el("th", {}),
+         steps.map((s) => el("th", {}, R.fmt(rate(s), true))))),
     el("tbody", {}, rows.map((row) => el("tr", {class: "clickable", dataset: {case: row.case},
       onclick: () => { location.hash = `#/case/${encodeURIComponent(row.case)}`; }},
       el("td", {}, el("a", {href: `#/case/${encodeURIComponent(row.case)}`}, row.case)),
@@ -128,8 +133,9 @@ V.validationPage = async function () {
   return [...head,
     el("p", {class: "muted"}, `${cases.length} rooms (fixed seeds) at ${steps.length} validation steps; `,
        "click a room to see its episodes side by side."),
-    el("div", {class: "controls"}, "order ", V.segmented("order", [["room", "room order"], ["improved", "improved first"],
-       ["worse", "got worse first"]], V.ui.valSort, (v) => { V.ui.valSort = v; V.render(); })),
+    el("div", {class: "controls"}, "order ",
+       V.segmented("order", [["room", "room order"], ["improved", "improved first"], ["worse", "got worse first"]],
+                   V.ui.valSort, (v) => { V.ui.valSort = v; V.render(); })),
     el("div", {class: "scroll"}, table)];
 };
 
@@ -158,5 +164,6 @@ V.casePage = async function (caseId) {
     first.turns[0] && first.turns[0].observation === null
       ? el("details", {open: ""}, el("summary", {}, "prompt"), el("pre", {}, first.turns[0].prompt)) : null,
     first.ground_truth !== undefined ? el("p", {}, "answer: ", el("code", {}, first.ground_truth)) : null,
-    el("div", {id: "episodes", class: "side-by-side"}, steps.filter((s) => row.at[s]).map((s) => episodeColumn(s, row.at[s])))];
+    el("div", {id: "episodes", class: "side-by-side"},
+       steps.filter((s) => row.at[s]).map((s) => episodeColumn(s, row.at[s])))];
 };

@@ -68,7 +68,8 @@ function overview() {
     const holder = el("div", {class: "chart-holder"});
     const draw = () => {
       holder.replaceChildren(R.chart(RUN.charts[ui.chart], (step) => {
-        const dump = RUN.dumps.find((d) => d.step === step && d.phase === "train") || RUN.dumps.find((d) => d.step === step);
+        const dump = RUN.dumps.find((d) => d.step === step && d.phase === "train")
+                     || RUN.dumps.find((d) => d.step === step);
         if (dump) location.hash = stepLink(dump.phase, dump.step);
       }, 560, 200));
     };
@@ -76,7 +77,8 @@ function overview() {
                     RUN.charts.map((c, i) => el("option", {value: i, selected: i === ui.chart ? "" : null}, c.title)));
     draw();
     top.append(el("section", {class: "card"}, el("h2", {}, "Over steps ", pick), holder,
-      el("p", {class: "legend"}, el("span", {class: "key train"}, "training"), el("span", {class: "key val"}, "validation"),
+      el("p", {class: "legend"}, el("span", {class: "key train"}, "training"),
+         el("span", {class: "key val"}, "validation"),
          "click a point to open that step's rollouts")));
   }
   top.append(el("section", {class: "card"}, el("h2", {}, "Rollouts"), el("div", {class: "scroll"}, dumpsTable())));
@@ -106,11 +108,13 @@ function stepsTable() {
 
 function dumpsTable() {
   if (!RUN.dumps.length) {
-    return el("p", {class: "muted"}, "This run has no dumps: set trajectory_dump_steps (agentic) or rollout_dump_steps (RLVR).");
+    return el("p", {class: "muted"},
+              "This run has no dumps: set trajectory_dump_steps (agentic) or rollout_dump_steps (RLVR).");
   }
-  const rows = RUN.dumps.map((d) => el("tr", {class: "clickable", onclick: () => { location.hash = stepLink(d.phase, d.step); }},
-    el("td", {}, el("a", {href: stepLink(d.phase, d.step)}, `${d.phase} step ${d.step}`)), el("td", {class: "num"}, d.count),
-    el("td", {class: "num"}, d.groups), el("td", {class: "num"}, R.fmt(d.success, true)), el("td", {class: "num"}, R.fmt(d.score))));
+  const open = (d) => () => { location.hash = stepLink(d.phase, d.step); };
+  const rows = RUN.dumps.map((d) => el("tr", {class: "clickable", onclick: open(d)},
+    el("td", {}, el("a", {href: stepLink(d.phase, d.step)}, `${d.phase} step ${d.step}`)),
+    [d.count, d.groups, R.fmt(d.success, true), R.fmt(d.score)].map((v) => el("td", {class: "num"}, v))));
   return el("table", {class: "grid-table dumps-table"}, el("thead", {}, el("tr", {},
     ["dump", "trajectories", "groups", "success", "mean score"].map((h) => el("th", {}, h)))), el("tbody", {}, rows));
 }
@@ -180,12 +184,14 @@ function stepPage(phase, step, records) {
     segmented("outcome", [["all", "All"], ["success", "Success"], ["failure", "Failure"]], ui.outcome,
               (v) => { ui.outcome = v; rerender(); }),
     tags.length > 1 ? el("select", {id: "tag-pick", onchange: (e) => { ui.tag = e.target.value; rerender(); }},
-      el("option", {value: ""}, "all tags"), tags.map((t) => el("option", {value: t, selected: t === ui.tag ? "" : null}, t)))
+      el("option", {value: ""}, "all tags"),
+      tags.map((t) => el("option", {value: t, selected: t === ui.tag ? "" : null}, t)))
       : null,
     el("label", {}, "sort ", el("select", {id: "sort-pick", onchange: (e) => { ui.sort = e.target.value; rerender(); }},
       [["group", "group order"], ["score-desc", "score: high to low"], ["score-asc", "score: low to high"]]
         .map(([v, label]) => el("option", {value: v, selected: v === ui.sort ? "" : null}, label)))));
-  const summary = el("p", {id: "step-summary"}, `${records.length} ${phase === "val" ? "validation " : ""}trajectories in `,
+  const summary = el("p", {id: "step-summary"},
+    `${records.length} ${phase === "val" ? "validation " : ""}trajectories in `,
     `${groupsOf(records).length} groups · success ${R.fmt(mean(records.map((r) => (r.success ? 1 : 0))), true)} · `,
     `mean score ${R.fmt(mean(records.map((r) => r.score)))} · showing ${shown.length}`);
   return [crumbs(["Overview", "#/"], ["Rollouts", "#/steps"], `${phase} step ${step}`),
@@ -201,7 +207,9 @@ async function render() {
   try {
     let page;
     if (parts[0] === "steps") page = stepsPage();
-    else if (parts[0] === "step") page = stepPage(parts[1], Number(parts[2]), await loadDump(parts[1], Number(parts[2])));
+    else if (parts[0] === "step") {
+      page = stepPage(parts[1], Number(parts[2]), await loadDump(parts[1], Number(parts[2])));
+    }
     else if (parts[0] === "traj") {
       const records = await loadDump(parts[1], Number(parts[2]));
       page = V.trajectoryPage(parts[1], Number(parts[2]), records, parts.slice(3).join("/"));
@@ -210,7 +218,8 @@ async function render() {
     else page = overview();
     app.replaceChildren(...[page].flat(Infinity).filter((node) => node !== null && node !== undefined));
   } catch (err) {
-    app.replaceChildren(el("p", {class: "error"}, String(err.message || err)), el("a", {href: "#/"}, "back to the overview"));
+    app.replaceChildren(el("p", {class: "error"}, String(err.message || err)),
+                        el("a", {href: "#/"}, "back to the overview"));
   }
 }
 
