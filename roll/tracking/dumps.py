@@ -35,6 +35,7 @@ named in the protocols below.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence
@@ -134,8 +135,14 @@ class TokenLayout:
         if self.mask is not None:
             out["mask"] = [int(m) for m in self.mask[k][start:start + n]]
         if self.adv is not None:
-            out["adv"] = [round(a, 4) for a in self.adv[k][start - 1:start - 1 + n]]
+            out["adv"] = [num(a, 4) for a in self.adv[k][start - 1:start - 1 + n]]
         return out
+
+
+def num(value: float, digits: int) -> float | None:
+    """``value`` rounded to ``digits`` decimals; None (JSON null) for NaN and infinities, which JSON lacks."""
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
 
 
 def pick_whole_groups(group_ids: Sequence[Any], cap: int) -> list[int]:
@@ -216,19 +223,19 @@ class TrajectoryDumps:
             entry = {"prompt": self.tokenizer.decode(turn.prompt_ids, skip_special_tokens=False),
                      "observation": turn.observation, "response": turn.response_text,
                      "action": turn.parsed_action, "valid": bool(turn.action_is_valid),
-                     "reward": round(float(turn.reward), 6), "finish": turn.finish_reason,
+                     "reward": num(turn.reward, 6), "finish": turn.finish_reason,
                      "tokens": self._tokens(turn.response_ids)}
             if layout.mask is None:  # no batch: the mask follows the token layout of the batch
                 entry["mask"] = [1] * (n - int(turn.appended_eos)) + [0] * int(turn.appended_eos)
             entry.update(layout.span(row, pos, n))
             if turn.response_log_probs:
-                entry["logp"] = [round(float(x), 3) for x in turn.response_log_probs[:n]]
+                entry["logp"] = [num(x, 3) for x in turn.response_log_probs[:n]]
             turns.append(entry)
             pos += n
         return {"id": traj.traj_id, "group": traj.group_id, "env": traj.env_id, "tag": traj.tag,
-                "case": f"{traj.tag}/{traj.seed}", "seed": traj.seed, "score": round(float(traj.score), 6),
+                "case": f"{traj.tag}/{traj.seed}", "seed": traj.seed, "score": num(traj.score, 6),
                 "success": bool(traj.success), "failure": traj.failure, "truncated": bool(traj.truncated_by_length),
-                "metrics": {k: float(v) for k, v in traj.env_metrics.items()}, "turns": turns,
+                "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()}, "turns": turns,
                 "final_observation": traj.final_observation}
 
     def _response(self, phase: str, step: int, group: PromptGroupLike, k: int, j: int,
@@ -237,14 +244,14 @@ class TrajectoryDumps:
         ids = group.response_ids[j]
         turn = {"prompt": self.tokenizer.decode(group.prompt_ids, skip_special_tokens=False), "observation": None,
                 "response": group.texts[j], "action": None, "valid": bool(group.format_ok[j]),
-                "reward": round(float(group.scores[j]), 6), "finish": "length" if group.truncated[j] else "stop",
+                "reward": num(group.scores[j], 6), "finish": "length" if group.truncated[j] else "stop",
                 "tokens": self._tokens(ids)}
         if layout.mask is None:
             turn["mask"] = [1] * len(ids)
         turn.update(layout.span(row, len(group.prompt_ids), len(ids)))
         return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag,
                 "case": f"{os.path.basename(ex.source)}:{ex.row}",
-                "seed": group.index, "score": round(float(group.scores[j]), 6), "success": bool(group.correct[j]),
+                "seed": group.index, "score": num(group.scores[j], 6), "success": bool(group.correct[j]),
                 "failure": None, "truncated": bool(group.truncated[j]), "ground_truth": ex.ground_truth,
                 "source": ex.source, "row": ex.row, "format_ok": bool(group.format_ok[j]), "turns": [turn]}
 

@@ -97,6 +97,15 @@ def test_capped_dump_reads_the_kept_rows(tmp_path, tokenizer) -> None:
     assert [r["turns"][0]["adv"][0] for r in records] == [p1 - 1, 200 + p1 - 1]
 
 
+def test_non_finite_values_become_null(tmp_path, tokenizer) -> None:
+    traj = make_trajectory(tokenizer, 0, 0, success=False)
+    traj.turns[0].response_log_probs = [float("-inf"), -0.5, float("nan"), 0.0]
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic").agentic("val", 1, [traj])
+    line = path.read_text()
+    assert "Infinity" not in line and "NaN" not in line
+    assert json.loads(line)["turns"][0]["logp"] == [None, -0.5, None, 0.0]
+
+
 def test_validation_dump_without_batch(tmp_path, tokenizer) -> None:
     trajs = [make_trajectory(tokenizer, g, 0, success=False) for g in range(3)]
     dumps = TrajectoryDumps(tmp_path, every=5, cap=2, tokenizer=tokenizer, pipeline="agentic")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,8 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 def _script(variable: str, key: str | None, value: Any) -> str:
     """A script assigning ``value`` (as JSON) to ``window[variable]`` or to ``window[variable][key]``."""
-    payload = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    # NaN / Infinity (not JSON, but valid JavaScript) pass through: a stray value must not stop the build
+    payload = json.dumps(value, separators=(",", ":"), ensure_ascii=True)
     if key is None:
         return f"window.{variable} = {payload};\n"
     return f"(window.{variable} = window.{variable} || {{}})[{json.dumps(key)}] = {payload};\n"
@@ -100,7 +102,7 @@ def _dump_summary(phase: str, step: int, records: list[dict[str, Any]], file: st
     return {"phase": phase, "step": step, "file": file, "count": len(records),
             "groups": len({r.get("group") for r in records}),
             "success": sum(bool(r.get("success")) for r in records) / n,
-            "score": sum(float(r.get("score", 0.0)) for r in records) / n}
+            "score": sum(float(r.get("score") or 0.0) for r in records) / n}
 
 
 def build_viewer(source: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
@@ -149,8 +151,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``roll view``: build the viewer and print where it is; exit status 2 for a bad source."""
-    import sys
-
     try:
         index = build_viewer(args.source, args.out, args.title)
     except (FileNotFoundError, ValueError) as err:

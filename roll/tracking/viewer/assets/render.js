@@ -115,8 +115,8 @@ R.tokenColor = function (mode, adv, logp, scale) {
 R.tokens = function (turn, mode, scale) {
   const box = R.el("div", {class: "tokens"});
   (turn.tokens || []).forEach((tok, j) => {
-    const adv = turn.adv ? turn.adv[j] : undefined;
-    const logp = turn.logp ? turn.logp[j] : undefined;
+    const adv = turn.adv ? turn.adv[j] ?? undefined : undefined;  // null: a non-finite value in the dump
+    const logp = turn.logp ? turn.logp[j] ?? undefined : undefined;
     const masked = turn.mask && turn.mask[j] === 0;
     const tips = [`token ${j}: ${JSON.stringify(tok)}`];
     if (adv !== undefined) tips.push(`advantage ${adv}`);
