@@ -7,8 +7,8 @@ Command line::
 
 Without keys the figure is a dashboard (:data:`DASHBOARD`): success (training, smoothed, with validation points on
 top), reward, invalid actions, episode length, entropy, approximate KL and the step time stacked by phase. Panels
-whose metrics a run does not log are absent; series that never change are left out and named in a note under the
-figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is drawn with
+whose metrics a run does not log are absent; panels whose series never change are left out and their series named
+in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is drawn with
 matplotlib's Agg canvas directly (no pyplot, no global backend change), so it works on headless machines and inside
 a notebook session alike.
 """
@@ -128,10 +128,10 @@ def is_constant(series: pd.Series) -> bool:
 
 
 def smooth(series: pd.Series) -> tuple[pd.Series, int]:
-    """Exponential moving average over a span of about a tenth of the points (at least 2), bias-corrected at the
+    """Exponential moving average over a span of about a tenth of the points (at least 3), bias-corrected at the
     start (``adjust=True``); returns it and the span. NaN are dropped first."""
     values = series.dropna()
-    span = max(2, round(len(values) / 10))
+    span = max(3, round(len(values) / 10))
     return values.ewm(span=span, adjust=True).mean(), span
 
 
@@ -155,9 +155,9 @@ class PanelPlan:
 def plan_dashboard(frame: pd.DataFrame, panels: Sequence[Panel] = DASHBOARD) -> tuple[list[PanelPlan], list[str]]:
     """Which panels to draw and what to say about the rest.
 
-    A panel is drawn when at least one of its series varies; a series that never changes is left out of its panel
-    and named (with its value) in the returned notes. The step-time panel draws the phases that took time (the
-    others are noted).
+    A panel is drawn, with all its series, when at least one of them varies; otherwise its series (which never
+    change) are named with their values in the returned notes. The step-time panel draws the phases that took time
+    (the others are noted).
     """
     plans: list[PanelPlan] = []
     notes: list[str] = []
@@ -170,10 +170,10 @@ def plan_dashboard(frame: pd.DataFrame, panels: Sequence[Panel] = DASHBOARD) -> 
                 plans.append(PanelPlan(panel, keys))
             continue
         present = [k for k in (_first(frame, panel.train), _first(frame, panel.val)) if k]
-        varying = [k for k in present if not is_constant(frame[k])]
-        notes += [_constant_note(frame, k) for k in present if k not in varying]
-        if varying:
-            plans.append(PanelPlan(panel, varying))
+        if any(not is_constant(frame[k]) for k in present):
+            plans.append(PanelPlan(panel, present))  # a flat validation line next to a moving one says something
+        else:
+            notes += [_constant_note(frame, k) for k in present]
     return plans, notes
 
 

@@ -64,11 +64,10 @@ def tracked_run(tmp_path) -> str:
 
 
 def test_smooth_is_bias_corrected_ema() -> None:
-    # span 2 -> alpha 2/3; y_t = sum_i (1/3)^i x_(t-i) / sum_i (1/3)^i
+    # span 3 -> alpha 1/2; y_t = sum_i (1/2)^i x_(t-i) / sum_i (1/2)^i
     smoothed, span = smooth(pd.Series([0.0, 1.0, 2.0, 3.0], index=[1, 2, 3, 4]))
-    assert span == 2
-    assert smoothed.tolist() == pytest.approx([0.0, 0.75, (2 + 1 / 3) / (1 + 1 / 3 + 1 / 9),
-                                               (3 + 2 / 3 + 1 / 9) / (1 + 1 / 3 + 1 / 9 + 1 / 27)])
+    assert span == 3
+    assert smoothed.tolist() == pytest.approx([0.0, 1 / 1.5, 2.5 / 1.75, 4.25 / 1.875])
     assert smooth(pd.Series(range(100), dtype=float))[1] == 10
 
 
