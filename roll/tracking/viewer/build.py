@@ -61,7 +61,7 @@ def find_run(source: str | Path) -> RunFiles:
         root = src.parent.parent if src.parent.name in PHASES else src.parent
         log_dir = root.parent if root.name == DUMP_DIR else None
         return RunFiles(log_dir, [(phase, _step_of(src), src)], _read_meta(root / "meta.json"))
-    candidates = [src, src / "logs", src.parent] if src.name == DUMP_DIR else [src, src / "logs"]
+    candidates = [src.parent] if src.name == DUMP_DIR else [src, src / "logs"]
     for log_dir in candidates:
         dump_root = log_dir / DUMP_DIR
         if dump_root.is_dir() or (log_dir / "metrics.jsonl").is_file():
