@@ -87,7 +87,10 @@ class RLVRConfig(BaseConfig):
                                                       "(tokenizer trained on the data's text).")
     sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
                                          metadata={"help": "Supervised warm start before RL."})
-    rollout_dump_steps: int = fld(0, "Write prompts, responses and rewards as JSONL every N steps (0 = never).")
+    rollout_dump_steps: int = fld(0, "Write prompts, responses, rewards and token advantages as JSONL every N "
+                                     "steps, and validation responses at every validation (0 = never); `roll view` "
+                                     "shows them.")
+    rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
 
 def _resolve_files(key: str, files: Optional[List[str]], required: bool) -> List[str]:
@@ -185,6 +188,9 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))
     _check_lengths(cfg)
     _check_sampling(cfg)
+    for key in ("rollout_dump_steps", "rollout_dump_max"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.adv_estimator == "gigpo":
         raise ConfigError("adv_estimator", cfg.adv_estimator, "gigpo needs multi-turn states (agentic only); "
                                                               "use grpo, reinforce_plus_plus, rloo, reinforce or gae")

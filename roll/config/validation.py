@@ -412,6 +412,9 @@ def check_agentic(cfg: Any) -> None:
                           f"({train.max_traj_per_env}) give at most {train.env_groups * train.max_traj_per_env}")
     if cfg.val_env_manager is not None:
         check_env_manager(cfg, "val_env_manager")
+    for key in ("trajectory_dump_steps", "trajectory_dump_max"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.sft_warmup.enabled and cfg.sft_warmup.tag is not None and cfg.sft_warmup.tag not in cfg.custom_envs:
         raise ConfigError("sft_warmup.tag", cfg.sft_warmup.tag, f"not in custom_envs ({', '.join(cfg.custom_envs)})")
     check_train_batch(cfg, "actor_train", cfg.rollout_batch_size)
