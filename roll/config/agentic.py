@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Optional
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.validation import NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch
+from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
+                                    model_parallel_size)
 
 
 @dataclass
@@ -106,7 +107,9 @@ class AgenticConfig(BaseConfig):
     tiny_model: Optional[TinyModelConfig] = fld(None, "Build a tiny model at `pretrain` if it is missing.")
     sft_warmup: SFTWarmupConfig = field(default_factory=SFTWarmupConfig,
                                         metadata={"help": "Supervised warm start before RL."})
-    trajectory_dump_steps: int = fld(0, "Write rollouts as JSONL every N steps (0 = never).")
+    trajectory_dump_steps: int = fld(0, "Write rollouts (tokens, advantages, masks) as JSONL every N steps, and "
+                                        "validation rollouts at every validation (0 = never); `roll view` shows them.")
+    trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
 
     def check_pipeline(self) -> None:
         """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
@@ -125,17 +128,22 @@ class AgenticConfig(BaseConfig):
                               f"({train.max_traj_per_env}) give at most {train.env_groups * train.max_traj_per_env}")
         if self.val_env_manager is not None:
             check_env_manager(self, "val_env_manager")
+        for key in ("trajectory_dump_steps", "trajectory_dump_max"):
+            if getattr(self, key) < 0:
+                raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
         sft = self.sft_warmup
         if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
         check_train_batch(self, "actor_train", self.rollout_batch_size)
         if sft.enabled:
-            ta, world = self.actor_train.training_args, self.actor_train.world_size
-            unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world
+            ta, strategy = self.actor_train.training_args, self.actor_train.strategy_args
+            data_parallel = self.actor_train.world_size // model_parallel_size(strategy.strategy_name,
+                                                                               dict(strategy.strategy_config))
+            unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
             if sft.batch_size % unit:
                 raise ConfigError("sft_warmup.batch_size", sft.batch_size,
                                   f"must be a multiple of actor_train's global train batch per_device_train_batch_size "
-                                  f"x gradient_accumulation_steps x world_size = {unit}")
+                                  f"x gradient_accumulation_steps x data-parallel size = {unit}")
         if self.critic is not None:
             check_train_batch(self, "critic", self.rollout_batch_size)
 

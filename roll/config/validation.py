@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.megatron import MEGATRON_STRATEGIES
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -167,9 +168,9 @@ def check_scheduling(cfg: Any) -> None:
 
 
 def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
-    """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train (expert parallelism does not
-    divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
-    if strategy_name != "megatron_train":
+    """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train / megatron_infer (expert
+    parallelism does not divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
+    if strategy_name not in MEGATRON_STRATEGIES:
         return 1
     size = 1
     for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):

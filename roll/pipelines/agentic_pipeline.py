@@ -7,12 +7,11 @@ shared pieces: rollouts in ``roll.agentic``, the token layout in ``roll.data.lay
 
 from __future__ import annotations
 
-import json
 import time
 
 import torch
 
-from roll.agentic.render_dump import dump_val_renders
+from roll.agentic.render_dump import dump_val_renders, env_descriptions
 from roll.agentic.rollout import RolloutScheduler, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
@@ -20,6 +19,7 @@ from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory
 from roll.pipelines.base import Pipeline
 from roll.pipelines.common import perf_metrics
+from roll.tracking.dumps import TrajectoryDumps
 
 
 class AgenticPipeline(Pipeline):
@@ -39,6 +39,8 @@ class AgenticPipeline(Pipeline):
         self.build_tiny_model()
         self.start_roles()
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
+        self.dumps = TrajectoryDumps(self.log_dir, cfg.trajectory_dump_steps, cfg.trajectory_dump_max,
+                                     self.tokenizer, "agentic", env_descriptions(cfg))
         use_ray, infer = cfg.distributed == "ray", self.roles.actor_infer
         path = cfg.actor_infer.model_args.model_name_or_path
         self.train_rollout = RolloutScheduler(cfg, cfg.train_env_manager, "train", path, infer, use_ray)
@@ -68,6 +70,7 @@ class AgenticPipeline(Pipeline):
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
         trajs, rollout_stats = self.val_rollout.rollout(0, size)
         dump_val_renders(self.cfg, trajs, step)
+        self.dumps.agentic("val", step, trajs)
         metrics = rollout_metrics(trajs, prefix="val")
         metrics.update(rollout_stats)
         metrics["time/val"] = time.perf_counter() - start
@@ -87,7 +90,6 @@ class AgenticPipeline(Pipeline):
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] += time.perf_counter() - t
         timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
-        self._maybe_dump(step, trajs)
         # 2. the training batch: one sample per trajectory, in the token layout of roll.data.layout
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
@@ -95,6 +97,7 @@ class AgenticPipeline(Pipeline):
         trainer.log_probs(step, batch, timings)
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
         metrics = trainer.advantages(batch)
+        self.dumps.agentic("train", step, trajs, batch)  # tokens, masks and advantages for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         trainer.update(step, batch, metrics, timings)
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
@@ -104,21 +107,6 @@ class AgenticPipeline(Pipeline):
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)
         return metrics
-
-    def _maybe_dump(self, step: int, trajs: list[Trajectory]) -> None:
-        every = self.cfg.trajectory_dump_steps
-        if not every or step % every:
-            return
-        path = self.log_dir / "trajectories" / f"step_{step:05d}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for t in trajs:
-                turns = [{"observation": x.observation, "response": x.response_text, "action": x.parsed_action,
-                          "reward": x.reward, "valid": x.action_is_valid, "prompt_tokens": len(x.prompt_ids),
-                          "response_tokens": len(x.response_ids)} for x in t.turns]
-                f.write(json.dumps({"traj_id": t.traj_id, "tag": t.tag, "group_id": t.group_id, "seed": t.seed,
-                                    "score": t.score, "success": t.success, "failure": t.failure,
-                                    "turns": turns}) + "\n")
 
     def can_validate(self) -> bool:
         return self.val_rollout is not None

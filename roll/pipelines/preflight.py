@@ -77,13 +77,21 @@ def check_strategies(cfg: Any) -> None:
             spec = strategy_spec(name)
         except ValueError as exc:
             raise ConfigError(key, name, str(exc)) from None
-        if spec.module and not cfg.ray_address and importlib.util.find_spec(spec.module) is None:
+        if spec.module and not cfg.ray_address and not _importable(spec.module):
             raise ConfigError(key, name, f"the {name} backend (python module {spec.module}) is not installed; "
                                          f"install it with `pip install '{spec.requires or spec.module}'`, or pick "
                                          f"another strategy")
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` (possibly dotted) can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package of a dotted module is missing
+        return False
 
 
 def check_strategy_options(cfg: Any) -> list[str]:
@@ -95,6 +103,9 @@ def check_strategy_options(cfg: Any) -> list[str]:
     for role, worker in _roles(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
         options = strategy_options(worker, key)
+        check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
+        if check_worker is not None:
+            check_worker(worker, key)
         for name, why in getattr(options, "ignored", lambda: [])():
             warnings.append(f"{key}.{name} is ignored: {why}")
     return warnings

@@ -7,7 +7,6 @@ Orchestration only: data loading in ``roll.data.rlvr_dataset``, rewards in ``rol
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import defaultdict
@@ -26,10 +25,9 @@ from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_datase
 from roll.pipelines.base import Pipeline
 from roll.pipelines.common import perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
+from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
-PLOT_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/*accuracy", "dynamic_sampling/groups_filtered",
-             "actor/pg_loss", "rollout/response_length", "time/step"]
 
 
 @dataclass
@@ -93,7 +91,6 @@ class RLVRPipeline(Pipeline):
 
     cfg: RLVRConfig
     headline_keys = HEADLINE_KEYS
-    plot_keys = PLOT_KEYS
     seed_determines = "the prompt order"
 
     # ------------------------------------------------------------------ setup
@@ -130,6 +127,8 @@ class RLVRPipeline(Pipeline):
         if cfg.tiny_model is not None:
             self.build_tiny_model(corpus=data_corpus(train + val, cfg))
         self.tokenizer = load_tokenizer(model_path)
+        self.dumps = TrajectoryDumps(self.log_dir, cfg.rollout_dump_steps, cfg.rollout_dump_max, self.tokenizer,
+                                     "rlvr")
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.start_roles()
@@ -190,6 +189,7 @@ class RLVRPipeline(Pipeline):
         start = time.perf_counter()
         groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts, 1,
                                       self.cfg.validation.generating_args)
+        self.dumps.rlvr("val", step, groups, self.val_examples)
         metrics = rollout_metrics(groups, self.val_examples, "val")
         metrics["time/val"] = time.perf_counter() - start
         return metrics
@@ -208,7 +208,6 @@ class RLVRPipeline(Pipeline):
         prompt_groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
                                                 cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
         timings["time/rollout"] = time.perf_counter() - t0
-        self._maybe_dump(step, prompt_groups)
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
@@ -217,25 +216,13 @@ class RLVRPipeline(Pipeline):
         timings["time/rollout_generate"] = self.generate_s
         self.trainer.log_probs(step, batch, timings)
         metrics.update(self.trainer.advantages(batch))
+        self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.trainer.update(step, batch, metrics, timings)
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)
         return metrics
-
-    def _maybe_dump(self, step: int, prompt_groups: list[PromptGroup]) -> None:
-        every = self.cfg.rollout_dump_steps
-        if not every or step % every:
-            return
-        path = self.log_dir / "rollouts" / f"step_{step:05d}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for g in prompt_groups:
-                ex = self.train_examples[g.index]
-                f.write(json.dumps({"source": ex.source, "row": ex.row, "prompt": ex.prompt, "tag": ex.tag,
-                                    "ground_truth": ex.ground_truth, "responses": g.texts, "scores": g.scores,
-                                    "correct": g.correct}) + "\n")
 
     def can_validate(self) -> bool:
         return bool(self.val_prompts)

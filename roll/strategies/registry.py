@@ -28,10 +28,6 @@ ABILITIES = {
 }
 #: Strategy names of ROLL's guide that no registered backend serves: what is missing and what to use instead.
 UNAVAILABLE = {
-    "megatron_train": "needs the Megatron-core backend, which roll does not implement yet; use deepspeed_train "
-                      "(ZeRO 0-3 via examples/config/deepspeed_zero*.yaml)",
-    "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use hf_infer for "
-                      "reference log-probs",
     "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
             "the version vllm pins); use sglang on GPU or hf_infer",
 }
@@ -134,6 +130,12 @@ register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedT
                   options="roll.config.strategies:DeepSpeedTrainOptions")
 register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy", {"reference"},
                   requires="deepspeed", module="deepspeed", options="roll.config.strategies:DeepSpeedInferOptions")
+register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
+                  {"actor_train", "critic"}, requires="roll[megatron]", module="megatron.core",
+                  role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},
+                  options="roll.config.megatron:MegatronOptions")
+register_strategy("megatron_infer", "roll.strategies.megatron_train:MegatronInferStrategy", {"reference"},
+                  requires="roll[megatron]", module="megatron.core", options="roll.config.megatron:MegatronOptions")
 register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]",
                   module="sglang", abilities={"submit", "weight_group", "ipc_weights"},
                   options="roll.config.strategies:SGLangOptions")
