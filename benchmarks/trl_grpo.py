@@ -2,7 +2,8 @@
 
 Runs in a separate virtualenv that has TRL (``benchmarks/README.md`` says how to make it); roll itself is not
 installed there, only its pure-Python math reward is imported from this checkout, so both sides score answers with
-the same function. Writes ``<out>/steps.jsonl`` (one ``{"step", "timestamp"}`` per optimizer step, at its end) and
+the same function. Writes ``<out>/steps.jsonl`` (one ``{"step", "timestamp", "cpu_s"}`` per optimizer step, at its
+end; ``cpu_s``: the process's CPU seconds so far) and
 the final model to ``<out>/final``.
 
     .venv-trl/bin/python benchmarks/trl_grpo.py --model output/vs_trl/start --out /tmp/trl_run --steps 30
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     class StepTimes(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
-            log.write(json.dumps({"step": state.global_step, "timestamp": time.time()}) + "\n")
+            log.write(json.dumps({"step": state.global_step, "timestamp": time.time(),
+                                 "cpu_s": time.process_time()}) + "\n")
             log.flush()
 
     config = GRPOConfig(

@@ -9,7 +9,8 @@ constant 1e-4, gradient clipping 1.0, beta 0 (no reference model), fp32, no grad
 ``benchmarks/README.md``), each run a subprocess, so peak memory is per run.
 
 Prints the median seconds per step of each side (intervals between step ends, steps 1-3 left out), the ratio
-roll / TRL, roll's step breakdown, the peak RSS of each run's process tree (Ray's processes included), and the
+roll / TRL, the CPU seconds per step of each run's process tree (all cores; robust to other load on the
+machine), roll's step breakdown, the peak RSS of each run's process tree (Ray's processes included), and the
 greedy and sampled accuracies of the final models on the held-out ``data/math_tiny/test.jsonl`` prompts, all
 scored by the same code here. Results JSON goes to ``--out``.
 
@@ -46,35 +47,41 @@ def workload(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------- runs
-def tree_rss(pid: int) -> int:
-    """Summed RSS (bytes) of process ``pid`` and all its descendants (0 once it is gone)."""
+def tree_usage(pid: int) -> tuple[int, float]:
+    """(summed RSS in bytes, summed user + system CPU seconds) of process ``pid`` and all its descendants."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         procs = [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
-    total = 0
+        return 0, 0.0
+    rss, cpu = 0, 0.0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            rss += p.memory_info().rss
+            times = p.cpu_times()
+            cpu += times.user + times.system
         except psutil.NoSuchProcess:
             pass
-    return total
+    return rss, cpu
 
 
-def run_measured(cmd: list[str], log: Path, env: dict | None = None) -> tuple[int, float, float]:
-    """Run ``cmd`` (output to ``log``); returns (exit code, wall seconds, peak RSS of its process tree in GiB)."""
+def run_measured(cmd: list[str], log: Path, env: dict | None = None) -> tuple[int, float, float, list]:
+    """Run ``cmd`` (output to ``log``); returns (exit code, wall seconds, peak RSS of its process tree in GiB,
+    ``[(epoch time, CPU seconds of the tree so far), ...]`` sampled every 0.2 s)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
-        peak, done = [0], threading.Event()
+        peak, cpu, done = [0], [], threading.Event()
 
         def sample() -> None:
             while not done.is_set():
-                peak[0] = max(peak[0], tree_rss(proc.pid))
+                rss, seconds = tree_usage(proc.pid)
+                peak[0] = max(peak[0], rss)
+                if seconds:
+                    cpu.append((time.time(), seconds))
                 done.wait(0.2)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -82,7 +89,17 @@ def run_measured(cmd: list[str], log: Path, env: dict | None = None) -> tuple[in
         rc = proc.wait()
         done.set()
         sampler.join()
-    return rc, time.perf_counter() - start, peak[0] / 2 ** 30
+    return rc, time.perf_counter() - start, peak[0] / 2 ** 30, cpu
+
+
+def cpu_per_step(samples: list[tuple[float, float]], timestamps: list[float]) -> float:
+    """CPU seconds (all cores, whole process tree) per step between the end of step ``SKIP`` and the last step's
+    end, interpolated in the tree's CPU samples: a load-robust companion of the wall time per step."""
+    import numpy as np
+
+    t, c = np.array([s[0] for s in samples]), np.array([s[1] for s in samples])
+    first, last = timestamps[SKIP - 1], timestamps[-1]
+    return float(np.interp(last, t, c) - np.interp(first, t, c)) / (len(timestamps) - SKIP)
 
 
 def roll_overrides(args: argparse.Namespace, mode: str, run_dir: Path, seed: int) -> list[str]:
@@ -112,14 +129,15 @@ def run_roll(args: argparse.Namespace, mode: str, run_dir: Path, seed: int) -> d
     """One roll run; step times from ``metrics.jsonl`` (the timestamps and roll's own phase timings)."""
     cmd = [sys.executable, str(ROOT / "examples" / "start_rlvr_pipeline.py"), "--config-name", "rlvr_tiny",
            *roll_overrides(args, mode, run_dir, seed)]
-    rc, wall, rss = run_measured(cmd, run_dir / "run.log")
+    rc, wall, rss, cpu = run_measured(cmd, run_dir / "run.log")
     if rc != 0:
         raise RuntimeError(f"roll ({mode}) exited with {rc}; see {run_dir / 'run.log'}")
     rows = [json.loads(line) for line in (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "time/step" in r]
+    stamps = [r["timestamp"] for r in rows]
     breakdown = {k: statistics.median(r.get(k, 0.0) for r in rows[SKIP:]) for k in BREAKDOWN}
-    return {"intervals": step_intervals([r["timestamp"] for r in rows]), "wall_s": wall, "peak_rss_gib": rss,
-            "breakdown": breakdown, "final": str(run_dir / "final")}
+    return {"intervals": step_intervals(stamps), "cpu_s_per_step": cpu_per_step(cpu, stamps), "wall_s": wall,
+            "peak_rss_gib": rss, "breakdown": breakdown, "final": str(run_dir / "final")}
 
 
 def run_trl(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
@@ -129,11 +147,12 @@ def run_trl(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
            "--group", str(args.group), "--max-new-tokens", str(args.max_new_tokens), "--lr", str(args.lr),
            "--system-prompt", SYSTEM_PROMPT]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    rc, wall, rss = run_measured(cmd, run_dir / "run.log", env)
+    rc, wall, rss, cpu = run_measured(cmd, run_dir / "run.log", env)
     if rc != 0:
         raise RuntimeError(f"TRL exited with {rc}; see {run_dir / 'run.log'}")
     stamps = [json.loads(line)["timestamp"] for line in (run_dir / "steps.jsonl").read_text().splitlines()]
-    return {"intervals": step_intervals(stamps), "wall_s": wall, "peak_rss_gib": rss, "final": str(run_dir / "final")}
+    return {"intervals": step_intervals(stamps), "cpu_s_per_step": cpu_per_step(cpu, stamps), "wall_s": wall,
+            "peak_rss_gib": rss, "final": str(run_dir / "final")}
 
 
 def prepare_start_model(args: argparse.Namespace) -> Path:
@@ -195,6 +214,7 @@ def side_summary(runs: list[dict]) -> dict:
     """Per side: s/step over all runs' intervals, each run's median, peak RSS, accuracies (mean, SE over runs)."""
     out = {"s_per_step": spread([x for r in runs for x in r["intervals"]]),
            "run_medians": [statistics.median(r["intervals"]) for r in runs],
+           "cpu_s_per_step": spread([r["cpu_s_per_step"] for r in runs]),
            "peak_rss_gib": max(r["peak_rss_gib"] for r in runs), "wall_s": [r["wall_s"] for r in runs]}
     for key in ("greedy", "sampled"):
         values = [r["eval"][key] for r in runs]
@@ -210,13 +230,13 @@ def report(results: dict) -> str:
     sides, start = results["sides"], results["start_model_eval"]
     trl = sides.get("trl", {}).get("s_per_step", {}).get("median")
     lines = [f"start model: greedy {100 * start['greedy']:.1f}%, sampled {100 * start['sampled']:.1f}%",
-             "| side | s/step (median, min-max) | roll/TRL | peak RSS | greedy acc | sampled acc |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| side | s/step (median, min-max) | roll/TRL | CPU s/step | peak RSS | greedy acc | sampled acc |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in sides.items():
         t = s["s_per_step"]
         ratio = f"{t['median'] / trl:.2f}" if trl and name != "trl" else "-"
         lines.append(f"| {name} | {t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f}) | {ratio} | "
-                     f"{s['peak_rss_gib']:.2f} GiB | {100 * s['greedy']['mean']:.1f}% | "
+                     f"{s['cpu_s_per_step']['median']:.3f} | {s['peak_rss_gib']:.2f} GiB | {100 * s['greedy']['mean']:.1f}% | "
                      f"{100 * s['sampled']['mean']:.1f}% |")
     for name, s in sides.items():
         if "breakdown" in s:
@@ -261,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             res = (run_trl(args, run_dir, seed) if side == "trl"
                    else run_roll(args, side.split("-", 1)[1], run_dir, seed))
             res["eval"] = evaluate(res["final"], args.eval_samples)
-            print(f"[vs_trl]   median {statistics.median(res['intervals']):.3f} s/step, wall {res['wall_s']:.0f} s, "
+            print(f"[vs_trl]   median {statistics.median(res['intervals']):.3f} s/step "
+                  f"({res['cpu_s_per_step']:.3f} CPU s/step), wall {res['wall_s']:.0f} s, "
                   f"peak RSS {res['peak_rss_gib']:.2f} GiB, greedy {res['eval']['greedy']:.3f}, "
                   f"sampled {res['eval']['sampled']:.3f}", flush=True)
             runs[side].append(res)
