@@ -117,13 +117,17 @@ def seed_row(args: argparse.Namespace, seed: int) -> dict | None:
     row = {"seed": seed, "episodes": episodes, "warm": curve[0][1], "rl": curve[-1][1], "control": control[-1][1],
            "curve": curve, "rl_train_s": sft_s + rl_s, "rl_steps": rl_steps,
            "control_train_s": training_time(ctl_rows)[0],
-           "control_sft_steps": int((ctl_dir / "sft_steps").read_text()) if (ctl_dir / "sft_steps").exists() else None,
-           "rl_wall_s": float((rl_dir / "wall_s").read_text()) if (rl_dir / "wall_s").exists() else None}
+           "control_sft_steps": read_number(ctl_dir / "sft_steps"), "rl_wall_s": read_number(rl_dir / "wall_s")}
     for name in ("rl", "control"):
         path = args.out / f"seed{seed}" / f"greedy_{name}" / "logs" / "metrics.jsonl"
         if path.exists():
             row[f"{name}_greedy"] = validation_curve(path)[0][-1][1]
     return row
+
+
+def read_number(path: Path) -> float | None:
+    """The number a run wrote to ``path`` (wall seconds, step counts), or None."""
+    return float(path.read_text()) if path.exists() else None
 
 
 def pct(x: float) -> str:
@@ -141,7 +145,8 @@ def table(rows: list[dict]) -> str:
         wall = f"{r['rl_wall_s'] / 60:.1f} min" if r["rl_wall_s"] else "-"
         cells = [str(r["seed"]), pct(r["warm"]), pct(r["rl"]), pct(r["control"]),
                  f"{100 * (r['rl'] - r['control']):+.1f} +- {100 * se:.1f}", f"{100 * (r['rl'] - r['warm']):+.1f}",
-                 f"{r['rl_train_s'] / 60:.1f} / {wall}", f"{r['control_train_s'] / 60:.1f} min ({r['control_sft_steps']} steps)"]
+                 f"{r['rl_train_s'] / 60:.1f} / {wall}",
+                 f"{r['control_train_s'] / 60:.1f} min ({r['control_sft_steps']:.0f} steps)"]
         if greedy:
             cells += [pct(r["rl_greedy"]), pct(r["control_greedy"])]
         lines.append("| " + " | ".join(cells) + " |")

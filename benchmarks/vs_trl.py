@@ -17,6 +17,8 @@ scored by the same code here. Results JSON goes to ``--out``.
     python benchmarks/vs_trl.py --repeats 3 --steps 30
     python benchmarks/vs_trl.py --modes ray --roll-strategy fsdp2_train          # another training strategy
     python benchmarks/vs_trl.py --modes local -- actor_train.num_cpus_per_worker=1  # extra roll overrides
+    python benchmarks/vs_trl.py --modes ray --roll-world-size 2 -- actor_train.num_cpus_per_worker=1 \
+        actor_infer.num_cpus_per_worker=1                                            # 2 data-parallel workers
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def cpu_per_step(samples: list[tuple[float, float]], timestamps: list[float]) ->
 
 def roll_overrides(args: argparse.Namespace, mode: str, run_dir: Path, seed: int) -> list[str]:
     """Hydra overrides that turn ``rlvr_tiny`` into the shared workload."""
-    strategy = args.roll_strategy
+    strategy, per_rank = args.roll_strategy, args.prompts * args.group // args.roll_world_size
     sc = "{zero_stage:0}" if strategy == "deepspeed_train" else "{}"
     return [f"pretrain={args.work / 'start'}", "tiny_model=null", "sft_warmup.enabled=false", f"seed={seed}",
             f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", "rollout_dump_steps=0", "track_with=stdout",
@@ -114,7 +116,8 @@ def roll_overrides(args: argparse.Namespace, mode: str, run_dir: Path, seed: int
             f"actor_infer.generating_args.max_new_tokens={args.max_new_tokens}", "dynamic_sampling.enabled=false",
             "is_use_additional_prompts=false", f"actor_train.training_args.learning_rate={args.lr}",
             "actor_train.training_args.lr_scheduler_type=constant", "actor_train.training_args.warmup_steps=0",
-            f"actor_train.training_args.per_device_train_batch_size={args.prompts * args.group}",
+            f"actor_train.training_args.per_device_train_batch_size={per_rank}",
+            f"actor_train.world_size={args.roll_world_size}", f"actor_infer.world_size={args.roll_world_size}",
             "actor_train.training_args.gradient_accumulation_steps=1", "validation.file_name=[]",
             f"actor_train.strategy_args.strategy_name={strategy}", f"actor_train.strategy_args.strategy_config={sc}",
             *args.extra]
@@ -236,8 +239,8 @@ def report(results: dict) -> str:
         t = s["s_per_step"]
         ratio = f"{t['median'] / trl:.2f}" if trl and name != "trl" else "-"
         lines.append(f"| {name} | {t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f}) | {ratio} | "
-                     f"{s['cpu_s_per_step']['median']:.3f} | {s['peak_rss_gib']:.2f} GiB | {100 * s['greedy']['mean']:.1f}% | "
-                     f"{100 * s['sampled']['mean']:.1f}% |")
+                     f"{s['cpu_s_per_step']['median']:.3f} | {s['peak_rss_gib']:.2f} GiB | "
+                     f"{100 * s['greedy']['mean']:.1f}% | {100 * s['sampled']['mean']:.1f}% |")
     for name, s in sides.items():
         if "breakdown" in s:
             parts = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in s["breakdown"].items())
@@ -253,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=["ray", "local"], choices=["ray", "local"],
                         help="roll's distributed modes to run")
     parser.add_argument("--roll-strategy", default="deepspeed_train", help="actor_train's training strategy")
+    parser.add_argument("--roll-world-size", type=int, default=1,
+                        help="workers of actor_train and actor_infer (data parallel; Ray mode only)")
     parser.add_argument("--no-trl", action="store_true", help="run roll only")
     parser.add_argument("--trl-python", type=Path, default=ROOT / ".venv-trl" / "bin" / "python")
     parser.add_argument("--prompts", type=int, default=8)
@@ -266,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     args.extra = [x for x in extra if x != "--"]
     args.work = args.work.resolve()
+    if (args.prompts * args.group) % args.roll_world_size or (args.roll_world_size > 1 and "local" in args.modes):
+        parser.error(f"--roll-world-size {args.roll_world_size}: must divide {args.prompts * args.group} samples "
+                     "and needs --modes ray (local mode runs one worker per role)")
     if not args.no_trl and not args.trl_python.exists():
         parser.error(f"--trl-python {args.trl_python} does not exist; make the TRL virtualenv "
                      "(benchmarks/README.md) or pass --no-trl")
@@ -288,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[side].append(res)
             load.append(os.getloadavg()[0])
     results = {"workload": workload(args), "roll_strategy": args.roll_strategy, "roll_overrides": args.extra,
+               "roll_world_size": args.roll_world_size,
                "cpus": os.cpu_count(), "load_average_1min": load, "repeats": args.repeats, "skip_steps": SKIP,
                "start_model_eval": evaluate(str(args.work / "start"), args.eval_samples),
                "sides": {s: side_summary(rs) for s, rs in runs.items()}, "runs": runs}
