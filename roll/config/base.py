@@ -104,7 +104,8 @@ class BaseConfig(PPOConfig):
                                            "local Ray instance on loopback.")
     ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).")
     ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
-    max_steps: int = fld(100, "Training steps (one rollout batch each).")
+    max_steps: int = fld(100, "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
+                                  "validation, then the final export.")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).")
     logging_steps: int = fld(1, "Log metrics every N steps.")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).")

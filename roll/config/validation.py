@@ -272,7 +272,9 @@ def validate(cfg: Any) -> None:
     check_choices(cfg)
     check_workers(cfg)
     check_placement(cfg)
-    for key in ("max_steps", "rollout_batch_size", "sequence_length"):
+    if cfg.max_steps < 0:
+        raise ConfigError("max_steps", cfg.max_steps, "must be >= 0 (0: only the warm start and a validation)")
+    for key in ("rollout_batch_size", "sequence_length"):
         if getattr(cfg, key) < 1:
             raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     check_ppo(cfg)
