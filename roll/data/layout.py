@@ -130,15 +130,28 @@ def prompt_response_batch(prompts: Sequence[Sequence[int]], responses: Sequence[
     return collate(layouts, torch.tensor(list(scores), dtype=torch.float32), pad_id)
 
 
+def _frame_log_probs(rows: Sequence[Sequence[tuple[int, Sequence[float]]]], width: int) -> tuple[Tensor, Tensor]:
+    """Per row, ``(start, log_probs)`` runs -> ``values`` and ``mask`` (B, width-1) of the log-prob frame."""
+    values = torch.zeros(len(rows), width - 1)
+    mask = torch.zeros_like(values)
+    for i, runs in enumerate(rows):
+        for start, lps in runs:
+            values[i, start:start + len(lps)] = torch.tensor(list(lps), dtype=values.dtype)
+            mask[i, start:start + len(lps)] = 1.0
+    return values, mask
+
+
 def rollout_log_probs(trajectories: Sequence[Trajectory], width: int) -> tuple[Tensor, Tensor]:
     """The inference engine's sampling log-probs of each generated token, in the log-prob frame of a batch of
     ``width`` tokens: ``values`` (B, width-1) and ``mask`` (B, width-1), 1 where a generated token has an engine
     log-prob (never on an appended end-of-turn token)."""
-    values = torch.zeros(len(trajectories), width - 1)
-    mask = torch.zeros_like(values)
-    for i, traj in enumerate(trajectories):
-        for turn, (start, _) in zip(traj.turns, trajectory_layout(traj).turn_spans):
-            lps = turn.response_log_probs[:turn.generated]
-            values[i, start:start + len(lps)] = torch.tensor(lps, dtype=values.dtype)
-            mask[i, start:start + len(lps)] = 1.0
-    return values, mask
+    return _frame_log_probs([[(start, turn.response_log_probs[:turn.generated])
+                              for turn, (start, _) in zip(traj.turns, trajectory_layout(traj).turn_spans)]
+                             for traj in trajectories], width)
+
+
+def response_log_probs(prompt_lengths: Sequence[int], log_probs: Sequence[Sequence[float]],
+                       width: int) -> tuple[Tensor, Tensor]:
+    """:func:`rollout_log_probs` of single-turn samples (:func:`prompt_response_batch`): sample ``i``'s engine
+    log-probs ``log_probs[i]`` of its response after a prompt of ``prompt_lengths[i]`` tokens."""
+    return _frame_log_probs([[(n - 1, lps)] for n, lps in zip(prompt_lengths, log_probs)], width)

@@ -18,7 +18,7 @@ from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import perf_metrics
+from roll.pipelines.common import logprob_mismatch, perf_metrics
 from roll.tracking.dumps import TrajectoryDumps
 
 
@@ -101,7 +101,7 @@ class AgenticPipeline(Pipeline):
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         trainer.update(step, batch, metrics, timings)
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
-        metrics.update(logprob_mismatch(trajs, batch))
+        metrics.update(logprob_mismatch(*rollout_log_probs(trajs, batch["input_ids"].shape[1]), batch))
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))
@@ -114,15 +114,3 @@ class AgenticPipeline(Pipeline):
     def driver_state(self) -> dict:
         # rollout seeds are a pure function of (seed, phase, step, group): the step counter is the seed state
         return {"rollout": {"seed": self.cfg.seed}}
-
-
-# ---------------------------------------------------------------------------- train-inference mismatch (issue 8)
-def logprob_mismatch(trajectories: list[Trajectory], batch) -> dict[str, float]:
-    """``mean |logp_inference - logp_train|`` over generated tokens (and the max), with the trainer's
-    ``old_log_probs`` of the same tokens; stores ``batch["rollout_log_probs"]`` for importance-sampling use."""
-    values, mask = rollout_log_probs(trajectories, batch["input_ids"].shape[1])
-    batch["rollout_log_probs"] = values
-    diff = (values - batch["old_log_probs"].float()).abs() * mask
-    count = float(mask.sum())
-    return {"rollout/logprob_mismatch": float(diff.sum()) / max(1.0, count),
-            "rollout/logprob_mismatch_max": float(diff.max()) if count else 0.0}

@@ -58,6 +58,18 @@ def start_roles(cfg: BaseConfig) -> Roles:
     return roles
 
 
+def logprob_mismatch(engine_log_probs: torch.Tensor, mask: torch.Tensor, batch: Batch) -> dict[str, float]:
+    """``mean |logp_inference - logp_train|`` over the generated tokens with an engine log-prob (``mask``), and the
+    max, against the trainer's ``old_log_probs`` of the same tokens (log-prob frame, :mod:`roll.data.layout`);
+    stores ``batch["rollout_log_probs"]`` for importance-sampling use. Empty when no token has an engine log-prob."""
+    batch["rollout_log_probs"] = engine_log_probs
+    count = float(mask.sum())
+    if not count:
+        return {}
+    diff = (engine_log_probs - batch["old_log_probs"].float()).abs() * mask
+    return {"rollout/logprob_mismatch": float(diff.sum()) / count, "rollout/logprob_mismatch_max": float(diff.max())}
+
+
 def perf_metrics(roles: Roles, batch: Batch, timings: dict[str, float],
                  ppo_epochs: int) -> dict[str, float]:
     """Throughput and memory of one step: ``perf/tokens`` (attention-mask tokens of the batch),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,10 +20,10 @@ from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.files import resolve_data_files
-from roll.data.layout import prompt_response_batch
+from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import perf_metrics
+from roll.pipelines.common import logprob_mismatch, perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.tracking.dumps import TrajectoryDumps
 
@@ -42,6 +42,14 @@ class PromptGroup:
     correct: list[bool]
     format_ok: list[bool]
     truncated: list[bool]  # generation hit max_new_tokens without an end token
+    log_probs: list[list[float]] = field(default_factory=list)  # the engine's log-prob of each generated token
+
+
+def engine_log_probs(groups: list[PromptGroup], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inference engine's log-probs of the responses of :func:`groups_to_batch`'s batch (log-prob frame)."""
+    prompt_lengths = [len(g.prompt_ids) for g in groups for _ in g.response_ids]
+    log_probs = [lps for g in groups for lps in (g.log_probs or [[]] * len(g.response_ids))]
+    return response_log_probs(prompt_lengths, log_probs, width)
 
 
 def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_id: int) -> Batch:
@@ -163,7 +171,7 @@ class RLVRPipeline(Pipeline):
             groups.append(PromptGroup(
                 i, prompts[i], [o.token_ids for o in outs[part]], texts[part], [r.score for r in results[part]],
                 [r.correct for r in results[part]], [r.format_ok for r in results[part]],
-                [o.finish_reason == "length" for o in outs[part]]))
+                [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]]))
         return groups
 
     def warm_start(self) -> dict[str, float]:
@@ -218,6 +226,7 @@ class RLVRPipeline(Pipeline):
         metrics.update(self.trainer.advantages(batch))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.trainer.update(step, batch, metrics, timings)
+        metrics.update(logprob_mismatch(*engine_log_probs(prompt_groups, batch["input_ids"].shape[1]), batch))
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
