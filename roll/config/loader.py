@@ -231,7 +231,7 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
     except OmegaConfBaseException as exc:
         raise _one_line(exc, schema) from None
     except Exception as exc:  # Hydra's override / defaults-list errors
-        raise ConfigError("overrides", overrides, str(exc).splitlines()[0]) from None
+        raise ConfigError("overrides", overrides, " ".join(str(exc).split())) from None  # Hydra's hint too
     raw_tree = OmegaConf.to_container(raw, resolve=False)
     candidates = _referenced_roots(raw_tree) | _fragment_blocks(config_dir, name)
     variables = (candidates & set(raw_tree)) - set(schema.__dataclass_fields__)
