@@ -60,8 +60,9 @@ UNAVAILABLE_BACKENDS = {
                       "(ZeRO 0-3 via examples/config/deepspeed_zero*.yaml)",
     "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use hf_infer for "
                       "reference log-probs",
-    "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
-            "the version vllm pins); use sglang on GPU or hf_infer",
+    "vllm": "is not available in roll (no vLLM backend; `pip install vllm` replaces torch with the version vllm "
+            "pins); use sglang, with the vLLM options translated (the error names them: gpu_memory_utilization -> "
+            "mem_fraction_static, tensor_parallel_size -> tp_size, ...), or hf_infer on CPU",
     "sglang": "needs the SGLang backend, which is not registered in this install; on a CUDA machine "
               "`pip install 'roll[gpu]'`, on CPU use hf_infer",
     "deepspeed_infer": "is not registered in this install; use hf_infer for reference log-probs",
@@ -71,7 +72,7 @@ UNAVAILABLE_BACKENDS = {
 #: The Python module each registered backend imports (its pip requirement, for the install hint, is the
 #: strategy's ``requires`` in the registry).
 BACKEND_MODULES = {"hf_infer": "transformers", "deepspeed_train": "deepspeed", "deepspeed_infer": "deepspeed",
-                   "sglang": "sglang"}
+                   "sglang": "sglang", "fsdp2_train": "torch", "fsdp2_infer": "torch"}
 
 
 def _backend_missing(name: str) -> str | None:
@@ -102,6 +103,10 @@ def check_strategies(cfg: Any) -> None:
         name = worker.strategy_args.strategy_name
         roles = strategy_roles()
         key = f"{role}.strategy_args.strategy_name"
+        if name == "vllm" and name not in roles:
+            from roll.config.vllm_compat import vllm_instead
+
+            raise ConfigError(key, name, vllm_instead(worker.strategy_args.strategy_config))
         if name not in roles and name in UNAVAILABLE_BACKENDS:
             raise ConfigError(key, name, f"{name} {UNAVAILABLE_BACKENDS[name]}")
         if name not in roles:
@@ -307,6 +312,9 @@ def validate(cfg: Any) -> None:
     check_workers(cfg)
     check_placement(cfg)
     check_strategies(cfg)
+    from roll.config.fsdp2 import check_fsdp2_roles
+
+    check_fsdp2_roles(cfg)
     check_weight_sync(cfg)
     for key in ("max_steps", "rollout_batch_size", "sequence_length"):
         if getattr(cfg, key) < 1:

@@ -70,4 +70,9 @@ register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedT
                   role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"})
 register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy",
                   {"reference"}, requires="deepspeed")
+register_strategy("fsdp2_train", "roll.strategies.fsdp2_train:FSDP2TrainStrategy",
+                  {"actor_train", "critic"}, requires="torch>=2.6",
+                  role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"})
+register_strategy("fsdp2_infer", "roll.strategies.fsdp2_infer:FSDP2InferStrategy", {"reference"},
+                  requires="torch>=2.6")
 register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]")
