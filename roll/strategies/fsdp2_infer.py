@@ -18,7 +18,9 @@ from roll.config.fsdp2 import validate_fsdp2
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.strategies.accumulation import BatchedForward
 from roll.strategies.base import Strategy, StrategyContext
-from roll.strategies.fsdp2_shard import compute_dtype_of, device_mesh, init_fsdp2_distributed, load_full, shard_model
+from roll.data.batch import Batch
+from roll.strategies.fsdp2_shard import (compute_dtype_of, device_mesh, init_fsdp2_distributed, load_full, reshard_all,
+                                         shard_model)
 
 
 class FSDP2InferStrategy(BatchedForward, Strategy):
@@ -42,8 +44,14 @@ class FSDP2InferStrategy(BatchedForward, Strategy):
     def _collective_forward(self) -> bool:
         return True  # every unit's forward all-gathers its parameters
 
+    def forward_batch(self, batch: Batch, key: str, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        out = super().forward_batch(batch, key, with_entropy)
+        reshard_all(self.model)  # the root stays gathered after a forward without backward
+        return out
+
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace weights (e.g. with the warm-started actor's) with whole tensors; each rank keeps its shard."""
+        reshard_all(self.model)
         params = dict(self.model.named_parameters())
         for name, tensor in named_tensors:
             if name not in params:

@@ -88,6 +88,17 @@ def shard_model(model: torch.nn.Module, mesh: Any, options: FSDP2Options, comput
     return model
 
 
+def reshard_all(model: torch.nn.Module) -> None:
+    """Free every unit's gathered parameters, so each parameter is its sharded DTensor again. A forward without
+    backward leaves the root (and, without ``reshard_after_forward``, every unit) gathered, and while gathered,
+    ``named_parameters`` yields the gathered copies: weights read or written then would miss the shards."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     """Checkpoint every decoder layer, non-reentrant (FSDP2 re-gathers a unit when backward recomputes it)."""
     kwargs = {"use_reentrant": False}

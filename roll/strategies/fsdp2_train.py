@@ -30,7 +30,7 @@ from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_
 from roll.strategies.accumulation import AccumulatingTrainStrategy
 from roll.strategies.base import StrategyContext
 from roll.strategies.fsdp2_shard import (compute_dtype_of, device_mesh, enable_activation_checkpointing, full_tensor,
-                                         init_fsdp2_distributed, load_full, shard_model)
+                                         init_fsdp2_distributed, load_full, reshard_all, shard_model)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: File next to the DCP shards holding roll's own state of a checkpoint.
@@ -101,8 +101,14 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
         self.optimizer.state.clear()
 
     # ------------------------------------------------------------------ weights out and in
+    def forward_batch(self, batch: Batch, key: str, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        out = super().forward_batch(batch, key, with_entropy)
+        reshard_all(self.model)  # free what a forward without backward leaves gathered
+        return out
+
     def _params(self) -> dict[str, torch.Tensor]:
-        """Parameters by name (a tied LM head is not a separate parameter)."""
+        """The sharded parameters by name (a tied LM head is not a separate parameter)."""
+        reshard_all(self.model)
         return dict(self.model.named_parameters())
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
@@ -152,6 +158,7 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
+        reshard_all(self.model)
         has_moments = bool(self.optimizer.state)
         state = {"model": get_model_state_dict(self.model)}
         if has_moments:
@@ -169,6 +176,7 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
                                                              set_model_state_dict, set_optimizer_state_dict)
 
         info = json.loads((Path(path) / STATE_FILE).read_text())
+        reshard_all(self.model)
         state = {"model": get_model_state_dict(self.model)}
         self.optimizer.state.clear()
         if info["optimizer_state"]:

@@ -192,12 +192,15 @@ def test_hf_export_reloads_with_transformers(tiny_model_dir, tmp_path):
 
 
 def test_weight_buckets_and_load_weights(tiny_model_dir):
-    """load_weights puts whole tensors in; named_weights and the buckets (in their plan's order, names, dtypes
-    and shapes) give them back."""
+    """load_weights puts whole tensors into the shards (also right after a forward, which leaves the root unit
+    gathered), where a step at lr 0 keeps them; named_weights and the buckets (in their plan's order, names,
+    dtypes and shapes) give them back."""
     fs = _fsdp2(tiny_model_dir)
     gen = torch.Generator().manual_seed(3)
     new = {n: torch.randn(p.shape, generator=gen) for n, p in fs.model.named_parameters()}
+    fs.compute_log_probs(_batch())
     fs.load_weights(new.items())
+    fs.train_step(_batch(), SFT_LOSS, lr=0.0)
     _assert_close(dict(fs.named_weights()), new, atol=0, rtol=0)
     metas = fs.weight_bucket_metas(20_000)
     buckets = list(fs.weight_buckets(20_000))
