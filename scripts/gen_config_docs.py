@@ -29,8 +29,8 @@ are only interpolation sources or fragment blocks are YAML variables, dropped af
 wrong type or a bad choice is a one-line error naming the key (exit code 2 from the start scripts).
 
 Batch arithmetic (checked when the config loads): the global train batch is
-`per_device_train_batch_size x gradient_accumulation_steps x world_size` for `deepspeed_train`
-(`... x world_size / (TP x PP x CP)` for Megatron) and must divide the samples of one step
+`per_device_train_batch_size x gradient_accumulation_steps x world_size` for `deepspeed_train` and
+`fsdp2_train` (`... x world_size / (TP x PP x CP)` for Megatron) and must divide the samples of one step
 (`rollout_batch_size` trajectories in the agentic pipeline, `rollout_batch_size x num_return_sequences_in_group`
 responses in RLVR). One step then makes `samples / global batch` optimizer steps per `ppo_epochs` pass; for one
 optimizer step per rollout set `gradient_accumulation_steps = samples / (per_device_train_batch_size x world_size)`.
@@ -66,6 +66,13 @@ def schemas() -> list[type]:
     except ImportError:
         return out
     return out + [RLVRConfig]
+
+
+def backend_options() -> list[tuple[str, type]]:
+    """``(strategy names, options dataclass)`` of the backends whose ``strategy_config`` is typed."""
+    from roll.config.fsdp2 import FSDP2_STRATEGIES, FSDP2Options
+
+    return [(", ".join(f"`{n}`" for n in FSDP2_STRATEGIES), FSDP2Options)]
 
 
 def _own_fields(cls: type) -> list[dataclasses.Field]:
@@ -128,6 +135,11 @@ def render() -> str:
                 continue
             seen.add(cls)
             lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), ""]
+            lines += table(cls, dataclasses.fields(cls)) + [""]
+    for names, options in backend_options():
+        for cls in nested_dataclasses(options):
+            where = f" (`strategy_config` of {names})" if cls is options else ""
+            lines += [f"## `{cls.__name__}`{where}", "", (cls.__doc__ or "").strip(), ""]
             lines += table(cls, dataclasses.fields(cls)) + [""]
     return "\n".join(lines).rstrip() + "\n"
 

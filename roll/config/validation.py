@@ -56,10 +56,11 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 
 #: Strategy names of ROLL's guide that roll cannot run (yet): what is missing and what to use instead.
 UNAVAILABLE_BACKENDS = {
-    "megatron_train": "needs the Megatron-core backend, which roll does not implement yet; use deepspeed_train "
-                      "(ZeRO 0-3 via examples/config/deepspeed_zero*.yaml)",
-    "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use hf_infer for "
-                      "reference log-probs",
+    "megatron_train": "needs the Megatron-core backend, which roll does not implement yet; use fsdp2_train "
+                      "(PyTorch FSDP2, ROLL's fsdp2 strategy_config keys) or deepspeed_train (ZeRO 0-3 via "
+                      "examples/config/deepspeed_zero*.yaml)",
+    "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use fsdp2_infer "
+                      "(sharded) or hf_infer for reference log-probs",
     "vllm": "is not available in roll (no vLLM backend; `pip install vllm` replaces torch with the version vllm "
             "pins); use sglang, with the vLLM options translated (the error names them: gpu_memory_utilization -> "
             "mem_fraction_static, tensor_parallel_size -> tp_size, ...), or hf_infer on CPU",
