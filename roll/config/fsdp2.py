@@ -29,6 +29,8 @@ IGNORED = {
     "async_save_ckpt": "roll writes checkpoints synchronously (a checkpoint is complete before training goes on)",
     "use_batched_model_update": "roll always syncs weights in buckets (actor_infer's weight_bucket_bytes)",
     "apply_expert_patch": "roll never shards MoE experts as separate units, so no expert patch is needed",
+    "zero_stage": "a deepspeed_train key; FSDP2 shards parameters, gradients and optimizer states like ZeRO-3, "
+                  "and reshard_after_forward: false keeps parameters gathered from forward to backward like ZeRO-2",
 }
 #: Keys of features roll's FSDP2 strategies do not have: an error when set to anything but off.
 UNSUPPORTED = {
@@ -41,7 +43,11 @@ UNSUPPORTED = {
                          "phases roll offloads colocated roles by colocated_offload",
     "moe_experts": "roll does not shard MoE experts as separate units; remove it (experts stay in their layer's unit)",
     "buffer_dtype": "buffers keep the dtype the model was loaded in (model_args.dtype); remove it",
+    "offload_optimizer": "a deepspeed_train key; for CPU offload use offload_policy: true",
+    "offload_param": "a deepspeed_train key; for CPU offload use offload_policy: true",
 }
+#: Values that mean "off" for an :data:`UNSUPPORTED` key (DeepSpeed writes ``offload_param: none``).
+OFF = (None, False, 0, "", "none", [], {})
 
 
 @dataclass
@@ -100,7 +106,7 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
 
 def _build(cls: type, data: Any, key: str, ignored: list[str]) -> Any:
     """An instance of dataclass ``cls`` from a mapping: unknown keys, types and choices checked; :data:`IGNORED`
-    keys are appended to ``ignored``; :data:`UNSUPPORTED` keys raise unless off (false, 0, None, empty)."""
+    keys are appended to ``ignored``; :data:`UNSUPPORTED` keys raise unless off (:data:`OFF`)."""
     from roll.config.validation import check_choices
 
     if data is None:
@@ -115,7 +121,7 @@ def _build(cls: type, data: Any, key: str, ignored: list[str]) -> Any:
         if name in IGNORED:
             ignored.append(f"{where} ({IGNORED[name]})")
         elif name in UNSUPPORTED:
-            if value:
+            if value not in OFF:
                 raise ConfigError(where, value, f"not supported by roll's FSDP2 strategies: {UNSUPPORTED[name]}")
             ignored.append(f"{where} (off; {UNSUPPORTED[name]})")
         elif name not in fields:

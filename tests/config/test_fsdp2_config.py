@@ -60,9 +60,19 @@ def test_launch_accepts_fsdp2_roles_and_names_ignored_keys_once(base_cfg, capsys
         assert key in lines[0]
 
 
+def test_deepspeed_stage_keys_are_ignored_with_a_warning(base_cfg, capsys):
+    """Switching a DeepSpeed role to fsdp2_train by its strategy_name alone works: the stage has no meaning there."""
+    validate(_with(base_cfg, "actor_train", "fsdp2_train", {"zero_stage": 2, "offload_param": "none"}))
+    out = capsys.readouterr().out
+    assert "zero_stage (a deepspeed_train key; FSDP2 shards parameters" in out
+    assert "offload_param (off; a deepspeed_train key" in out
+
+
 @pytest.mark.parametrize("role, name, strategy_config, worker, match", [
-    ("actor_train", "fsdp2_train", {"zero_stage": 2}, {},
-     r"strategy_config.zero_stage=2: unknown FSDP2Options key; known: fsdp_size, offload_policy, param_dtype"),
+    ("actor_train", "fsdp2_train", {"zero_stages": 2}, {},
+     r"strategy_config.zero_stages=2: unknown FSDP2Options key; known: fsdp_size, offload_policy, param_dtype"),
+    ("actor_train", "fsdp2_train", {"zero_stage": 2, "offload_optimizer": "cpu"}, {},
+     r"offload_optimizer='cpu': not supported .*: a deepspeed_train key; for CPU offload use offload_policy: true"),
     ("actor_train", "fsdp2_train", {"fsdp_size": 3}, {"world_size": 4},
      r"fsdp_size=3: must be 0 \(shard over all 4 ranks\) or a divisor of the world size 4"),
     ("actor_train", "fsdp2_train", {"param_dtype": "fp16"}, {},
