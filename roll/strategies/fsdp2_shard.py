@@ -114,6 +114,29 @@ def compute_dtype_of(options: FSDP2Options, model_dtype: str) -> str:
     return dtype_name(options.param_dtype) or model_dtype
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float, mesh: Any, device: torch.device) -> float:
+    """Clip the gradients of sharded parameters to a global L2 norm of ``max_norm`` (0: no clipping); returns the
+    norm before clipping. Works on the local shards: one all-reduce of the squared norm over the mesh's ``shard``
+    dimension (replicas of HSDP hold equal gradients), on ``device`` (CPU-offloaded shards too), instead of
+    DTensor's per-tensor dispatch."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    norms = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)).to(device)  # one per tensor
+    if mesh.size() == 1:
+        total = torch.linalg.vector_norm(norms)
+    else:
+        squared = norms.pow(2).sum()
+        torch.distributed.all_reduce(squared, group=mesh.get_group("shard"))
+        total = squared.sqrt()
+    norm = float(total)
+    if max_norm > 0 and norm > max_norm:
+        torch._foreach_mul_(grads, max_norm / (norm + 1e-6))
+    return norm
+
+
 def full_tensor(param: torch.Tensor, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole tensor of a (sharded) parameter on ``device``, cast to ``dtype`` before gathering (half the bytes
     on the wire for bf16). Collective for a DTensor: every rank of its mesh must call it, in the same order."""

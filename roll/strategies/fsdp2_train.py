@@ -29,8 +29,8 @@ from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
 from roll.strategies.base import StrategyContext
-from roll.strategies.fsdp2_shard import (compute_dtype_of, device_mesh, enable_activation_checkpointing, full_tensor,
-                                         init_fsdp2_distributed, load_full, reshard_all, shard_model)
+from roll.strategies.fsdp2_shard import (clip_grad_norm, compute_dtype_of, device_mesh, enable_activation_checkpointing,
+                                         full_tensor, init_fsdp2_distributed, load_full, reshard_all, shard_model)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: File next to the DCP shards holding roll's own state of a checkpoint.
@@ -85,12 +85,10 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
     def _optimizer_step(self) -> float:
         """Clip to ``max_grad_norm`` (0: no clipping), step, zero; returns the pre-clip global gradient norm (the
         shards' norms combined over the mesh)."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or float("inf"))
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        norm = clip_grad_norm(list(self.model.parameters()), self.max_grad_norm, self.mesh, self.device)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
