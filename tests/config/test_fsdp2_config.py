@@ -119,3 +119,17 @@ def test_vllm_without_options_names_the_usual_ones(base_cfg):
     with pytest.raises(ConfigError, match=r"strategy_config \{\} \(gpu_memory_utilization -> mem_fraction_static, "
                                           r"tensor_parallel_size -> tp_size, max_model_len -> context_length\)"):
         validate(_with(base_cfg, "actor_infer", "vllm", {}))
+
+
+def test_sglang_guide_lists_every_vllm_translation():
+    from pathlib import Path
+
+    from roll.config.vllm_compat import HANDLED, NEGATED, VLLM_TO_SGLANG
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "sglang.md").read_text()
+    for vllm, sglang in VLLM_TO_SGLANG.items():
+        assert f"`{vllm}`" in guide and (f"`{sglang}`" in guide or vllm == sglang), vllm
+    for vllm, sglang in NEGATED.items():
+        assert f"`{vllm}: false` | `{sglang}: true`" in guide
+    for key in HANDLED:
+        assert f"`{key}`" in guide, key

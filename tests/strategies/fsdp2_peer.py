@@ -1,8 +1,9 @@
-"""One rank of an ``fsdp2_train`` / ``fsdp2_infer`` world over gloo, run as its own process by ``test_fsdp2.py``.
+"""One rank of an ``fsdp2_train`` / ``fsdp2_infer`` world, run as its own process by ``test_fsdp2.py`` (gloo).
 
-``python fsdp2_peer.py SCENARIO[,SCENARIO...] MODEL_DIR OUT_DIR`` with ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE``
-set; rank r takes chunk r of the test batch (``Batch.chunk``, as ``call_dp`` does) and writes what the test compares
-to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
+``python fsdp2_peer.py SCENARIO[,SCENARIO...] MODEL_DIR OUT_DIR`` with ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK`` and
+``WORLD_SIZE`` set (and ``LOCAL_RANK``, the GPU, when CUDA is visible: ``test_fsdp2_gpu.py`` runs it over NCCL on two
+GPUs); rank r takes chunk r of the test batch (``Batch.chunk``, as ``call_dp`` does) and writes what the test
+compares, on CPU, to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
 
 - ``train``: one optimizer step: metrics, the applied gradients (Adam's first moment, gathered), the number of
   reduce-scatters the step made and of its micro-batches;
@@ -109,11 +110,11 @@ def weights(model_dir: str) -> dict:
     buckets = [[(n, t.clone()) for n, t in b] for b in s.weight_buckets(20000)]
     odd = torch.nn.Linear(3, 5)  # weight (5, 3): dim 0 splits 3 + 2 over two ranks
     fully_shard(odd, mesh=s.mesh)
-    value = torch.arange(15, dtype=torch.float32).view(5, 3)
+    value = torch.arange(15, dtype=torch.float32, device=s.device).view(5, 3)
     load_full(odd.weight, value)
     return {"metas": [m.to_dict() for m in metas], "buckets": buckets, "named": dict(s.named_weights()),
             "new": dict(new), "odd_local": odd.weight.to_local().clone(),
-            "odd_full": full_tensor(odd.weight, torch.device("cpu"))}
+            "odd_full": full_tensor(odd.weight, s.device)}
 
 
 def infer(model_dir: str) -> dict:
@@ -132,12 +133,23 @@ def critic(model_dir: str) -> dict:
     return {"metrics": metrics, "grads": applied_grads(s)}
 
 
+def to_cpu(value):
+    """``value`` with every tensor in it (nested dicts, lists, tuples) copied to CPU (GPU runs)."""
+    if torch.is_tensor(value):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
 def main(scenarios: str, model_dir: str, out_dir: str) -> None:
     out = Path(out_dir)
     run = {"train": train, "weights": weights, "infer": infer, "critic": critic}
     for scenario in scenarios.split(","):
         result = resume(model_dir, out) if scenario == "resume" else run[scenario](model_dir)
-        torch.save(result, out / f"{scenario}_rank{RANK}.pt")
+        torch.save(to_cpu(result), out / f"{scenario}_rank{RANK}.pt")
     torch.distributed.destroy_process_group()
 
 

@@ -269,7 +269,7 @@ def two_ranks(tiny_model_dir, tmp_path_factory):
     procs = []
     for rank in range(2):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": "0", "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+               "LOCAL_RANK": "0", "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "fsdp2_peer.py"),
                                        "train,resume,weights,infer,critic", tiny_model_dir, str(out)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
