@@ -7,7 +7,8 @@ compares, on CPU, to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
 
 - ``train``: one optimizer step: metrics, the applied gradients (Adam's first moment, gathered), the number of
   reduce-scatters the step made and of its micro-batches;
-- ``resume``: step, checkpoint, step; then a fresh strategy loads the checkpoint and steps: both weights;
+- ``resume``: step, checkpoint, step; then a fresh strategy loads the checkpoint and steps: the state saved and the
+  state loaded (weights, Adam moments), both steps' metrics and weights;
 - ``weights``: bucket plan, bucket contents and ``named_weights`` after ``load_weights`` of known tensors, and a
   gather/scatter round trip through an unevenly sharded parameter;
 - ``infer``: ``fsdp2_infer`` log-probs with unequal micro-batch counts per rank (rank 1 gets no samples at all);
@@ -88,13 +89,24 @@ def resume(model_dir: str, out: Path) -> dict:
     loss = PPOActorLoss(ActorLossConfig(loss_agg_mode="seq-mean-token-mean"))
     first = strategy(model_dir, accum=4 // WORLD)
     first.train_step(batches[0], loss)
+    saved = snapshot(first)
     first.save_checkpoint(str(out / "ckpt"))
     straight = first.train_step(batches[1], loss)
     second = strategy(model_dir, accum=4 // WORLD)
     second.load_checkpoint(str(out / "ckpt"))
+    loaded = snapshot(second)
     resumed = second.train_step(batches[1], loss)
     return {"straight": (straight, dict(first.named_weights())), "resumed": (resumed, dict(second.named_weights())),
-            "steps": (first.optimizer_steps, second.optimizer_steps)}
+            "steps": (first.optimizer_steps, second.optimizer_steps), "saved": saved, "loaded": loaded}
+
+
+def snapshot(s) -> dict[str, torch.Tensor]:
+    """Whole weights and Adam moments (gathered: collective) of a training strategy."""
+    out = {f"w/{n}": p.full_tensor() for n, p in s.model.named_parameters()}
+    for n, p in s.model.named_parameters():
+        for key in ("exp_avg", "exp_avg_sq"):
+            out[f"{key}/{n}"] = s.optimizer.state[p][key].full_tensor()
+    return out
 
 
 def weights(model_dir: str) -> dict:

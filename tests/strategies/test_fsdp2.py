@@ -303,6 +303,7 @@ def test_two_ranks_resume_exactly(two_ranks):
     for rank in range(2):
         result = two_ranks("resume", rank)
         (straight, w_straight), (resumed, w_resumed) = result["straight"], result["resumed"]
+        _assert_close(result["loaded"], result["saved"], atol=0, rtol=0)
         assert resumed == straight and result["steps"] == (2, 2)
         _assert_close(w_resumed, w_straight, atol=0, rtol=0)
 

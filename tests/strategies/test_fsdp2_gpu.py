@@ -28,14 +28,20 @@ HERE = Path(__file__).resolve().parent
 PPO = PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def dist_env():
+    from roll.distributed.group import free_port
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
+           "WORLD_SIZE": "1"}
+    for k, v in env.items():
+        os.environ.setdefault(k, v)
+
+
 @pytest.fixture(scope="module")
 def model_dir() -> str:
     if not (Path(MODEL) / "config.json").is_file():
         pytest.skip(f"no model at {MODEL} (python scripts/build_qwen05b_rand.py {MODEL})")
-    from roll.distributed.group import free_port
-
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-                       "WORLD_SIZE": "1"})
     return MODEL
 
 
@@ -175,8 +181,11 @@ def test_two_gpus_match_one(tiny_model_dir, tmp_path):
             torch.testing.assert_close(got["grads"][name], grad, atol=1e-5, rtol=1e-3, msg=name)
         resumed = torch.load(tmp_path / f"resume_rank{rank}.pt", weights_only=False)
         assert resumed["steps"] == (2, 2)
-        for name, tensor in resumed["straight"][1].items():
-            torch.testing.assert_close(resumed["resumed"][1][name], tensor, atol=1e-6, rtol=1e-5, msg=name)
+        for name, tensor in resumed["saved"].items():  # exact: no kernel between save and load
+            assert torch.equal(resumed["loaded"][name], tensor), name
+        # the next step is only equal to float noise on CUDA (atomics), which Adam can blow up to ~lr for near-zero
+        # gradients: compare its metrics, not the weights it writes
+        assert resumed["resumed"][0] == pytest.approx(resumed["straight"][0], rel=1e-4, abs=1e-6)
         weights = torch.load(tmp_path / f"weights_rank{rank}.pt", weights_only=False)
         for bucket in weights["buckets"]:
             for name, tensor in bucket:
