@@ -82,7 +82,7 @@ def shard_model(model: torch.nn.Module, mesh: Any, options: FSDP2Options, comput
                               reduce_dtype=DTYPES[reduce_dtype] if reduce_dtype else None)
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if options.offload_policy else OffloadPolicy()
     kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
-    for unit in wrap_units(model, options):
+    for unit in reversed(wrap_units(model, options)):  # inner units first: a unit manages what is left to it
         fully_shard(unit, reshard_after_forward=options.reshard_after_forward, **kwargs)
     fully_shard(model, reshard_after_forward=False, **kwargs)  # the root stays gathered until its backward is done
     return model

@@ -17,6 +17,7 @@ compares, on CPU, to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ from roll.strategies.registry import get_strategy_class  # noqa: E402
 from tests.strategies.test_train_step import _batch  # noqa: E402
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+#: strategy_config of every fsdp2 strategy of the run (JSON; e.g. ``{"fsdp_size": 2}`` for HSDP on 4 ranks)
+OPTIONS = json.loads(os.environ.get("FSDP2_OPTIONS", "{}"))
 
 
 def strategy(model_dir: str, name: str = "fsdp2_train", role: str = "actor_train", per_device: int = 2,
@@ -42,7 +45,7 @@ def strategy(model_dir: str, name: str = "fsdp2_train", role: str = "actor_train
     cfg.model_args.model_name_or_path = model_dir
     cfg.model_args.disable_gradient_checkpointing = True
     cfg.strategy_args.strategy_name = name
-    cfg.strategy_args.strategy_config = dict(options or {})
+    cfg.strategy_args.strategy_config = {**OPTIONS, **(options or {})}
     cfg.training_args.per_device_train_batch_size = per_device
     cfg.training_args.gradient_accumulation_steps = accum
     cfg.training_args.learning_rate = 1e-2
@@ -81,7 +84,8 @@ def train(model_dir: str) -> dict:
     calls = count_reduce_scatters()
     metrics = s.train_step(chunk, PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean")))
     return {"metrics": metrics, "grads": applied_grads(s), "reduce_scatters": calls[0],
-            "units": len(s.model.model.layers) + 1, "micro_batches": len(s._micro(chunk, train=True))}
+            "units": len(s.model.model.layers) + 1, "micro_batches": len(s._micro(chunk, train=True)),
+            "mesh": tuple(s.mesh.shape)}
 
 
 def resume(model_dir: str, out: Path) -> dict:

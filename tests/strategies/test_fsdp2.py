@@ -258,25 +258,28 @@ def test_critic_equals_deepspeed_critic(tiny_model_dir):
                                atol=1e-6, rtol=1e-5)
 
 
-# ---------------------------------------------------------------- two ranks over gloo
-@pytest.fixture(scope="module")
-def two_ranks(tiny_model_dir, tmp_path_factory):
-    """Runs every scenario of ``fsdp2_peer.py`` once on two ranks; returns ``load(scenario, rank)``."""
+# ---------------------------------------------------------------- two (and four) ranks over gloo
+def run_peers(world: int, scenarios: str, model_dir: str, out: Path, options: str = "{}"):
+    """Runs ``fsdp2_peer.py`` on ``world`` CPU ranks; returns ``load(scenario, rank)``."""
     from roll.distributed.group import free_port
 
-    out = tmp_path_factory.mktemp("fsdp2_two_ranks")
-    port = free_port()
-    procs = []
-    for rank in range(2):
+    port, procs = free_port(), []
+    for rank in range(world):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": "0", "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "fsdp2_peer.py"),
-                                       "train,resume,weights,infer,critic", tiny_model_dir, str(out)],
+               "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+               "FSDP2_OPTIONS": options}
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "fsdp2_peer.py"), scenarios, model_dir, str(out)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]
     return lambda scenario, rank: torch.load(out / f"{scenario}_rank{rank}.pt", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory):
+    """Every scenario of ``fsdp2_peer.py``, run once on two ranks."""
+    return run_peers(2, "train,resume,weights,infer,critic", tiny_model_dir, tmp_path_factory.mktemp("fsdp2_2"))
 
 
 @pytest.mark.slow
@@ -344,3 +347,20 @@ def test_two_ranks_critic_match_one(two_ranks, tiny_model_dir):
     want.train_step(_critic_batch(), CriticValueLoss(0.5))
     for rank in range(2):
         _assert_close(two_ranks("critic", rank)["grads"], _fsdp2_grads(want))
+
+
+@pytest.mark.slow
+def test_hsdp_four_ranks_match_deepspeed_on_one(tiny_model_dir, tmp_path):
+    """fsdp_size 2 on 4 ranks: two replicas of a model sharded over 2 ranks (a 2-D mesh) make the same step as one
+    DeepSpeed rank on all 8 samples, and resume exactly."""
+    load = run_peers(4, "train,resume", tiny_model_dir, tmp_path, '{"fsdp_size": 2}')
+    ds = _deepspeed(tiny_model_dir, dynamic=True)
+    want = ds.train_step(_batch(), PPO)
+    for rank in range(4):
+        got = load("train", rank)
+        assert got["mesh"] == (2, 2)
+        assert got["metrics"]["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-5)
+        _assert_close(got["grads"], _applied_grads(ds))
+        resumed = load("resume", rank)
+        _assert_close(resumed["loaded"], resumed["saved"], atol=0, rtol=0)
+        assert resumed["resumed"][0] == resumed["straight"][0]
