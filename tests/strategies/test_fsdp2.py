@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from roll.algorithms.losses import ActorLossConfig
-from roll.config.errors import ConfigError
 from roll.config.worker import WorkerConfig
 from roll.models.logprobs import token_log_probs
 from roll.pipelines.loss_fns import SFT_LOSS, CriticValueLoss, PPOActorLoss

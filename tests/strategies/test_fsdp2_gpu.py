@@ -72,8 +72,8 @@ def _step_record(strategy, batch: Batch) -> dict:
     return {"log_probs": log_probs, "metrics": metrics, "grads": grads}
 
 
-def _release(strategy) -> None:
-    del strategy
+def _free_cuda() -> None:
+    """Return the memory of strategies the caller has deleted."""
     gc.collect()
     torch.cuda.empty_cache()
 
@@ -85,7 +85,8 @@ def test_bf16_step_matches_deepspeed(model_dir):
     kwargs = dict(dtype="bf16", per_device=4, accum=4)
     ds = _build(model_dir, "deepspeed_train", {"zero_stage": 2}, **kwargs)
     want = _step_record(ds, batch)
-    _release(ds)
+    del ds
+    _free_cuda()
     fs = _build(model_dir, "fsdp2_train", {}, **kwargs)
     got = _step_record(fs, batch)
     lp_diff = (got["log_probs"] - want["log_probs"]).abs()
@@ -98,7 +99,8 @@ def test_bf16_step_matches_deepspeed(model_dir):
     den = sum(float(g.pow(2).sum()) for g in want["grads"].values())
     print(f"applied gradients: relative L2 difference {(num / den) ** 0.5:.2e}")
     assert (num / den) ** 0.5 < 3e-2
-    _release(fs)
+    del fs
+    _free_cuda()
 
 
 def test_offload_reload_between_phases(model_dir):
@@ -120,7 +122,8 @@ def test_offload_reload_between_phases(model_dir):
     assert metrics["actor/grad_norm"] > 0
     after = dict(fs.named_weights())
     assert any(not torch.equal(after[n], t) for n, t in before.items())  # the optimizer moved the reloaded shards
-    _release(fs)
+    del fs
+    _free_cuda()
 
 
 def test_cpu_offload_policy_trains_on_gpu(model_dir):
@@ -129,12 +132,14 @@ def test_cpu_offload_policy_trains_on_gpu(model_dir):
     batch = _gpu_batch(4, 256)
     plain = _build(model_dir, "fsdp2_train", {}, dtype="bf16", per_device=4, accum=1)
     want = plain.train_step(batch, PPO)
-    _release(plain)
+    del plain
+    _free_cuda()
     off = _build(model_dir, "fsdp2_train", {"offload_policy": True}, dtype="bf16", per_device=4, accum=1)
     assert all(p.to_local().device.type == "cpu" for p in off.model.parameters())
     got = off.train_step(batch, PPO)
     assert got["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-2)
-    _release(off)
+    del off
+    _free_cuda()
 
 
 def test_device_buckets_and_reference(model_dir):
