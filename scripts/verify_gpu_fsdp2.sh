@@ -24,7 +24,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/roll-verify-fsdp2}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 STEPS=${STEPS:-6}
-RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 MISMATCH_MAX=${MISMATCH_MAX:-0.01}
 RUNS=${RUNS:-fsdp2 zero2}
 WORK=${WORK:-/tmp/roll-verify-fsdp2-work}
@@ -102,7 +102,7 @@ for item in sys.argv[4:]:
         ok &= passed
     summary.setdefault(name, {})["checks"] = checks
 results = {p.stem: json.loads(p.read_text()) for p in out.glob("sokoban_qwen05b_sglang*.json")}
-fs = next((r for k, r in results.items() if "_fsdp2_" in k and "dp2" not in k and "disagg" not in k), None)
+fs = next((r for k, r in results.items() if "_fsdp2_" in k and "_dp2_" not in k and "disagg" not in k), None)
 ds = next((r for k, r in results.items() if "_zero2_" in k), None)
 if fs and ds:
     for key in ("step_s", "train_s", "train_tokens_per_s", "mfu", "sync_s", "actor_train_peak_allocated_gib",
