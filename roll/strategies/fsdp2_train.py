@@ -13,7 +13,8 @@
   (transformers' non-reentrant checkpointing, which FSDP2 supports).
 - Checkpoints: ``torch.distributed.checkpoint`` (DCP) of the sharded model and optimizer states (every rank writes
   its shards) plus ``roll_state.json`` (``optimizer_steps``); exact resume with the same world size.
-- Weights for sync and export: gathered from the shards one tensor at a time, in ``model_args.dtype``.
+- Weights for sync and export: gathered from the shards one tensor at a time, in ``model_args.dtype``
+  (``save_pretrained``: the full state dict, buffers included).
 """
 
 from __future__ import annotations
@@ -142,10 +143,17 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
             load_full(params[name], tensor)
 
     def save_pretrained(self, path: str) -> None:
-        weights = dict(self.named_weights())
+        """The full state dict (parameters and persistent buffers, gathered tensor by tensor to rank 0's CPU) in
+        ``model_args.dtype``, saved by rank 0 with the tokenizer. Every rank must call it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        reshard_all(self.model)
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
+            dtype = DTYPES[self.config.model_args.dtype]
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in full.items()}
             Path(path).mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(path, state_dict=weights)
+            self.model.save_pretrained(path, state_dict=state)
             self.tokenizer.save_pretrained(path)
 
     # ------------------------------------------------------------------ checkpoints

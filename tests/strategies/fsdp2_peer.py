@@ -9,8 +9,8 @@ compares, on CPU, to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
   reduce-scatters the step made and of its micro-batches;
 - ``resume``: step, checkpoint, step; then a fresh strategy loads the checkpoint and steps: the state saved and the
   state loaded (weights, Adam moments), both steps' metrics and weights;
-- ``weights``: bucket plan, bucket contents and ``named_weights`` after ``load_weights`` of known tensors, and a
-  gather/scatter round trip through an unevenly sharded parameter;
+- ``weights``: bucket plan, bucket contents and ``named_weights`` after ``load_weights`` of known tensors, the HF
+  export of them (``OUT_DIR/hf``), and a gather/scatter round trip through an unevenly sharded parameter;
 - ``infer``: ``fsdp2_infer`` log-probs with unequal micro-batch counts per rank (rank 1 gets no samples at all);
 - ``critic``: one critic step (values and the applied gradients).
 """
@@ -78,7 +78,7 @@ def count_reduce_scatters() -> list[int]:
     return calls
 
 
-def train(model_dir: str) -> dict:
+def train(model_dir: str, out: Path) -> dict:
     chunk = _batch().chunk(WORLD)[RANK]
     s = strategy(model_dir, per_device=2, accum=4 // WORLD, dynamic=True)
     calls = count_reduce_scatters()
@@ -113,7 +113,7 @@ def snapshot(s) -> dict[str, torch.Tensor]:
     return out
 
 
-def weights(model_dir: str) -> dict:
+def weights(model_dir: str, out: Path) -> dict:
     from torch.distributed.fsdp import fully_shard
 
     from roll.strategies.fsdp2_shard import full_tensor, load_full
@@ -124,6 +124,7 @@ def weights(model_dir: str) -> dict:
     s.load_weights(new)
     metas = s.weight_bucket_metas(20000)
     buckets = [[(n, t.clone()) for n, t in b] for b in s.weight_buckets(20000)]
+    s.save_pretrained(str(out / "hf"))  # collective; rank 0 writes
     odd = torch.nn.Linear(3, 5)  # weight (5, 3): dim 0 splits 3 + 2 over two ranks
     fully_shard(odd, mesh=s.mesh)
     value = torch.arange(15, dtype=torch.float32, device=s.device).view(5, 3)
@@ -133,14 +134,14 @@ def weights(model_dir: str) -> dict:
             "odd_full": full_tensor(odd.weight, s.device)}
 
 
-def infer(model_dir: str) -> dict:
+def infer(model_dir: str, out: Path) -> dict:
     batch = _batch()
     mine = batch.select(range(7)) if RANK == 0 else batch.select([])  # 4 micro-batches of 2 against none
     s = strategy(model_dir, name="fsdp2_infer", role="reference")
     return {"log_probs": s.compute_log_probs(mine, with_entropy=True)}
 
 
-def critic(model_dir: str) -> dict:
+def critic(model_dir: str, out: Path) -> dict:
     batch = _batch()
     batch["values"] = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
     batch["returns"] = torch.linspace(-1, 1, batch["values"].numel()).view_as(batch["values"])
@@ -162,9 +163,9 @@ def to_cpu(value):
 
 def main(scenarios: str, model_dir: str, out_dir: str) -> None:
     out = Path(out_dir)
-    run = {"train": train, "weights": weights, "infer": infer, "critic": critic}
+    run = {"train": train, "resume": resume, "weights": weights, "infer": infer, "critic": critic}
     for scenario in scenarios.split(","):
-        result = resume(model_dir, out) if scenario == "resume" else run[scenario](model_dir)
+        result = run[scenario](model_dir, out)
         torch.save(to_cpu(result), out / f"{scenario}_rank{RANK}.pt")
     torch.distributed.destroy_process_group()
 

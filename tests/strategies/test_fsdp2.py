@@ -259,7 +259,7 @@ def test_critic_equals_deepspeed_critic(tiny_model_dir):
 
 # ---------------------------------------------------------------- two (and four) ranks over gloo
 def run_peers(world: int, scenarios: str, model_dir: str, out: Path, options: str = "{}"):
-    """Runs ``fsdp2_peer.py`` on ``world`` CPU ranks; returns ``load(scenario, rank)``."""
+    """Runs ``fsdp2_peer.py`` on ``world`` CPU ranks; returns ``load(scenario, rank)`` (``load.out``: the folder)."""
     from roll.distributed.group import free_port
 
     port, procs = free_port(), []
@@ -272,7 +272,12 @@ def run_peers(world: int, scenarios: str, model_dir: str, out: Path, options: st
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]
-    return lambda scenario, rank: torch.load(out / f"{scenario}_rank{rank}.pt", weights_only=False)
+
+    def load(scenario: str, rank: int):
+        return torch.load(out / f"{scenario}_rank{rank}.pt", weights_only=False)
+
+    load.out = out
+    return load
 
 
 @pytest.fixture(scope="module")
@@ -322,10 +327,13 @@ def test_two_ranks_weights(two_ranks):
         full = torch.arange(15, dtype=torch.float32).view(5, 3)
         assert torch.equal(result["odd_local"], full[:3] if rank == 0 else full[3:])  # uneven shards: 3 + 2 rows
         assert torch.equal(result["odd_full"], full)
-    named = two_ranks("weights", 0)["named"]
-    assert set(named) == set(two_ranks("weights", 0)["new"])
+    from transformers import AutoModelForCausalLM
+
+    named, new = two_ranks("weights", 0)["named"], two_ranks("weights", 0)["new"]
+    assert set(named) == set(new)
+    exported = dict(AutoModelForCausalLM.from_pretrained(two_ranks.out / "hf").named_parameters())
     for name, tensor in named.items():
-        assert torch.equal(tensor, two_ranks("weights", 0)["new"][name])
+        assert torch.equal(tensor, new[name]) and torch.equal(exported[name].detach(), new[name]), name
 
 
 @pytest.mark.slow
