@@ -4,8 +4,9 @@ pass of sokoban_tiny's shape, ``fsdp2_train`` against ``deepspeed_train`` (ZeRO-
 The model is sokoban_tiny's (``tiny_model`` block: hidden 128, 4 layers, vocabulary 1024, ~1M parameters), the
 batch one rollout of it (64 samples; lengths drawn uniformly from ``--lengths``), trained as sokoban_tiny does
 (8 samples per micro-batch, 2 micro-batches per optimizer step: 4 optimizer steps, fp32, no checkpointing, PPO
-loss). Strategies are timed in turn, ``--repeats`` rounds after a warm-up round, so load drift on a shared machine
-hits each of them alike; medians and minima go to ``benchmarks/results/cpu_train_step.json``.
+loss); the model is built in ``output/models/tiny-qwen2-bench``. Strategies are timed in turn, ``--repeats`` rounds
+after a warm-up round, so load drift on a shared machine hits each of them alike; medians and minima go to
+``benchmarks/results/cpu_train_step.json``. Only numbers from a quiet machine mean anything (``load_avg`` is kept).
 
     python benchmarks/cpu_train_step.py --repeats 7
 """
