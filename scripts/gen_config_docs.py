@@ -68,11 +68,16 @@ def schemas() -> list[type]:
     return out + [RLVRConfig]
 
 
-def backend_options() -> list[tuple[str, type]]:
-    """``(strategy names, options dataclass)`` of the backends whose ``strategy_config`` is typed."""
+def backend_options() -> list[tuple[str, type, str]]:
+    """``(strategy names, options dataclass, note)`` of the backends whose ``strategy_config`` is typed."""
     from roll.config.fsdp2 import FSDP2_STRATEGIES, FSDP2Options
+    from roll.config.megatron import MEGATRON_STRATEGIES, MegatronOptions
 
-    return [(", ".join(f"`{n}`" for n in FSDP2_STRATEGIES), FSDP2Options)]
+    return [(" / ".join(f"`{n}`" for n in MEGATRON_STRATEGIES), MegatronOptions,
+             "ROLL's key names; an unknown key (including MoE `moe_*` keys) is an error."),
+            (" / ".join(f"`{n}`" for n in FSDP2_STRATEGIES), FSDP2Options,
+             "ROLL's key names; DeepSpeed's `zero_stage` and ROLL keys without meaning in roll are named in a "
+             "warning and ignored.")]
 
 
 def _own_fields(cls: type) -> list[dataclasses.Field]:
@@ -136,10 +141,11 @@ def render() -> str:
             seen.add(cls)
             lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), ""]
             lines += table(cls, dataclasses.fields(cls)) + [""]
-    for names, options in backend_options():
+    for names, options, note in backend_options():
         for cls in nested_dataclasses(options):
             where = f" (`strategy_config` of {names})" if cls is options else ""
-            lines += [f"## `{cls.__name__}`{where}", "", (cls.__doc__ or "").strip(), ""]
+            text = (cls.__doc__ or "").strip() + (f" {note}" if cls is options and note else "")
+            lines += [f"## `{cls.__name__}`{where}", "", text, ""]
             lines += table(cls, dataclasses.fields(cls)) + [""]
     return "\n".join(lines).rstrip() + "\n"
 

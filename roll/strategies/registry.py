@@ -75,4 +75,9 @@ register_strategy("fsdp2_train", "roll.strategies.fsdp2_train:FSDP2TrainStrategy
                   role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"})
 register_strategy("fsdp2_infer", "roll.strategies.fsdp2_infer:FSDP2InferStrategy", {"reference"},
                   requires="torch>=2.6")
+register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
+                  {"actor_train", "critic"}, requires="roll[megatron]",
+                  role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"})
+register_strategy("megatron_infer", "roll.strategies.megatron_train:MegatronInferStrategy",
+                  {"reference"}, requires="roll[megatron]")
 register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]")

@@ -23,7 +23,7 @@ def generator():
 GEN = generator()
 
 
-@pytest.mark.parametrize("schema", GEN.schemas() + [cls for _, cls in GEN.backend_options()],
+@pytest.mark.parametrize("schema", GEN.schemas() + [cls for _, cls, _ in GEN.backend_options()],
                          ids=lambda s: s.__name__)
 def test_every_field_has_help(schema):
     missing = fields_without_help(schema)
@@ -38,7 +38,7 @@ def test_docs_up_to_date():
 
 def test_docs_list_every_key_with_type_default_and_choices():
     text = GEN.render()
-    for schema in GEN.schemas() + [cls for _, cls in GEN.backend_options()]:
+    for schema in GEN.schemas() + [cls for _, cls, _ in GEN.backend_options()]:
         for cls in nested_dataclasses(schema):
             for f in dataclasses.fields(cls):
                 assert f"| `{f.name}` |" in text, f"{cls.__name__}.{f.name} missing from docs"
