@@ -288,9 +288,11 @@ def two_ranks(tiny_model_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_two_ranks_match_deepspeed_on_one(two_ranks, tiny_model_dir):
-    """Two ranks with 4 samples each (token-budget micro-batches, unequal counts per rank) make the step
-    deepspeed_train makes with all 8 on one rank; one reduce-scatter per FSDP unit, not per micro-batch."""
-    batch = _batch()
+    """Two ranks with 4 samples each (token-budget micro-batches: 3 on one rank, 2 and a dummy on the other) make
+    the step deepspeed_train makes with all 8 on one rank; one reduce-scatter per FSDP unit, not per micro-batch."""
+    from tests.strategies.fsdp2_peer import ORDER
+
+    batch = _batch().select(ORDER)
     ds = _deepspeed(tiny_model_dir, dynamic=True)
     want = ds.train_step(batch, PPO)
     ranks = [two_ranks("train", r) for r in range(2)]
@@ -302,7 +304,7 @@ def test_two_ranks_match_deepspeed_on_one(two_ranks, tiny_model_dir):
         assert r["metrics"]["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-5)
         _assert_close(r["grads"], _applied_grads(ds))
         assert r["reduce_scatters"] == r["units"] == 3  # 2 decoder layers + the root
-        assert r["micro_batches"] > 1
+    assert [r["micro_batches"] for r in ranks] == [3, 2]
 
 
 @pytest.mark.slow
@@ -360,9 +362,11 @@ def test_two_ranks_critic_match_one(two_ranks, tiny_model_dir):
 def test_hsdp_four_ranks_match_deepspeed_on_one(tiny_model_dir, tmp_path):
     """fsdp_size 2 on 4 ranks: two replicas of a model sharded over 2 ranks (a 2-D mesh) make the same step as one
     DeepSpeed rank on all 8 samples, and resume exactly."""
+    from tests.strategies.fsdp2_peer import ORDER
+
     load = run_peers(4, "train,resume", tiny_model_dir, tmp_path, '{"fsdp_size": 2}')
     ds = _deepspeed(tiny_model_dir, dynamic=True)
-    want = ds.train_step(_batch(), PPO)
+    want = ds.train_step(_batch().select(ORDER), PPO)
     for rank in range(4):
         got = load("train", rank)
         assert got["mesh"] == (2, 2)

@@ -176,8 +176,10 @@ def test_two_gpus_match_one(tiny_model_dir, tmp_path):
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]
+    from tests.strategies.fsdp2_peer import ORDER
+
     one = _fsdp2(tiny_model_dir, dynamic=True)
-    want = one.train_step(_batch(), PPO)
+    want = one.train_step(_batch().select(ORDER), PPO)
     want_grads = {n: g.cpu() for n, g in _fsdp2_grads(one).items()}
     for rank in range(2):
         got = torch.load(tmp_path / f"train_rank{rank}.pt", weights_only=False)
