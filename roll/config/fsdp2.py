@@ -6,8 +6,10 @@ Key names are ROLL's (``fsdp_size``, ``param_dtype``, ``reduce_dtype``, ``reshar
 verl that have no meaning in roll are accepted with a warning (:data:`IGNORED`); keys of features roll does not
 have are errors that name what to use instead (:data:`UNSUPPORTED`).
 
-:func:`parse_fsdp2_options` turns a ``strategy_config`` into :class:`FSDP2Options` (unknown keys, types and choices
-checked); :func:`validate_fsdp2` adds the rules that need the worker block (world size, model dtype, role).
+The strategy registry names :class:`FSDP2Options` as the options of ``fsdp2_train`` / ``fsdp2_infer``;
+:func:`roll.config.strategies.parse_options` builds it through :meth:`FSDP2Options.from_mapping` (unknown keys, types
+and choices checked), and the launch's preflight runs :meth:`FSDP2Options.check_worker` (world size, model dtype,
+role) and prints :meth:`FSDP2Options.ignored`.
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ class FSDP2WrapPolicy:
 
 @dataclass
 class FSDP2Options:
-    """``strategy_config`` of ``fsdp2_train`` / ``fsdp2_infer`` (PyTorch FSDP2, ``fully_shard``)."""
+    """``strategy_config`` of ``fsdp2_train`` / ``fsdp2_infer`` (PyTorch FSDP2, ``fully_shard``). ROLL's key names;
+    verl's ``mixed_precision: {param_dtype, reduce_dtype}`` is accepted for the two flat keys. Accepted with a
+    warning and ignored: ``async_save_ckpt``, ``use_batched_model_update``, ``apply_expert_patch``, ``zero_stage``.
+    Errors unless off (the error names what to use): ``apply_tiled_mlp``, ``tiled_num_shards``, ``param_offload``,
+    ``optimizer_offload``, ``moe_experts``, ``buffer_dtype``, ``offload_optimizer``, ``offload_param``."""
 
     fsdp_size: int = fld(0, "Ranks that shard one model replica: 0 or 1 (or >= the role's world size) = all of "
                             "them (FSDP, as in ROLL); a divisor of the world size in between = HSDP, "
@@ -81,6 +87,36 @@ class FSDP2Options:
                                       "unit is copied to the GPU for its forward and backward.")
     wrap_policy: FSDP2WrapPolicy = field(default_factory=FSDP2WrapPolicy,
                                          metadata={"help": "Which modules become FSDP units."})
+
+    def ignored(self) -> list[tuple[str, str]]:
+        """``(key, why)`` for the set keys roll accepts but does not use (:data:`IGNORED`, :data:`UNSUPPORTED` off)."""
+        return list(getattr(self, "_ignored", []))
+
+    @classmethod
+    def from_mapping(cls, raw: Any, key: str) -> "FSDP2Options":
+        """Parse a ``strategy_config`` (the hook :func:`roll.config.strategies.parse_options` calls): verl's
+        ``mixed_precision: {param_dtype, reduce_dtype}`` fills the flat keys (setting one both ways is an error);
+        :data:`IGNORED` keys are kept for :meth:`ignored`; :data:`UNSUPPORTED` keys raise unless off."""
+        data = dict(raw or {}) if isinstance(raw, Mapping) or raw is None else raw
+        if isinstance(data, dict) and data.get("mixed_precision") is not None:
+            mixed = data.pop("mixed_precision")
+            if not isinstance(mixed, Mapping):
+                raise ConfigError(f"{key}.mixed_precision", mixed, "expected a mapping with param_dtype / reduce_dtype")
+            for name, value in mixed.items():
+                if name in data:
+                    raise ConfigError(f"{key}.mixed_precision.{name}", value,
+                                      f"also set as {key}.{name}; set it in one place (mixed_precision is verl's "
+                                      f"spelling of the flat keys)")
+                data[name] = value
+        ignored: list[tuple[str, str]] = []
+        options = _build(cls, data, key, "", ignored)
+        options._ignored = ignored
+        return options
+
+    def check_worker(self, worker: Any, key: str) -> None:
+        """Rules that need the worker block ``key`` belongs to: ``fsdp_size`` divides the role's world size, and
+        training does not run in fp16 (it needs loss scaling, which fsdp2_train does not do)."""
+        check_fsdp2_worker(self, worker, key, worker.world_size)
 
 
 def dtype_name(value: str | None) -> str | None:
@@ -104,9 +140,9 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
-def _build(cls: type, data: Any, key: str, ignored: list[str]) -> Any:
+def _build(cls: type, data: Any, key: str, prefix: str, ignored: list[tuple[str, str]]) -> Any:
     """An instance of dataclass ``cls`` from a mapping: unknown keys, types and choices checked; :data:`IGNORED`
-    keys are appended to ``ignored``; :data:`UNSUPPORTED` keys raise unless off (:data:`OFF`)."""
+    keys go to ``ignored`` (``prefix`` + name, why); :data:`UNSUPPORTED` keys raise unless off (:data:`OFF`)."""
     from roll.config.validation import check_choices
 
     if data is None:
@@ -119,15 +155,15 @@ def _build(cls: type, data: Any, key: str, ignored: list[str]) -> Any:
     for name, value in data.items():
         where = f"{key}.{name}"
         if name in IGNORED:
-            ignored.append(f"{where} ({IGNORED[name]})")
+            ignored.append((prefix + name, IGNORED[name]))
         elif name in UNSUPPORTED:
             if value not in OFF:
                 raise ConfigError(where, value, f"not supported by roll's FSDP2 strategies: {UNSUPPORTED[name]}")
-            ignored.append(f"{where} (off; {UNSUPPORTED[name]})")
+            ignored.append((prefix + name, f"off; {UNSUPPORTED[name]}"))
         elif name not in fields:
             raise ConfigError(where, value, f"unknown {cls.__name__} key; known: {', '.join(sorted(fields))}")
         elif dataclasses.is_dataclass(hints[name]):
-            kwargs[name] = _build(hints[name], value, where, ignored)
+            kwargs[name] = _build(hints[name], value, where, f"{prefix}{name}.", ignored)
         else:
             kwargs[name] = _typed(value, hints[name], where)
     obj = cls(**kwargs)
@@ -135,56 +171,24 @@ def _build(cls: type, data: Any, key: str, ignored: list[str]) -> Any:
     return obj
 
 
-def parse_fsdp2_options(strategy_config: Mapping[str, Any] | None,
-                        key: str = "strategy_config") -> tuple[FSDP2Options, list[str]]:
-    """:class:`FSDP2Options` of a ``strategy_config`` and the ignored keys (each ``"key (why)"``, for one warning
-    line). verl's ``mixed_precision: {param_dtype, reduce_dtype}`` fills the flat keys; setting a key both ways is
-    an error."""
-    data = dict(strategy_config or {})
-    mixed = data.pop("mixed_precision", None)
-    if mixed is not None:
-        if not isinstance(mixed, Mapping):
-            raise ConfigError(f"{key}.mixed_precision", mixed, "expected a mapping with param_dtype / reduce_dtype")
-        for name, value in mixed.items():
-            if name in data:
-                raise ConfigError(f"{key}.mixed_precision.{name}", value,
-                                  f"also set as {key}.{name}; set it in one place (mixed_precision is verl's "
-                                  f"spelling of the flat keys)")
-            data[name] = value
-    ignored: list[str] = []
-    return _build(FSDP2Options, data, key, ignored), ignored
-
-
-def validate_fsdp2(worker: Any, role: str, train: bool,
-                   world_size: int | None = None) -> tuple[FSDP2Options, list[str]]:
-    """Options of ``worker``'s (a ``WorkerConfig``) FSDP2 ``strategy_config`` plus the rules that need the block:
-    ``fsdp_size`` divides the world size (``world_size``, default the block's); training does not run in fp16 (it
-    needs loss scaling, which fsdp2_train does not do). Returns the options and the ignored keys (see
-    :func:`parse_fsdp2_options`)."""
-    key = f"{role}.strategy_args.strategy_config"
-    options, ignored = parse_fsdp2_options(worker.strategy_args.strategy_config, key)
-    world = world_size or worker.world_size
+def check_fsdp2_worker(options: FSDP2Options, worker: Any, key: str, world: int) -> None:
+    """``fsdp_size`` fits ``world`` ranks; an ``fsdp2_train`` role does not compute in fp16."""
     if options.fsdp_size < 0 or 1 < options.fsdp_size < world and world % options.fsdp_size:
         raise ConfigError(f"{key}.fsdp_size", options.fsdp_size,
                           f"must be 0 (shard over all {world} ranks) or a divisor of the world size {world}")
     compute = dtype_name(options.param_dtype) or worker.model_args.dtype
-    if train and compute == "fp16":
+    if worker.strategy_args.strategy_name == "fsdp2_train" and compute == "fp16":
+        role = key.split(".")[0]
         raise ConfigError(f"{key}.param_dtype" if options.param_dtype else f"{role}.model_args.dtype", "fp16",
                           "fsdp2_train trains in bf16 or fp32 (fp16 needs loss scaling, which it does not do)")
-    return options, ignored
 
 
-#: Strategies whose ``strategy_config`` is :class:`FSDP2Options`, and whether the role trains.
-FSDP2_STRATEGIES = {"fsdp2_train": True, "fsdp2_infer": False}
+def fsdp2_options(worker: Any, role: str, world_size: int) -> FSDP2Options:
+    """The options of ``worker``'s (a ``WorkerConfig``) FSDP2 ``strategy_config``, checked for ``world_size``
+    ranks (a strategy's own world size): what the strategies build from."""
+    from roll.config.strategies import parse_options
 
-
-def check_fsdp2_roles(cfg: Any) -> None:
-    """Launch check (until the strategy registry names each backend's options, issue 16): every role on an FSDP2
-    strategy has valid options; keys accepted but ignored are named in one warning line."""
-    ignored: list[str] = []
-    for role in ("actor_train", "actor_infer", "reference", "critic"):
-        worker = getattr(cfg, role, None)
-        if worker is not None and worker.strategy_args.strategy_name in FSDP2_STRATEGIES:
-            ignored += validate_fsdp2(worker, role, FSDP2_STRATEGIES[worker.strategy_args.strategy_name])[1]
-    if ignored:
-        print(f"[roll] warning: ignoring {'; '.join(ignored)}", flush=True)
+    key = f"{role}.strategy_args.strategy_config"
+    options = parse_options(FSDP2Options, worker.strategy_args.strategy_config, key)
+    check_fsdp2_worker(options, worker, key, world_size)
+    return options

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+#: Why, in the registry's words (``strategy_name: vllm`` -> "vllm <this>"); the preflight's error adds the options.
+VLLM_UNAVAILABLE = ("is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
+                    "version vllm pins); use sglang on GPU (gpu_memory_utilization -> mem_fraction_static, "
+                    "tensor_parallel_size -> tp_size, ...; docs/sglang.md) or hf_infer on CPU")
+
 #: vLLM engine argument -> the SGLang ``Engine`` argument that does the same (same value).
 VLLM_TO_SGLANG = {
     "gpu_memory_utilization": "mem_fraction_static",
@@ -36,19 +41,26 @@ def sglang_equivalent(vllm_config: Mapping[str, Any] | None) -> tuple[dict[str, 
     """``(sglang strategy_config, dropped keys, keys without a known equivalent)`` of a vLLM ``strategy_config``.
 
     >>> sglang_equivalent({"gpu_memory_utilization": 0.8, "enable_prefix_caching": False, "seed": 1})
-    ({'mem_fraction_static': 0.8, 'disable_radix_cache': True}, ['seed'], [])
+    ({'mem_fraction_static': 0.8, 'engine_args': {'disable_radix_cache': True}}, ['seed'], [])
     """
+    import dataclasses
+
+    from roll.config.strategies import SGLangOptions
+
+    typed = {f.name for f in dataclasses.fields(SGLangOptions)}
     out: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
     dropped, unknown = [], []
     for key, value in (vllm_config or {}).items():
-        if key in VLLM_TO_SGLANG:
-            out[VLLM_TO_SGLANG[key]] = value
-        elif key in NEGATED:
-            out[NEGATED[key]] = not value
+        if key in VLLM_TO_SGLANG or key in NEGATED:
+            name = VLLM_TO_SGLANG.get(key) or NEGATED[key]
+            (out if name in typed else engine)[name] = value if key in VLLM_TO_SGLANG else not value
         elif key in HANDLED:
             dropped.append(key)
         else:
             unknown.append(key)
+    if engine:  # Engine arguments SGLangOptions does not type go through engine_args
+        out["engine_args"] = engine
     return out, dropped, unknown
 
 
@@ -60,7 +72,8 @@ def vllm_instead(vllm_config: Mapping[str, Any] | None) -> str:
     if not renamed:  # nothing set: name the usual ones
         renamed = [f"{k} -> {VLLM_TO_SGLANG[k]}" for k in ("gpu_memory_utilization", "tensor_parallel_size",
                                                            "max_model_len")]
-    body = ", ".join(f"{k}: {v}" for k, v in config.items())
+    body = ", ".join(f"{k}: {{{', '.join(f'{a}: {b}' for a, b in v.items())}}}" if k == "engine_args"
+                     else f"{k}: {v}" for k, v in config.items())
     parts = [f"vLLM is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
              f"version vllm pins); use strategy_name: sglang with strategy_config {{{body}}} "
              f"({', '.join(renamed)})"]

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import torch
 
-from roll.config.fsdp2 import validate_fsdp2
+from roll.config.fsdp2 import fsdp2_options
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.strategies.accumulation import BatchedForward
 from roll.strategies.base import Strategy, StrategyContext
@@ -27,7 +27,7 @@ class FSDP2InferStrategy(BatchedForward, Strategy):
     """A causal LM sharded by FSDP2 that scores sequences."""
 
     def initialize(self, ctx: StrategyContext) -> None:
-        self.options = validate_fsdp2(self.config, "reference", False, self.world_size)[0]
+        self.options = fsdp2_options(self.config, "reference", self.world_size)
         self.device = init_fsdp2_distributed(ctx.seed)
         margs = self.config.model_args
         dtype = compute_dtype_of(self.options, margs.dtype)

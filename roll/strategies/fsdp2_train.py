@@ -25,7 +25,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from roll.config.fsdp2 import FSDP2Options, validate_fsdp2
+from roll.config.fsdp2 import FSDP2Options, fsdp2_options
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
@@ -51,7 +51,7 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
         return load_causal_lm(margs.model_name_or_path, "fp32", attention, margs.trust_remote_code)
 
     def initialize(self, ctx: StrategyContext) -> None:
-        self.options: FSDP2Options = validate_fsdp2(self.config, self.role, True, self.world_size)[0]
+        self.options: FSDP2Options = fsdp2_options(self.config, self.role, self.world_size)
         self.device = init_fsdp2_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
         self.compute_dtype = compute_dtype_of(self.options, margs.dtype)

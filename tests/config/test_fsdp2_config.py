@@ -9,10 +9,16 @@ import pytest
 
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
-from roll.config.fsdp2 import FSDP2Options, parse_fsdp2_options
+from roll.config.fsdp2 import FSDP2Options
 from roll.config.loader import load_config
-from roll.config.validation import validate
+from roll.config.strategies import parse_options
 from roll.config.vllm_compat import sglang_equivalent
+from roll.pipelines.preflight import preflight
+
+
+def parse_fsdp2_options(raw):
+    options = parse_options(FSDP2Options, raw, "strategy_config")
+    return options, options.ignored()
 
 #: strategy_config of ROLL's FSDP2 guide (training example) and of its NPU example (keys roll ignores).
 ROLL_TRAIN = {"fsdp_size": 16, "param_dtype": "bf16", "reduce_dtype": "float32", "reshard_after_forward": True,
@@ -48,24 +54,24 @@ def test_roll_keys_parse_with_their_meaning():
     assert wrap.wrap_policy.transformer_layer_cls_to_wrap == ["Qwen2DecoderLayer"]
 
 
-def test_launch_accepts_fsdp2_roles_and_names_ignored_keys_once(base_cfg, capsys):
+def test_launch_accepts_fsdp2_roles_and_names_ignored_keys(base_cfg, capsys):
     cfg = _with(base_cfg, "actor_train", "fsdp2_train", ROLL_NPU)
     cfg = _with(cfg, "reference", "fsdp2_infer", dict(ROLL_TRAIN, async_save_ckpt=False))
-    validate(cfg)
-    lines = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
-    assert len(lines) == 1
+    warnings = preflight(cfg)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "config warning" in line]
+    assert len(lines) == len(warnings)
     for key in ("actor_train.strategy_args.strategy_config.use_batched_model_update",
                 "actor_train.strategy_args.strategy_config.async_save_ckpt",
                 "reference.strategy_args.strategy_config.async_save_ckpt"):
-        assert key in lines[0]
+        assert sum(line.startswith(f"roll: config warning: {key} is ignored: ") for line in lines) == 1, key
 
 
 def test_deepspeed_stage_keys_are_ignored_with_a_warning(base_cfg, capsys):
     """Switching a DeepSpeed role to fsdp2_train by its strategy_name alone works: the stage has no meaning there."""
-    validate(_with(base_cfg, "actor_train", "fsdp2_train", {"zero_stage": 2, "offload_param": "none"}))
-    out = capsys.readouterr().out
-    assert "zero_stage (a deepspeed_train key; FSDP2 shards parameters" in out
-    assert "offload_param (off; a deepspeed_train key" in out
+    preflight(_with(base_cfg, "actor_train", "fsdp2_train", {"zero_stage": 2, "offload_param": "none"}))
+    out = capsys.readouterr().err
+    assert "zero_stage is ignored: a deepspeed_train key; FSDP2 shards parameters" in out
+    assert "offload_param is ignored: off; a deepspeed_train key" in out
 
 
 @pytest.mark.parametrize("role, name, strategy_config, worker, match", [
@@ -91,7 +97,7 @@ def test_deepspeed_stage_keys_are_ignored_with_a_warning(base_cfg, capsys):
 def test_bad_fsdp2_config_is_one_line(base_cfg, role, name, strategy_config, worker, match):
     cfg = _with(base_cfg, role, name, strategy_config, **worker)
     with pytest.raises(ConfigError, match=match) as err:
-        validate(cfg)
+        preflight(cfg)
     assert str(err.value).startswith(role) and "\n" not in str(err.value)
 
 
@@ -103,22 +109,23 @@ def test_vllm_answer_names_the_sglang_options(base_cfg):
             "enable_prefix_caching": False, "swap_space": 4}
     cfg = _with(base_cfg, "actor_infer", "vllm", vllm)
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        preflight(cfg)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("actor_infer.strategy_args.strategy_name='vllm': vLLM is not available")
-    assert ("use strategy_name: sglang with strategy_config {mem_fraction_static: 0.8, page_size: 16, load_format: "
-            "auto, disable_radix_cache: True}") in msg
+    assert ("use strategy_name: sglang with strategy_config {mem_fraction_static: 0.8, load_format: auto, "
+            "engine_args: {page_size: 16, disable_radix_cache: True}}") in msg
     assert "gpu_memory_utilization -> mem_fraction_static" in msg and "block_size -> page_size" in msg
     assert "drop sleep_level" in msg and "check swap_space" in msg and "hf_infer" in msg
     config, dropped, unknown = sglang_equivalent(vllm)
     assert (dropped, unknown) == (["sleep_level"], ["swap_space"])
-    assert engine_kwargs("/m", "bf16", config, seed=0)["mem_fraction_static"] == 0.8
+    kwargs = engine_kwargs("/m", "bf16", config, seed=0)
+    assert (kwargs["mem_fraction_static"], kwargs["page_size"], kwargs["disable_radix_cache"]) == (0.8, 16, True)
 
 
 def test_vllm_without_options_names_the_usual_ones(base_cfg):
     with pytest.raises(ConfigError, match=r"strategy_config \{\} \(gpu_memory_utilization -> mem_fraction_static, "
                                           r"tensor_parallel_size -> tp_size, max_model_len -> context_length\)"):
-        validate(_with(base_cfg, "actor_infer", "vllm", {}))
+        preflight(_with(base_cfg, "actor_infer", "vllm", {}))
 
 
 def test_sglang_guide_lists_every_vllm_translation():

@@ -42,7 +42,7 @@ def test_two_steps_with_fsdp2_actor_and_reference(tmp_path, tiny_model_dir):
            "--config-name", "sokoban_fsdp2", *overrides, "actor_train.strategy_args.strategy_name=fsdp2_train"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "[roll] warning: ignoring actor_train.strategy_args.strategy_config.zero_stage" in proc.stdout
+    assert "roll: config warning: actor_train.strategy_args.strategy_config.zero_stage is ignored" in proc.stderr
 
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] >= 1]
