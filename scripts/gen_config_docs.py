@@ -30,8 +30,8 @@ are only interpolation sources or fragment blocks are YAML variables, dropped af
 wrong type or a bad choice is a one-line error naming the key (exit code 2 from the start scripts).
 
 Batch arithmetic (checked when the config loads): the global train batch is
-`per_device_train_batch_size x gradient_accumulation_steps x world_size` for `deepspeed_train`
-(`... x world_size / (TP x PP x CP)` for Megatron) and must divide the samples of one step
+`per_device_train_batch_size x gradient_accumulation_steps x world_size` for `deepspeed_train` and
+`fsdp2_train` (`... x world_size / (TP x PP x CP)` for Megatron) and must divide the samples of one step
 (`rollout_batch_size` trajectories in the agentic pipeline, `rollout_batch_size x num_return_sequences_in_group`
 responses in RLVR). One step then makes `samples / global batch` optimizer steps per `ppo_epochs` pass; for one
 optimizer step per rollout set `gradient_accumulation_steps = samples / (per_device_train_batch_size x world_size)`.
@@ -94,8 +94,10 @@ def registries() -> list[str]:
 
 def strategy_options() -> list[str]:
     """One table per registered strategy: the keys of its ``strategy_config``."""
+    from roll.config.fields import nested_dataclasses
     from roll.strategies.registry import ABILITIES, list_strategies, strategy_spec
 
+    seen: set[type] = set()
     lines = ["## Strategy options (`<role>.strategy_args.strategy_config`)", "",
              "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
              "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
@@ -107,6 +109,11 @@ def strategy_options() -> list[str]:
         lines += [f"### `{name}`: `{cls.__name__}`", "", inspect.cleandoc(cls.__doc__ or ""), "",
                   f"Roles: {', '.join(sorted(spec.roles))}. Abilities: {abilities}.", ""]
         lines += table(cls, dataclasses.fields(cls)) + [""]
+        for sub in nested_dataclasses(cls)[1:]:  # blocks inside the options (FSDP2's wrap_policy)
+            if sub not in seen:
+                seen.add(sub)
+                lines += [f"#### `{sub.__name__}`", "", inspect.cleandoc(sub.__doc__ or ""), ""]
+                lines += table(sub, dataclasses.fields(sub)) + [""]
     return lines
 
 

@@ -7,7 +7,10 @@ the options class of each backend (``register_strategy(..., options="roll.config
 backend reads its typed options, never ``strategy_config.get(key, default)``.
 
 A backend in another file registers its own options class the same way (a dataclass with ``fld`` fields and, for
-rules across its fields, a ``check(key)`` method).
+rules across its fields, a ``check(key)`` method). Optional hooks: ``check_worker(worker, key)`` (rules that need
+the worker block or model files; run by the preflight), ``ignored()`` (``(key, why)`` of set keys that are not
+used; the preflight warns) and a classmethod ``from_mapping(raw, key)`` that replaces the generic parsing (for
+keys beyond the fields, such as :class:`roll.config.fsdp2.FSDP2Options`'s aliases and ignored keys).
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ def parse_options(cls: Type[T], raw: Any, key: str) -> T:
     """
     if isinstance(raw, cls):
         options = raw
+    elif hasattr(cls, "from_mapping"):  # a class with keys beyond its fields (aliases, ignored keys)
+        options = cls.from_mapping(raw, key)
     else:
         options = _build(cls, raw, key)
     for f in dataclasses.fields(cls):

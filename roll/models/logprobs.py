@@ -4,8 +4,9 @@ The model runs once to its final hidden states (captured from its decoder; the L
 only, ``logits_to_keep=1``). The head is then applied chunk by chunk over the scored tokens: ``logits ->
 log_softmax -> gather (+ entropy)`` in one fused autograd function (:class:`LinearLogProbs`, whose backward
 recomputes the chunk's logits), or checkpointed through the head module where the head is not a plain linear layer
-in this process (a ZeRO-3 shard); forward and backward hold the logits of one chunk at a time. Chunks have at most :data:`CHUNK_ELEMENTS` logits (``chunk = CHUNK_ELEMENTS //
-vocab`` tokens: 1,766 tokens of a 151,936-word vocabulary, i.e. 1 GiB of fp32 logits).
+in this process (a ZeRO-3 shard, an FSDP2 DTensor shard); forward and backward hold the logits of one chunk at a
+time. Chunks have at most :data:`CHUNK_ELEMENTS` logits (``chunk = CHUNK_ELEMENTS // vocab`` tokens: 1,766 tokens of
+a 151,936-word vocabulary, i.e. 1 GiB of fp32 logits).
 
 Packed mode (``pack=True``) removes padding: the real tokens of all samples are concatenated into one row whose
 position ids restart at 0 for every sample; transformers then masks attention block-diagonally (each token sees
@@ -110,11 +111,20 @@ class LinearLogProbs(torch.autograd.Function):
 
 
 def _fusable(head: torch.nn.Module) -> bool:
-    """A bias-free linear head whose full weight is in this process (not a ZeRO-3 shard, which only the module's
-    own forward gathers)."""
+    """A bias-free linear head whose full weight is a plain tensor in this process: not a ZeRO-3 shard or an FSDP2
+    DTensor shard (a head sharded as its own unit), which only the module's own forward gathers."""
     weight = getattr(head, "weight", None)
     return (isinstance(head, torch.nn.Linear) and head.bias is None and weight is not None
-            and not hasattr(weight, "ds_id"))
+            and not hasattr(weight, "ds_id") and not _is_dtensor(weight))
+
+
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a DTensor (a sharded parameter of FSDP2), without importing DTensor for plain ones."""
+    if type(tensor) in (torch.Tensor, torch.nn.Parameter):
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0,

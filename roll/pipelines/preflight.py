@@ -73,6 +73,10 @@ def check_strategies(cfg: Any) -> None:
 
     for role, worker in _roles(cfg).items():
         name, key = worker.strategy_args.strategy_name, f"{role}.strategy_args.strategy_name"
+        if name == "vllm" and name not in list_strategies():  # the sglang options that replace the vLLM ones
+            from roll.config.vllm_compat import vllm_instead
+
+            raise ConfigError(key, name, vllm_instead(worker.strategy_args.strategy_config))
         try:
             spec = strategy_spec(name)
         except ValueError as exc:

@@ -39,32 +39,17 @@ def merge_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, floa
     return out
 
 
-class AccumulatingTrainStrategy(TrainStrategy):
-    """``train_step`` / ``compute_log_probs`` over hooks a torch backend implements."""
+class BatchedForward:
+    """Forward passes over micro-batches (``forward_batch``, ``compute_log_probs``) for a torch backend that
+    implements :meth:`_model`; mixed into a :class:`~roll.strategies.base.Strategy`, whose ``config``, ``device``
+    and ``world_size`` it reads."""
 
-    metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
     #: whether the model's forward can run packed rows (the value model cannot)
     supports_packing = True
 
-    # ------------------------------------------------------------------ hooks
     @abstractmethod
     def _model(self) -> torch.nn.Module:
         """What the forward calls (the engine or wrapped module)."""
-
-    @abstractmethod
-    def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
-        """Accumulate ``loss``'s gradient; ``boundary``: the last micro-batch of an optimizer step."""
-
-    @abstractmethod
-    def _optimizer_step(self) -> float:
-        """Clip, step and zero the gradients; returns the pre-clip global gradient norm."""
-
-    @abstractmethod
-    def _set_lr(self, lr: float) -> None:
-        """Learning rate of the next optimizer step."""
-
-    def _before_micro(self, boundary: bool) -> None:
-        """Called before each training micro-batch's forward; ``boundary``: it is the step's last."""
 
     def _collective_forward(self) -> bool:
         """Whether every forward is a collective over the data-parallel ranks (parameter gathering), so all ranks
@@ -106,10 +91,65 @@ class AccumulatingTrainStrategy(TrainStrategy):
         extra = self._data_parallel_max(len(micro)) - len(micro)
         if extra <= 0:
             return micro
-        dummy = micro[-1][1].select([0])
-        dummy = Batch({k: torch.zeros_like(v) for k, v in dummy.tensors.items()}, dict(dummy.meta), dict(dummy.info))
+        if micro:
+            dummy = micro[-1][1].select([0])
+            dummy = Batch({k: torch.zeros_like(v) for k, v in dummy.tensors.items()}, dict(dummy.meta),
+                          dict(dummy.info))
+        else:  # this rank got no samples (a forward-only pass): two tokens are enough to join the gathers
+            dummy = Batch({"input_ids": torch.zeros((1, 2), dtype=torch.long),
+                           "attention_mask": torch.zeros((1, 2), dtype=torch.long)})
         dummy["attention_mask"][:, :2] = 1  # two tokens: one scored position
         return micro + [([], dummy)] * extra
+
+    def _train_mode(self, training: bool) -> None:
+        self._model().train(training)
+
+    @torch.no_grad()
+    def forward_batch(self, batch: Batch, key: str, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{key: (B, L-1)[, "entropy": (B, L-1)]}`` from :meth:`_forward` over inference micro-batches
+        (``infer_batch_size`` samples or a token budget), padded back to the batch's width."""
+        self._train_mode(False)
+        micro = self._padded_to(self._micro(batch, train=False) if len(batch) else [])
+        outs, ents = [], []
+        for idx, mb in micro:
+            values, entropy = self._forward(mb.to(self.device), with_entropy)
+            if idx:
+                outs.append((idx, values.float().cpu()))
+                if entropy is not None:
+                    ents.append((idx, entropy.float().cpu()))
+        width = batch["input_ids"].shape[1] - 1 if "input_ids" in batch else 0
+        if not outs:
+            empty = torch.zeros((0, width))
+            return {key: empty, **({"entropy": empty} if with_entropy else {})}
+        out = {key: scatter_rows(outs, len(batch), width)}
+        if with_entropy:
+            out["entropy"] = scatter_rows(ents, len(batch), width)
+        return out
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        return self.forward_batch(batch, "log_probs", with_entropy)
+
+
+class AccumulatingTrainStrategy(BatchedForward, TrainStrategy):
+    """``train_step`` / ``compute_log_probs`` over hooks a torch backend implements."""
+
+    metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _backward(self, loss: torch.Tensor, boundary: bool) -> None:
+        """Accumulate ``loss``'s gradient; ``boundary``: the last micro-batch of an optimizer step."""
+
+    @abstractmethod
+    def _optimizer_step(self) -> float:
+        """Clip, step and zero the gradients; returns the pre-clip global gradient norm."""
+
+    @abstractmethod
+    def _set_lr(self, lr: float) -> None:
+        """Learning rate of the next optimizer step."""
+
+    def _before_micro(self, boundary: bool) -> None:
+        """Called before each training micro-batch's forward; ``boundary``: it is the step's last."""
 
     # ------------------------------------------------------------------ the interface
     def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
@@ -169,37 +209,9 @@ class AccumulatingTrainStrategy(TrainStrategy):
         lps = scatter_rows(kept, len(batch), batch["input_ids"].shape[1] - 1) if keep else None
         return merge_metrics(parts), lps
 
-    def _train_mode(self, training: bool) -> None:
-        self._model().train(training)
-
     def _scheduled_lr(self) -> float:
         from roll.strategies.schedule import lr_at
 
         targs = self.config.training_args
         return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
                      targs.lr_scheduler_type)
-
-    @torch.no_grad()
-    def forward_batch(self, batch: Batch, key: str, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        """``{key: (B, L-1)[, "entropy": (B, L-1)]}`` from :meth:`_forward` over inference micro-batches
-        (``infer_batch_size`` samples or a token budget), padded back to the batch's width."""
-        self._train_mode(False)
-        micro = self._padded_to(self._micro(batch, train=False)) if len(batch) else []
-        outs, ents = [], []
-        for idx, mb in micro:
-            values, entropy = self._forward(mb.to(self.device), with_entropy)
-            if idx:
-                outs.append((idx, values.float().cpu()))
-                if entropy is not None:
-                    ents.append((idx, entropy.float().cpu()))
-        width = batch["input_ids"].shape[1] - 1 if "input_ids" in batch else 0
-        if not outs:
-            empty = torch.zeros((0, width))
-            return {key: empty, **({"entropy": empty} if with_entropy else {})}
-        out = {key: scatter_rows(outs, len(batch), width)}
-        if with_entropy:
-            out["entropy"] = scatter_rows(ents, len(batch), width)
-        return out
-
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        return self.forward_batch(batch, "log_probs", with_entropy)

@@ -19,6 +19,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from roll.config.vllm_compat import VLLM_UNAVAILABLE
+
 TRAIN_ROLES = frozenset({"actor_train", "critic"})
 #: Abilities a strategy may declare, and what each lets callers do.
 ABILITIES = {
@@ -27,10 +29,7 @@ ABILITIES = {
     "ipc_weights": "receives weights as CUDA-IPC buckets from a trainer on the same GPUs",
 }
 #: Strategy names of ROLL's guide that no registered backend serves: what is missing and what to use instead.
-UNAVAILABLE = {
-    "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
-            "the version vllm pins); use sglang on GPU or hf_infer",
-}
+UNAVAILABLE = {"vllm": VLLM_UNAVAILABLE}
 
 
 @dataclass(frozen=True)
@@ -130,6 +129,12 @@ register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedT
                   options="roll.config.strategies:DeepSpeedTrainOptions")
 register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy", {"reference"},
                   requires="deepspeed", module="deepspeed", options="roll.config.strategies:DeepSpeedInferOptions")
+register_strategy("fsdp2_train", "roll.strategies.fsdp2_train:FSDP2TrainStrategy", {"actor_train", "critic"},
+                  requires="torch>=2.6", module="torch",
+                  role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"},
+                  options="roll.config.fsdp2:FSDP2Options")
+register_strategy("fsdp2_infer", "roll.strategies.fsdp2_infer:FSDP2InferStrategy", {"reference"},
+                  requires="torch>=2.6", module="torch", options="roll.config.fsdp2:FSDP2Options")
 register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
                   {"actor_train", "critic"}, requires="roll[megatron]", module="megatron.core",
                   role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},

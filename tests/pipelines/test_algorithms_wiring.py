@@ -392,8 +392,15 @@ def test_critic_strategy_values_training_and_backbone_sync(tiny_model_dir, dist_
 
 
 # ---------------------------------------------------------------- end to end
+#: Backends of the three torch roles: the config's DeepSpeed ones, or FSDP2 for all (strategy names only: the
+#: DeepSpeed strategy_config's zero_stage is ignored with a warning).
+FSDP2_ROLES = ["actor_train.strategy_args.strategy_name=fsdp2_train", "critic.strategy_args.strategy_name=fsdp2_train",
+               "reference.strategy_args.strategy_name=fsdp2_infer"]
+
+
 @pytest.mark.slow
-def test_algo_ppo_two_local_steps(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("backends", [[], FSDP2_ROLES], ids=["deepspeed", "fsdp2"])
+def test_algo_ppo_two_local_steps(tmp_path, tiny_model_dir, backends):
     overrides = [
         "distributed=local", f"pretrain={tiny_model_dir}", f"output_dir={tmp_path}/out",
         f"logging_dir={tmp_path}/logs", "max_steps=2", "eval_steps=0", "track_with=stdout", "val_env_manager=null",
@@ -403,6 +410,7 @@ def test_algo_ppo_two_local_steps(tmp_path, tiny_model_dir):
         "actor_train.training_args.per_device_train_batch_size=4",
         "actor_train.training_args.gradient_accumulation_steps=1",
         "critic.training_args.per_device_train_batch_size=4", "critic.training_args.gradient_accumulation_steps=1",
+        *backends,
     ]
     cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-name", "algo_ppo",
            *overrides]

@@ -58,12 +58,14 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("strategy", ["deepspeed_train", "fsdp2_train"])
+def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, strategy):
+    train = f"actor_train.strategy_args.strategy_name={strategy}"
     straight = tmp_path / "straight"
-    AgenticPipeline(_config(tiny_model_dir, straight)).run()
+    AgenticPipeline(_config(tiny_model_dir, straight, train)).run()
 
     resumed = tmp_path / "resumed"
-    pipe = AgenticPipeline(_config(tiny_model_dir, resumed))
+    pipe = AgenticPipeline(_config(tiny_model_dir, resumed, train))
     real_step = AgenticPipeline.train_step
 
     def step_then_die(self, step):
@@ -79,7 +81,7 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch):
     (ckpt.checkpoints_root(resumed) / "step_3").mkdir()
     (ckpt.checkpoints_root(resumed) / ".tmp-step_4").mkdir()
     assert ckpt.resolve_resume(True, resumed).name == "step_2"
-    AgenticPipeline(_config(tiny_model_dir, resumed, "resume_from_checkpoint=true")).run()
+    AgenticPipeline(_config(tiny_model_dir, resumed, train, "resume_from_checkpoint=true")).run()
 
     a, b = _metrics_by_step(straight), _metrics_by_step(resumed)
     for step in range(STEPS // 2 + 1, STEPS + 1):
