@@ -17,7 +17,7 @@ from roll.algorithms.masking import masked_mean, masked_whiten
 from roll.config.base import BaseConfig
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
-from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
+from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.weight_sync import copy_weights
 from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, loss_mask
 from roll.strategies.base import StrategyContext
@@ -52,8 +52,9 @@ def start_workers(cfg: BaseConfig) -> dict[str, WorkerGroup]:
                                     placement_groups=pgs) for r, w in roles.items()}
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, _optimizer_steps_per_rollout(cfg))
     ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps)
-    for group in groups.values():
-        group.call("initialize", ctx)
+    for role, group in groups.items():
+        with start_notice(role, cfg.rpc_timeout):
+            group.call("initialize", ctx)
     return groups
 
 
