@@ -22,14 +22,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class ValidationDataConfig:
-    """Held-out prompts scored every ``eval_steps`` (accuracy per tag)."""
+class ValidationGeneratingArgs(GeneratingArgs):
+    """Sampling for validation: greedy, at most ``response_length`` new tokens unless set."""
 
-    file_name: List[str] = fld(default_factory=list, help="Validation data files (parquet/jsonl); empty = none.")
+    max_new_tokens: Optional[int] = fld(None, "Maximum tokens per validation response; None = response_length.")
+    temperature: float = fld(0.0, "Sampling temperature; 0 = greedy.")
+    do_sample: bool = fld(False, "Sample (True) or decode greedily (False).")
+
+
+@dataclass
+class ValidationDataConfig:
+    """Held-out prompts scored every ``eval_steps`` (accuracy per tag). The whole block may be left out or null."""
+
+    file_name: Optional[List[str]] = fld(default_factory=list,
+                                         help="Validation data files (parquet/jsonl); empty or null = none.")
     max_samples: int = fld(0, "Use at most this many validation prompts (0 = all; the first N, file order).")
-    generating_args: GeneratingArgs = field(
-        default_factory=lambda: GeneratingArgs(do_sample=False, temperature=0.0),
-        metadata={"help": "Sampling for validation (greedy by default, one response per prompt)."})
+    generating_args: ValidationGeneratingArgs = field(
+        default_factory=ValidationGeneratingArgs,
+        metadata={"help": "Sampling for validation (greedy, max_new_tokens = response_length by default; one "
+                          "response per prompt)."})
 
 
 @dataclass
@@ -74,12 +85,14 @@ class RLVRConfig(BaseConfig):
 
     ground_truth_key: str = fld("ground_truth", "Column holding the reference answer.")
     tag_key: str = fld("tag", "Column holding the domain tag (selects the reward).")
+    default_tag: Optional[str] = fld(None, "Tag of rows without one (no tag column, or a null tag), e.g. math; "
+                                           "None = every row must have a tag.")
     truncation: str = fld("error", "What to do with a prompt longer than prompt_length.",
                           choices=["error", "left", "right"])
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than prompt_length (reported) instead.")
     system_prompt: Optional[str] = fld(None, "System message prepended to prompts without one (None = none).")
-    validation: ValidationDataConfig = field(default_factory=ValidationDataConfig,
-                                             metadata={"help": "Validation prompts and sampling."})
+    validation: Optional[ValidationDataConfig] = field(
+        default_factory=ValidationDataConfig, metadata={"help": "Validation prompts and sampling; null = none."})
     rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "Rule rewards and workers."})
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig,
                                                     metadata={"help": "Group filters (DAPO-style)."})
@@ -117,7 +130,7 @@ def _check_rows(cfg: RLVRConfig, key: str, files: List[str]) -> None:
     args = cfg.actor_train.data_args
     try:
         load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                          ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key)
+                          ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key, default_tag=cfg.default_tag)
     except DatasetValidationError as exc:
         raise ConfigError(key, files, str(exc)) from None
 
@@ -175,6 +188,12 @@ def check_rlvr(cfg: RLVRConfig) -> None:
     if args.prompt and args.messages:
         raise ConfigError("actor_train.data_args.messages", args.messages,
                           f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null")
+    if cfg.default_tag is not None and not cfg.default_tag.strip():
+        raise ConfigError("default_tag", cfg.default_tag, "must be a non-empty tag (e.g. math) or null")
+    if cfg.validation is None:  # `validation: null`: no validation
+        cfg.validation = ValidationDataConfig()
+    if cfg.validation.generating_args.max_new_tokens is None:
+        cfg.validation.generating_args.max_new_tokens = cfg.response_length
     args.file_name = _resolve_files("actor_train.data_args.file_name", args.file_name, required=True)
     cfg.validation.file_name = _resolve_files("validation.file_name", cfg.validation.file_name, required=False)
     _check_rows(cfg, "actor_train.data_args.file_name", list(args.file_name))
