@@ -24,6 +24,7 @@ from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, forward_values,
                                    group_keys, perf_metrics, skip_old_log_probs, start_workers, sync_weights)
 from roll.pipelines.loss_fns import SFT_LOSS
+from roll.tracking.rewind import step_dump_path
 
 
 class AgenticPipeline(Pipeline):
@@ -148,7 +149,7 @@ class AgenticPipeline(Pipeline):
         every = self.cfg.trajectory_dump_steps
         if not every or step % every:
             return
-        path = self.log_dir / "trajectories" / f"step_{step:05d}.jsonl"
+        path = step_dump_path(self.log_dir, "trajectories", step)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as f:
             for t in trajs:

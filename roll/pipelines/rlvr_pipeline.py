@@ -29,6 +29,7 @@ from roll.pipelines.common import (colocation_phases, compute_advantages, forwar
                                    skip_old_log_probs, start_workers, sync_weights)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.pipelines.loss_fns import SFT_LOSS
+from roll.tracking.rewind import step_dump_path
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
 PLOT_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/*accuracy", "dynamic_sampling/groups_filtered",
@@ -289,7 +290,7 @@ class RLVRPipeline(Pipeline):
         every = self.cfg.rollout_dump_steps
         if not every or step % every:
             return
-        path = self.log_dir / "rollouts" / f"step_{step:05d}.jsonl"
+        path = step_dump_path(self.log_dir, "rollouts", step)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as f:
             for g in prompt_groups:
