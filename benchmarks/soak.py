@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--error-rate", type=float, default=0.10)
     parser.add_argument("--hang-rate", type=float, default=0.02)
     parser.add_argument("--model", default=None, help="pretrain directory (default: built under --out)")
+    parser.add_argument("--timeout", type=float, default=7200, help="seconds each of the two runs may take")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for both runs (after --)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.out / name
         overrides = as_args(soak_overrides(run_dir, args.steps, args.save_steps, args.fault_seed, args.error_rate,
                                            args.hang_rate)) + model + list(args.overrides)
-        runs[name] = run_with_kills(overrides, run_dir, kills, rng)
+        runs[name] = run_with_kills(overrides, run_dir, kills, rng, args.timeout)
         print(f"{name}: {len(runs[name].launches)} launch(es), {runs[name].wall_s:.0f} s, killed after steps "
               f"{[x.killed_after_step for x in runs[name].launches if x.killed_after_step is not None]}", flush=True)
     figures = compare(args.out / "reference", args.out / "soak")
