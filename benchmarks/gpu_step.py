@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,7 +79,7 @@ def summarize(row: dict, params: int, peak: float | None) -> dict[str, float]:
     return out
 
 
-def bare_components(pipeline, row: dict, repeats: int = 2) -> dict[str, float]:
+def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False) -> dict[str, float]:
     """Seconds of the engine generating the step's tokens alone and of one training step on its tokens alone."""
     import torch
 
@@ -119,6 +118,8 @@ def bare_components(pipeline, row: dict, repeats: int = 2) -> dict[str, float]:
         start = time.perf_counter()
         groups["actor_train"].call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=0.0)
         train_s.append(time.perf_counter() - start)
+    if profile:
+        print(groups["actor_train"].call_rank0("profile_train_step", batch, SFT_LOSS, lr=0.0), flush=True)
     return {"bare_generate_s": min(gen_s), "bare_train_s": min(train_s), "bare_requests": float(requests),
             "bare_prompt_tokens": float(prompt), "bare_new_tokens": float(new_tokens),
             "bare_train_tokens": float(batch["attention_mask"].sum())}
@@ -139,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (warm-up)")
     parser.add_argument("--tag", default="", help="suffix of the results file name (variants of a config)")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare-component measurements")
+    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of one bare train step")
+    parser.add_argument("--from-metrics", default=None, metavar="METRICS_JSONL",
+                        help="summarize an earlier run's metrics.jsonl instead of running (no bare components); "
+                             "with --gpu naming the device it ran on and --parameters the model's size")
+    parser.add_argument("--gpu", default=None, help="device name for --from-metrics (e.g. 'NVIDIA H100 80GB HBM3')")
+    parser.add_argument("--parameters", type=int, default=None, help="model parameters for --from-metrics")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
 
@@ -146,25 +153,30 @@ def main(argv: list[str] | None = None) -> int:
 
     from roll.config.loader import apply_system_envs, load_config
 
-    schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
-    overrides = [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", *args.overrides]
-    cfg = load_config(args.config_name, args.config_path, overrides, schema=schema)
-    apply_system_envs(cfg.system_envs)
-    pipeline = pipeline_cls(cfg)
-    pipeline.run()
-    rows = step_rows(Path(cfg.logging_dir) / "metrics.jsonl")
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    params = count_parameters(cfg.actor_train.model_args.model_name_or_path or cfg.pretrain)
+    if args.from_metrics:
+        pipeline, rows = None, step_rows(Path(args.from_metrics))
+        device, params = args.gpu or "unknown", args.parameters or 0
+    else:
+        schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
+        overrides = [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", *args.overrides]
+        cfg = load_config(args.config_name, args.config_path, overrides, schema=schema)
+        apply_system_envs(cfg.system_envs)
+        pipeline = pipeline_cls(cfg)
+        pipeline.run()
+        rows = step_rows(Path(cfg.logging_dir) / "metrics.jsonl")
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        params = count_parameters(cfg.actor_train.model_args.model_name_or_path or cfg.pretrain)
     peak = peak_flops(device)
     per_step = [{"step": r.get("step"), **summarize(r, params, peak)} for r in rows]
     kept = per_step[args.skip:] or per_step
     medians = {k: statistics.median(s[k] for s in kept) for k in kept[0] if k != "step"}
-    bare = {} if args.no_bare else bare_components(pipeline, rows[-1])
+    bare = {} if args.no_bare or pipeline is None else bare_components(pipeline, rows[-1], profile=args.profile)
     if bare:
         bare["pipeline_over_components"] = medians["step_s"] / (bare["bare_generate_s"] + bare["bare_train_s"])
     result = {"date": datetime.date.today().isoformat(), "gpu": device, "config": args.config_name,
+              "source": args.from_metrics or "this run",
               "overrides": args.overrides, "steps": args.steps, "median_of_steps": [s["step"] for s in kept],
-              "parameters": params, "peak_bf16_flops": peak, "commit": _commit(), **medians, **bare,
+              "parameters": params, "peak_bf16_flops": peak, **medians, **bare,
               "per_step": per_step}
     _print(per_step, medians, bare)
     name = f"{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"
@@ -205,14 +217,6 @@ def _print(per_step: list[dict], medians: dict, bare: dict) -> None:
 
 def _slug(device: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in device.replace("NVIDIA ", "")).strip("_").lower()
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

@@ -171,12 +171,17 @@ def tensorboard_steps(log_dir: Path) -> dict[str, list[int]]:
     return {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def _dump_records(path: Path) -> list[dict]:
+    """A dump file's records (JSON objects, one per line)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def compare(reference: Path, soak: Path) -> dict[str, float]:
     """Figures of the soak against the reference; every check that fails is listed in ``problems`` (0 = none).
 
     Checked: the sequence of record steps in ``metrics.jsonl`` is the reference's (so no step lost or duplicated),
     each record's metrics equal (to 1e-5 relative; time/ and perf/ excluded), every TensorBoard scalar has each step
-    once, the trajectory dumps are identical files."""
+    once, the trajectory dumps hold the same records."""
     ref, got = read_records(reference), read_records(soak)
     problems: list[str] = []
     if [r["step"] for r in got] != [r["step"] for r in ref]:
@@ -195,11 +200,14 @@ def compare(reference: Path, soak: Path) -> dict[str, float]:
     for tag, steps in tensorboard_steps(soak / "logs").items():
         if len(steps) != len(set(steps)):
             problems.append(f"tensorboard {tag}: duplicated steps {sorted(s for s in set(steps) if steps.count(s) > 1)}")
-    dumps_ref = sorted((reference / "logs" / "trajectories").glob("step_*.jsonl"))
-    dumps_got = sorted((soak / "logs" / "trajectories").glob("step_*.jsonl"))
-    if [p.name for p in dumps_ref] != [p.name for p in dumps_got]:
-        problems.append(f"trajectory dumps differ: {[p.name for p in dumps_got]}")
-    problems += [f"dump {a.name} differs" for a, b in zip(dumps_ref, dumps_got) if a.read_text() != b.read_text()]
+    dumps_ref = sorted((reference / "logs" / "trajectories").glob("*/step_*.jsonl"))
+    dumps_got = sorted((soak / "logs" / "trajectories").glob("*/step_*.jsonl"))
+    names = [[p.relative_to(run / "logs").as_posix() for p in dumps] for run, dumps in
+             ((reference, dumps_ref), (soak, dumps_got))]
+    if names[0] != names[1]:
+        problems.append(f"trajectory dumps differ: {names[1]} vs {names[0]}")
+    problems += [f"dump {name} differs" for name, a, b in zip(names[1], dumps_ref, dumps_got)
+                 if _dump_records(a) != _dump_records(b)]
     train = [r for r in got if r["step"] >= 1]
     for problem in problems[:20]:
         print("PROBLEM:", problem)

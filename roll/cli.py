@@ -1,6 +1,6 @@
 """The ``roll`` command line: ``roll <command> [args]``.
 
-Subcommands register themselves with :func:`command`; ``roll --help`` lists them. Today: ``doctor``.
+Subcommands register themselves with :func:`command`; ``roll --help`` lists them. Today: ``doctor`` and ``view``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,22 @@ def _doctor(args: argparse.Namespace) -> int:
     from roll import doctor
 
     return doctor.run(args)
+
+
+def _view_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``roll view`` (defined in :mod:`roll.tracking.viewer.build`)."""
+    from roll.tracking.viewer import build
+
+    build.add_arguments(parser)
+
+
+@command("view", help="build the trajectory viewer of a run (a static HTML folder; opens from disk)",
+         add_arguments=_view_arguments)
+def _view(args: argparse.Namespace) -> int:
+    """Run ``roll view``."""
+    from roll.tracking.viewer import build
+
+    return build.run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

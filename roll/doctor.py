@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-OPTIONAL_EXTRAS = ("gpu",)
+OPTIONAL_EXTRAS = ("gpu", "megatron")
 """Extras of roll whose packages are reported as optional backends (the ``test`` extra is not checked)."""
 EXTRA_BACKENDS = ("megatron-core", "vllm")
 """Optional backends that roll's metadata does not list (they pin their own torch; install them per machine)."""
@@ -159,6 +159,7 @@ STRATEGY_NEEDS: dict[str, StrategyNeeds] = {
     "deepspeed_infer": StrategyNeeds(("deepspeed",), needs_gpu=False),
     "sglang": StrategyNeeds(("sglang",), needs_gpu=True),
     "megatron_train": StrategyNeeds(("megatron-core",), needs_gpu=True),
+    "megatron_infer": StrategyNeeds(("megatron-core",), needs_gpu=True),
     "vllm": StrategyNeeds(("vllm",), needs_gpu=True),
 }
 TRACKER_NEEDS: dict[str, tuple[str, ...]] = {"stdout": (), "tensorboard": ("tensorboard",), "wandb": ("wandb",)}
@@ -392,6 +393,15 @@ def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
     return workers
 
 
+def _option_packages(cfg: Any, role: str, strategy: str) -> tuple[str, ...]:
+    """Packages a role's ``strategy_config`` asks for beyond its backend: Transformer Engine for a megatron role
+    with ``transformer_impl: transformer_engine``."""
+    options = getattr(getattr(getattr(cfg, role, None), "strategy_args", None), "strategy_config", None) or {}
+    if strategy.startswith("megatron_") and options.get("transformer_impl") == "transformer_engine":
+        return ("transformer-engine",)
+    return ()
+
+
 def _trackers(cfg: Any) -> list[str]:
     """The tracker names of ``cfg.track_with`` (a name or a list of names)."""
     track_with = getattr(cfg, "track_with", None) or []
@@ -409,7 +419,7 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
                                       Status.ERROR, f"set {role}.strategy_args.strategy_name to a known strategy"))
             continue
         gpu_required |= spec.needs_gpu
-        for pkg in spec.packages:
+        for pkg in spec.packages + _option_packages(cfg, role, strategy):
             needs.setdefault(pkg, []).append(f"{role} ({strategy})")
     for tracker in _trackers(cfg):
         if tracker not in TRACKER_NEEDS:

@@ -129,6 +129,12 @@ def render() -> str:
             seen.add(cls)
             lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), ""]
             lines += table(cls, dataclasses.fields(cls)) + [""]
+    from roll.config.megatron import MegatronOptions
+
+    lines += ["## `MegatronOptions` (`strategy_config` of `megatron_train` / `megatron_infer`)", "",
+              (MegatronOptions.__doc__ or "").strip() + " ROLL's key names; an unknown key (including MoE `moe_*` "
+              "keys) is an error.", ""]
+    lines += table(MegatronOptions, dataclasses.fields(MegatronOptions)) + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 

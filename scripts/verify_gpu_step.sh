@@ -3,8 +3,9 @@
 # bundles are active (see /work/shared/device/README.md: call 1 carries .dev/sglang, call 2 .dev/base):
 #   bash scripts/verify_gpu_step.sh prepare   # random-weight Qwen2.5-0.5B-shaped model + GPU unit tests (~1 min)
 #   bash scripts/verify_gpu_step.sh sokoban   # benchmarks/gpu_step.py on sokoban_qwen05b_sglang, $STEPS steps
-#   bash scripts/verify_gpu_step.sh long      # the same with 256-token replies (not latency-bound)
+#   bash scripts/verify_gpu_step.sh long      # the same with 256-token replies (ignore_eos: not latency-bound)
 #   bash scripts/verify_gpu_step.sh hf        # hf_infer colocated (CUDA IPC into hf_infer), 3 steps
+#   bash scripts/verify_gpu_step.sh zero3     # ZeRO-3 trainer (CUDA IPC sync gathers per bucket), 3 steps
 #   bash scripts/verify_gpu_step.sh rlvr      # rlvr_qwen05b_gpu as shipped (model path only), $RLVR_STEPS steps
 # Several modes in one call: bash scripts/verify_gpu_step.sh prepare sokoban long
 # Logs and result JSONs land in $OUT (and benchmarks/results/); each run has its own timeout (TIMEOUT seconds).
@@ -41,12 +42,14 @@ for mode in "$@"; do
                 2>&1 | tee "$OUT/gpu_tests.log"; rc=$(( rc || PIPESTATUS[0] ));;
         sokoban) bench sokoban sokoban_qwen05b_sglang --steps "$STEPS" || rc=1;;
         long) bench long sokoban_qwen05b_sglang --steps "$STEPS" --tag long256 \
-                actor_infer.generating_args.max_new_tokens=256 custom_envs.SimpleSokoban.max_tokens_per_step=256 \
-                || rc=1;;
+                actor_infer.generating_args.max_new_tokens=256 actor_infer.generating_args.ignore_eos=true \
+                custom_envs.SimpleSokoban.max_tokens_per_step=256 || rc=1;;
         hf) bench hf sokoban_qwen05b_sglang --steps 3 --tag hf_infer --no-bare \
                 actor_infer.strategy_args.strategy_name=hf_infer \
                 "actor_infer.strategy_args.strategy_config={generate_batch_size:128}" || rc=1;;
-        rlvr) bench rlvr rlvr_qwen05b_gpu --steps "$RLVR_STEPS" --skip 1 || rc=1;;
+        zero3) bench zero3 sokoban_qwen05b_sglang --steps 3 --tag zero3 --no-bare \
+                actor_train.strategy_args.strategy_config.zero_stage=3 || rc=1;;
+        rlvr) bench rlvr rlvr_qwen05b_gpu --steps "$RLVR_STEPS" --skip 1 --profile || rc=1;;
         *) echo "unknown mode $mode"; rc=2;;
     esac
 done

@@ -1,8 +1,12 @@
-"""Shared test setup: offline, quiet environment variables and one tiny model per test session."""
+"""Shared test setup: offline, quiet environment variables, one tiny model per test session, and a headless
+browser for the viewer's tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +17,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
+if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # on a GPU machine DeepSpeed picks CUDA (GPU-only tests)
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512, seed=0)
@@ -25,3 +30,69 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from roll.models.tiny import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2", **TINY))
+
+
+# ------------------------------------------------------------------------------------------------ a real browser
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "output" / "test-artifacts"
+
+
+def find_chromium() -> str | None:
+    """The OS's Chromium (``ROLL_CHROMIUM`` overrides), or None."""
+    import shutil
+
+    if os.environ.get("ROLL_CHROMIUM"):
+        return os.environ["ROLL_CHROMIUM"]
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.fixture(scope="session")
+def browser_context(tmp_path_factory):
+    """A headless Chromium (Debian's package) driven by Playwright; skips where either is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed: pip install -e '.[view]' (CI installs it)")
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium found: apt-get install chromium (or set ROLL_CHROMIUM); CI installs it")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium, headless=True,
+            args=BROWSER_ARGS, viewport={"width": 1300, "height": 900})
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def open_page(browser_context):
+    """``open_page(path_or_url)`` -> a Playwright page at that file; the test fails on any page error."""
+    pages, errors = [], []
+
+    def open_(target) -> Any:
+        page = browser_context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.goto(Path(target).resolve().as_uri() if not str(target).startswith("file:") else str(target))
+        pages.append(page)
+        return page
+
+    yield open_
+    for page in pages:
+        page.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+@pytest.fixture(scope="session")
+def screenshot():
+    """``screenshot(page, name)`` saves a PNG of the page as ``output/test-artifacts/<name>.png`` (test artifacts
+    for people to look at; git-ignored) and returns its path."""
+
+    def save(page, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save

@@ -213,6 +213,7 @@ class EnvManager:
         x.traj.success = bool(info.get("success", False))
         x.traj.terminated = bool(terminated)
         x.traj.env_metrics = dict(info.get("metrics", {}))
+        x.traj.final_observation = obs
         if terminated or truncated or len(x.traj.turns) >= x.spec.env.max_actions_per_traj:
             x.done = True
             return

@@ -87,3 +87,12 @@ def dump_val_renders(cfg: Any, trajs: Sequence[Trajectory], step: int) -> int:
                   **dict(spec.env_config)}
         total += dump_episode(traj, spec.env_type, kwargs, root / traj.traj_id)
     return total
+
+
+def env_descriptions(cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per env tag of ``cfg.custom_envs``: its ``env_type`` and ``grid_symbols`` (see
+    :class:`~roll.envs.base.TextEnv`), which trajectory dumps record so that viewers draw boards."""
+    from roll.envs.registry import get_env_class
+
+    return {tag: {"env_type": spec.env_type, "grid_symbols": get_env_class(spec.env_type).grid_symbols}
+            for tag, spec in cfg.custom_envs.items()}

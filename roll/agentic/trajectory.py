@@ -47,6 +47,7 @@ class Trajectory:
     failure_kind: str | None = None  # "error" (reset/step raised) or "timeout" (no return within env_step_timeout)
     template_conforms: bool | None = None  # token ids == chat template of the whole conversation (None: unchecked)
     env_metrics: dict[str, float] = field(default_factory=dict)
+    final_observation: str | None = None  # what the env showed after the last action (None: no step completed)
 
     @property
     def score(self) -> float:

@@ -102,4 +102,6 @@ class AgenticConfig(BaseConfig):
     tiny_model: Optional[TinyModelConfig] = fld(None, "Build a tiny model at `pretrain` if it is missing.")
     sft_warmup: SFTWarmupConfig = field(default_factory=SFTWarmupConfig,
                                         metadata={"help": "Supervised warm start before RL."})
-    trajectory_dump_steps: int = fld(0, "Write rollouts as JSONL every N steps (0 = never).")
+    trajectory_dump_steps: int = fld(0, "Write rollouts (tokens, advantages, masks) as JSONL every N steps, and "
+                                        "validation rollouts at every validation (0 = never); `roll view` shows them.")
+    trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")

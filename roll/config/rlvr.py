@@ -100,7 +100,10 @@ class RLVRConfig(BaseConfig):
                                                       "(tokenizer trained on the data's text).")
     sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
                                          metadata={"help": "Supervised warm start before RL."})
-    rollout_dump_steps: int = fld(0, "Write prompts, responses and rewards as JSONL every N steps (0 = never).")
+    rollout_dump_steps: int = fld(0, "Write prompts, responses, rewards and token advantages as JSONL every N "
+                                     "steps, and validation responses at every validation (0 = never); `roll view` "
+                                     "shows them.")
+    rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
 
 def _resolve_files(key: str, files: Optional[List[str]], required: bool) -> List[str]:
@@ -172,12 +175,15 @@ def _check_warmup(cfg: RLVRConfig) -> None:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
-    ta = worker.training_args
-    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * worker.world_size
+    from roll.config.validation import model_parallel_size
+
+    ta, strategy = worker.training_args, worker.strategy_args
+    data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
+    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
     if sft.batch_size < 1 or sft.batch_size % global_batch:
         raise ConfigError("sft_warmup.batch_size", sft.batch_size,
                           f"must be a positive multiple of actor_train's global train batch ({global_batch} = "
-                          "per_device_train_batch_size x gradient_accumulation_steps x world_size)")
+                          "per_device_train_batch_size x gradient_accumulation_steps x data-parallel size)")
 
 
 def check_rlvr(cfg: RLVRConfig) -> None:
@@ -201,6 +207,9 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))
     _check_lengths(cfg)
     _check_sampling(cfg)
+    for key in ("rollout_dump_steps", "rollout_dump_max"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.adv_estimator == "gigpo":
         raise ConfigError("adv_estimator", cfg.adv_estimator, "gigpo needs multi-turn states (agentic only); "
                                                               "use grpo, reinforce_plus_plus, rloo, reinforce or gae")

@@ -10,6 +10,8 @@ import dataclasses
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.megatron import (MEGATRON_STRATEGIES, check_megatron_options, parse_megatron_options,
+                                  read_hf_config)
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
@@ -56,10 +58,6 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 
 #: Strategy names of ROLL's guide that roll cannot run (yet): what is missing and what to use instead.
 UNAVAILABLE_BACKENDS = {
-    "megatron_train": "needs the Megatron-core backend, which roll does not implement yet; use deepspeed_train "
-                      "(ZeRO 0-3 via examples/config/deepspeed_zero*.yaml)",
-    "megatron_infer": "needs the Megatron-core backend, which roll does not implement yet; use hf_infer for "
-                      "reference log-probs",
     "vllm": "needs the vLLM backend, which roll does not implement yet (and `pip install vllm` replaces torch with "
             "the version vllm pins); use sglang on GPU or hf_infer",
     "sglang": "needs the SGLang backend, which is not registered in this install; on a CUDA machine "
@@ -71,7 +69,7 @@ UNAVAILABLE_BACKENDS = {
 #: The Python module each registered backend imports (its pip requirement, for the install hint, is the
 #: strategy's ``requires`` in the registry).
 BACKEND_MODULES = {"hf_infer": "transformers", "deepspeed_train": "deepspeed", "deepspeed_infer": "deepspeed",
-                   "sglang": "sglang"}
+                   "sglang": "sglang", "megatron_train": "megatron.core", "megatron_infer": "megatron.core"}
 
 
 def _backend_missing(name: str) -> str | None:
@@ -81,8 +79,11 @@ def _backend_missing(name: str) -> str | None:
     from roll.strategies import registry
 
     module = BACKEND_MODULES.get(name)
-    if module is None or importlib.util.find_spec(module) is not None:
-        return None
+    try:
+        if module is None or importlib.util.find_spec(module) is not None:
+            return None
+    except ModuleNotFoundError:  # the parent package of a dotted module is missing
+        pass
     spec = getattr(registry, "_STRATEGIES", {}).get(name)
     return getattr(spec, "requires", "") or module
 
@@ -114,6 +115,22 @@ def check_strategies(cfg: Any) -> None:
         if role not in roles[name]:
             valid = sorted(n for n, r in roles.items() if role in r)
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+        if name in MEGATRON_STRATEGIES:
+            check_megatron_role(worker, role)
+
+
+def check_megatron_role(worker: Any, role: str) -> None:
+    """A megatron role's ``strategy_config`` parses as :class:`MegatronOptions` and fits its world size, dtype and
+    (when the model directory is local) the model's heads and layers."""
+    name = worker.strategy_args.strategy_name
+    if not worker.device_mapping:
+        raise ConfigError(f"{role}.strategy_args.strategy_name", name,
+                          f"{name} needs CUDA GPUs (megatron-core allocates CUDA tensors): give {role} a "
+                          "device_mapping, or use deepspeed_train / hf_infer on CPU")
+    key = f"{role}.strategy_args.strategy_config"
+    opts = parse_megatron_options(dict(worker.strategy_args.strategy_config), key)
+    check_megatron_options(opts, key, worker.world_size, worker.model_args.dtype,
+                           read_hf_config(worker.model_args.model_name_or_path))
 
 
 def check_workers(cfg: Any) -> None:
@@ -191,9 +208,9 @@ def check_scheduling(cfg: Any) -> None:
 
 
 def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
-    """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train (expert parallelism does not
-    divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
-    if strategy_name != "megatron_train":
+    """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train / megatron_infer (expert
+    parallelism does not divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
+    if strategy_name not in MEGATRON_STRATEGIES:
         return 1
     size = 1
     for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
@@ -395,16 +412,21 @@ def check_agentic(cfg: Any) -> None:
                           f"({train.max_traj_per_env}) give at most {train.env_groups * train.max_traj_per_env}")
     if cfg.val_env_manager is not None:
         check_env_manager(cfg, "val_env_manager")
+    for key in ("trajectory_dump_steps", "trajectory_dump_max"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.sft_warmup.enabled and cfg.sft_warmup.tag is not None and cfg.sft_warmup.tag not in cfg.custom_envs:
         raise ConfigError("sft_warmup.tag", cfg.sft_warmup.tag, f"not in custom_envs ({', '.join(cfg.custom_envs)})")
     check_train_batch(cfg, "actor_train", cfg.rollout_batch_size)
     if cfg.sft_warmup.enabled:
-        ta, world = cfg.actor_train.training_args, cfg.actor_train.world_size
-        unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world
+        ta, strategy = cfg.actor_train.training_args, cfg.actor_train.strategy_args
+        data_parallel = cfg.actor_train.world_size // model_parallel_size(strategy.strategy_name,
+                                                                          dict(strategy.strategy_config))
+        unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
         if cfg.sft_warmup.batch_size % unit:
             raise ConfigError("sft_warmup.batch_size", cfg.sft_warmup.batch_size,
                               f"must be a multiple of actor_train's global train batch per_device_train_batch_size x "
-                              f"gradient_accumulation_steps x world_size = {unit}")
+                              f"gradient_accumulation_steps x data-parallel size = {unit}")
     if cfg.critic is not None:
         check_train_batch(cfg, "critic", cfg.rollout_batch_size)
 

@@ -92,9 +92,22 @@ class WorkerGroup(ABC):
         return self.call_each_async(method, {r: args for r in range(self.world_size)}, **kwargs)
 
     def call_dp(self, method: str, batch: Batch, **kwargs: Any) -> list[Any]:
-        """``method(chunk_r, **kwargs)`` on rank r, with ``batch`` split into ``world_size`` chunks."""
-        chunks = batch.chunk(self.world_size)
-        return self.call_each(method, [(c,) for c in chunks], **kwargs)
+        """``method(chunk_d, **kwargs)`` on every rank of data-parallel replica d, with ``batch`` split into one
+        chunk per replica; the results of each replica's collector rank, in replica order. Without model
+        parallelism every rank is a replica (chunk r to rank r, every result kept)."""
+        layout = self.data_parallel_layout()
+        size = layout[0][1]
+        chunks = batch.chunk(size)
+        results = self.call_each(method, [(chunks[dp],) for dp, _, _ in layout], **kwargs)
+        kept = sorted((dp, r) for r, (dp, _, collects) in enumerate(layout) if collects)
+        return [results[r] for _, r in kept]
+
+    def data_parallel_layout(self) -> list[tuple[int, int, bool]]:
+        """Per rank ``(data-parallel rank, data-parallel size, collects)``, asked once from the initialized
+        workers (a megatron role of TP x PP ranks per replica); ``[(r, world_size, True)]`` otherwise."""
+        if getattr(self, "_dp_layout", None) is None:
+            self._dp_layout = [tuple(x) for x in self.call("data_parallel_info")]
+        return self._dp_layout
 
 
 class LocalWorkerGroup(WorkerGroup):

@@ -29,7 +29,7 @@ class Worker:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.role, self.rank = role, rank
+        self.role, self.rank, self.world_size = role, rank, world_size
         self.strategy = get_strategy_class(config.strategy_args.strategy_name, role)(config, rank, world_size)
         self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
 
@@ -46,6 +46,12 @@ class Worker:
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         return self.strategy.compute_log_probs(batch, with_entropy)
 
+    def data_parallel_info(self) -> tuple[int, int, bool]:
+        """``(data-parallel rank, data-parallel size, whether this rank's results are kept)`` for ``call_dp``:
+        the strategy's (model-parallel backends), else this worker is a replica of its own."""
+        info = getattr(self.strategy, "data_parallel_info", None)
+        return info() if info is not None else (self.rank, self.world_size, True)
+
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic values ``{"values": (B, L-1)}`` (strategies with a value head only)."""
         if not hasattr(self.strategy, "compute_values"):
@@ -59,6 +65,19 @@ class Worker:
 
     def reset_optimizer(self) -> None:
         self.strategy.reset_optimizer()
+
+    def profile_train_step(self, batch: Batch, loss_fn: Callable, rows: int = 25, **kwargs: Any) -> str:
+        """One ``train_step`` under ``torch.profiler``: the table of the ``rows`` most expensive operations (by
+        device time on GPU, CPU time otherwise), for ``benchmarks/gpu_step.py --profile``."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        with profile(activities=activities) as prof:
+            self.strategy.train_step(batch, loss_fn, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+        return prof.key_averages().table(sort_by=key, row_limit=rows)
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         return list(self.strategy.named_weights())

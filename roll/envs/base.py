@@ -84,6 +84,9 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     #: the last allowed action then sets ``terminated`` instead of ``truncated``, so learners do
     #: not bootstrap a value past the end of the task.
     max_steps_terminates: ClassVar[bool] = False
+    #: For envs whose observation is a text grid: symbol -> what it shows (``{"#": "wall", ...}``). Viewers
+    #: (``roll view``) draw such observations as boards, colored by these names; None: plain text.
+    grid_symbols: ClassVar[dict[str, str] | None] = None
 
     def __init__(
         self,

@@ -64,6 +64,7 @@ class FrozenLakeTextEnv(TextEnv):
     """
 
     valid_actions: ClassVar[tuple[str, ...]] = ACTIONS
+    grid_symbols: ClassVar[dict[str, str] | None] = SYMBOLS
 
     def __init__(
         self,

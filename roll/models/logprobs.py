@@ -1,9 +1,10 @@
 """Token log-probs (and entropy) of a causal LM without materializing the full ``(B, T, V)`` logits.
 
 The model runs once to its final hidden states (captured from its decoder; the LM head is asked for one position
-only, ``logits_to_keep=1``). The head is then applied chunk by chunk over the scored tokens; each chunk's
-``logits -> log_softmax -> gather (+ entropy)`` runs under activation checkpointing, so forward and backward hold
-the logits of one chunk at a time. Chunks have at most :data:`CHUNK_ELEMENTS` logits (``chunk = CHUNK_ELEMENTS //
+only, ``logits_to_keep=1``). The head is then applied chunk by chunk over the scored tokens: ``logits ->
+log_softmax -> gather (+ entropy)`` in one fused autograd function (:class:`LinearLogProbs`, whose backward
+recomputes the chunk's logits), or checkpointed through the head module where the head is not a plain linear layer
+in this process (a ZeRO-3 shard); forward and backward hold the logits of one chunk at a time. Chunks have at most :data:`CHUNK_ELEMENTS` logits (``chunk = CHUNK_ELEMENTS //
 vocab`` tokens: 1,766 tokens of a 151,936-word vocabulary, i.e. 1 GiB of fp32 logits).
 
 Packed mode (``pack=True``) removes padding: the real tokens of all samples are concatenated into one row whose
@@ -64,19 +65,78 @@ def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tenso
     return log_probs, entropy
 
 
+class LinearLogProbs(torch.autograd.Function):
+    """``log softmax(h W^T / t)[label]`` and the entropy of one chunk, fused: the forward keeps only ``h``, the
+    labels and the log-normalizer; the backward recomputes the chunk's logits for the gradients.
+
+    Gradients (z = logits, p = softmax(z), H = entropy): ``d lp / dz = onehot(label) - p``;
+    ``d H / dz = -p (z - logsumexp(z) + H)``; then ``dh = dz W / t`` and ``dW = dz^T h / t``.
+    Shapes: hidden (n, H), weight (V, H), labels (n,) -> log_probs (n,), entropy (n,) (zeros when off)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, temperature: float, with_entropy: bool):
+        logits = (hidden @ weight.t()).float()
+        if temperature != 1.0:
+            logits.div_(temperature)
+        log_z = torch.logsumexp(logits, dim=-1)
+        log_probs = logits.gather(-1, labels[:, None]).squeeze(-1) - log_z
+        entropy = torch.zeros_like(log_probs)
+        if with_entropy:
+            entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        ctx.save_for_backward(hidden, weight, labels, log_z, entropy)
+        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_lp, grad_ent):
+        hidden, weight, labels, log_z, entropy = ctx.saved_tensors
+        t = ctx.temperature
+        logits = (hidden @ weight.t()).float()
+        if t != 1.0:
+            logits.div_(t)
+        logits.sub_(log_z[:, None])  # log p
+        probs = logits.exp()
+        grad = probs * -(grad_lp if grad_lp is not None else torch.zeros_like(log_z))[:, None]
+        if grad_lp is not None:
+            grad.scatter_add_(1, labels[:, None], grad_lp[:, None])
+        if ctx.with_entropy and grad_ent is not None:
+            grad.sub_(probs.mul_(logits.add_(entropy[:, None])).mul_(grad_ent[:, None]))
+        if t != 1.0:
+            grad.div_(t)
+        grad = grad.to(hidden.dtype)
+        grad_hidden = grad @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t() @ hidden if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None, None
+
+
+def _fusable(head: torch.nn.Module) -> bool:
+    """A bias-free linear head whose full weight is in this process (not a ZeRO-3 shard, which only the module's
+    own forward gathers)."""
+    weight = getattr(head, "weight", None)
+    return (isinstance(head, torch.nn.Linear) and head.bias is None and weight is not None
+            and not hasattr(weight, "ds_id"))
+
+
 def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0,
                    with_entropy: bool = False, chunk_tokens: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log softmax(head(hidden) / temperature)[labels]`` and the entropy, chunk by chunk: (n, H), (n,) -> (n,).
 
-    Under autograd each chunk is checkpointed (its logits are recomputed in backward, never kept)."""
+    Under autograd each chunk runs :class:`LinearLogProbs` (a bias-free linear head), or else is checkpointed
+    through the head module: either way no chunk's logits are kept for the backward."""
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     chunk = chunk_tokens or max(1, CHUNK_ELEMENTS // int(vocab))
     lps, ents = [], []
-    grad = torch.is_grad_enabled() and hidden.requires_grad
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    fused = grad and _fusable(head)
     for start in range(0, hidden.shape[0], chunk):
-        args = (head, hidden[start:start + chunk], labels[start:start + chunk], temperature, with_entropy)
-        lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False) if grad else _head_chunk(*args)
+        h, y = hidden[start:start + chunk], labels[start:start + chunk]
+        if fused:
+            lp, ent = LinearLogProbs.apply(h, head.weight, y, temperature, with_entropy)
+        elif grad:
+            lp, ent = checkpoint(_head_chunk, head, h, y, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(head, h, y, temperature, with_entropy)
         lps.append(lp)
         ents.append(ent)
     if not lps:

@@ -6,12 +6,11 @@ Orchestration only: rollouts live in ``roll.agentic``, math in ``roll.algorithms
 
 from __future__ import annotations
 
-import json
 import time
 
 import torch
 
-from roll.agentic.render_dump import dump_val_renders
+from roll.agentic.render_dump import dump_val_renders, env_descriptions
 from roll.agentic.rollout import RolloutScheduler, rollout_metrics
 from roll.agentic.trajectory import Trajectory, trajectories_to_batch
 from roll.algorithms.kl import make_kl_controller
@@ -24,7 +23,7 @@ from roll.pipelines.base import Pipeline
 from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, forward_values,
                                    group_keys, perf_metrics, skip_old_log_probs, start_workers, sync_weights)
 from roll.pipelines.loss_fns import SFT_LOSS
-from roll.tracking.rewind import step_dump_path
+from roll.tracking.dumps import TrajectoryDumps
 
 
 class AgenticPipeline(Pipeline):
@@ -51,6 +50,8 @@ class AgenticPipeline(Pipeline):
         self.groups = start_workers(cfg)
         self.phases = colocation_phases(cfg)
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
+        self.dumps = TrajectoryDumps(self.log_dir, cfg.trajectory_dump_steps, cfg.trajectory_dump_max,
+                                     self.tokenizer, "agentic", env_descriptions(cfg))
         use_ray = cfg.distributed == "ray"
         infer = self.groups["actor_infer"]
         path = cfg.actor_infer.model_args.model_name_or_path
@@ -97,6 +98,7 @@ class AgenticPipeline(Pipeline):
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
         trajs, rollout_stats = self.val_rollout.rollout(0, size)
         dump_val_renders(self.cfg, trajs, step)
+        self.dumps.agentic("val", step, trajs)
         metrics = rollout_metrics(trajs, prefix="val")
         metrics.update(rollout_stats)
         metrics["time/val"] = time.perf_counter() - start
@@ -115,7 +117,6 @@ class AgenticPipeline(Pipeline):
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] += time.perf_counter() - t
         timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
-        self._maybe_dump(step, trajs)
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         skip_old = skip_old_log_probs(cfg, len(batch), step)
@@ -136,6 +137,7 @@ class AgenticPipeline(Pipeline):
         for key, value in turn_metadata(trajs).items():
             batch[key] = value
         metrics = advantage_step(cfg, batch, self.kl_ctl.value)
+        self.dumps.agentic("train", step, trajs, batch)
         self.update(step, batch, metrics, timings)
         # train-inference mismatch, with the trainer's log-probs before the update (sets batch["rollout_log_probs"])
         metrics.update(logprob_mismatch(trajs, batch))
@@ -144,21 +146,6 @@ class AgenticPipeline(Pipeline):
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)
         return metrics
-
-    def _maybe_dump(self, step: int, trajs: list[Trajectory]) -> None:
-        every = self.cfg.trajectory_dump_steps
-        if not every or step % every:
-            return
-        path = step_dump_path(self.log_dir, "trajectories", step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for t in trajs:
-                turns = [{"observation": x.observation, "response": x.response_text, "action": x.parsed_action,
-                          "reward": x.reward, "valid": x.action_is_valid, "prompt_tokens": len(x.prompt_ids),
-                          "response_tokens": len(x.response_ids)} for x in t.turns]
-                f.write(json.dumps({"traj_id": t.traj_id, "tag": t.tag, "group_id": t.group_id, "seed": t.seed,
-                                    "score": t.score, "success": t.success, "failure": t.failure,
-                                    "turns": turns}) + "\n")
 
     def can_validate(self) -> bool:
         return self.val_rollout is not None

@@ -7,7 +7,6 @@ Orchestration only: data loading in ``roll.data.rlvr_dataset``, rewards in ``rol
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import defaultdict
@@ -29,11 +28,9 @@ from roll.pipelines.common import (colocation_phases, compute_advantages, forwar
                                    skip_old_log_probs, start_workers, sync_weights)
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.pipelines.loss_fns import SFT_LOSS
-from roll.tracking.rewind import step_dump_path
+from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
-PLOT_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/*accuracy", "dynamic_sampling/groups_filtered",
-             "actor/pg_loss", "rollout/response_length", "time/step"]
 
 
 @dataclass
@@ -122,7 +119,6 @@ class RLVRPipeline(Pipeline):
 
     cfg: RLVRConfig
     headline_keys = HEADLINE_KEYS
-    plot_keys = PLOT_KEYS
     seed_determines = "the prompt order"
 
     # ------------------------------------------------------------------ setup
@@ -165,6 +161,8 @@ class RLVRPipeline(Pipeline):
                 raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
             ensure_tiny_model(cfg.pretrain, corpus=data_corpus(train + val, cfg), **vars(cfg.tiny_model))
         self.tokenizer = load_tokenizer(model_path)
+        self.dumps = TrajectoryDumps(self.log_dir, cfg.rollout_dump_steps, cfg.rollout_dump_max, self.tokenizer,
+                                     "rlvr")
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.groups = start_workers(cfg)
@@ -237,6 +235,7 @@ class RLVRPipeline(Pipeline):
         start = time.perf_counter()
         groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts, 1,
                                       self.cfg.validation.generating_args)
+        self.dumps.rlvr("val", step, groups, self.val_examples)
         metrics = rollout_metrics(groups, self.val_examples, "val")
         metrics["time/val"] = time.perf_counter() - start
         return metrics
@@ -255,7 +254,6 @@ class RLVRPipeline(Pipeline):
         prompt_groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
                                                 cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
         timings["time/rollout"] = time.perf_counter() - t0
-        self._maybe_dump(step, prompt_groups)
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
@@ -279,25 +277,13 @@ class RLVRPipeline(Pipeline):
                                           reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
                                           reward_clip=cfg.reward_clip, running=self.running)
         metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
+        self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.update(step, batch, metrics, timings)
         metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)
         return metrics
-
-    def _maybe_dump(self, step: int, prompt_groups: list[PromptGroup]) -> None:
-        every = self.cfg.rollout_dump_steps
-        if not every or step % every:
-            return
-        path = step_dump_path(self.log_dir, "rollouts", step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for g in prompt_groups:
-                ex = self.train_examples[g.index]
-                f.write(json.dumps({"source": ex.source, "row": ex.row, "prompt": ex.prompt, "tag": ex.tag,
-                                    "ground_truth": ex.ground_truth, "responses": g.texts, "scores": g.scores,
-                                    "correct": g.correct}) + "\n")
 
     def can_validate(self) -> bool:
         return bool(self.val_prompts)

@@ -123,12 +123,21 @@ def payload_globals(payload: bytes) -> set[str]:
     """``module.name`` of every global a payload's pickle loads (what an unpickler must allow)."""
     import pickletools
 
-    found, strings = set(), []
+    found, pushed, memo, last = set(), [], [], None
     for op, arg, _ in pickletools.genops(payload):
-        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
-            strings.append(arg)
+        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+            pushed.append(arg)
+            last = arg
+            continue
+        if op.name == "MEMOIZE":  # every memoized object takes the next index; strings are all we track
+            memo.append(last)
+        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+            value = memo[int(arg)] if int(arg) < len(memo) else None
+            if value is not None:
+                pushed.append(value)
         elif op.name == "STACK_GLOBAL":
-            found.add(f"{strings[-2]}.{strings[-1]}")
+            found.add(f"{pushed[-2]}.{pushed[-1]}")
         elif op.name == "GLOBAL":
             found.add(arg.replace(" ", "."))
+        last = None
     return found

@@ -70,4 +70,9 @@ register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedT
                   role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"})
 register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy",
                   {"reference"}, requires="deepspeed")
+register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
+                  {"actor_train", "critic"}, requires="roll[megatron]",
+                  role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"})
+register_strategy("megatron_infer", "roll.strategies.megatron_train:MegatronInferStrategy",
+                  {"reference"}, requires="roll[megatron]")
 register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]")

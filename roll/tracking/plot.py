@@ -2,11 +2,15 @@
 
 Command line::
 
-    python -m roll.tracking.plot output/logs/metrics.jsonl                # -> output/logs/metrics.png
+    python -m roll.tracking.plot output/logs/metrics.jsonl                # the dashboard -> output/logs/metrics.png
     python -m roll.tracking.plot output/logs/metrics.jsonl -o curves.png --keys rollout/success_rate "val/*"
 
-Keys are shell-style patterns (``val/*``). The figure is drawn with matplotlib's Agg canvas directly (no pyplot,
-no global backend change), so it works on headless machines and inside a notebook session alike.
+Without keys the figure is a dashboard (:data:`DASHBOARD`): success (training, smoothed, with validation points on
+top), reward, invalid actions, episode length, entropy, approximate KL and the step time stacked by phase. Panels
+whose metrics a run does not log are absent; panels whose series never change are left out and their series named
+in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is drawn with
+matplotlib's Agg canvas directly (no pyplot, no global backend change), so it works on headless machines and inside
+a notebook session alike.
 """
 
 from __future__ import annotations
@@ -19,21 +23,58 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-#: Default panels: patterns, in panel order; those that match nothing are left out.
-DEFAULT_PLOT_KEYS: tuple[str, ...] = (
-    "rollout/success_rate",
-    "rollout/mean_reward",
-    "val/*",
-    "actor/pg_loss",
-    "time/step",
-)
 RECORD_FIELDS = ("step", "timestamp")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One dashboard panel: a training series and its validation counterpart (the first key of each tuple that a
+    run logs), or, with ``stacked``, the step time split into the phases listed there."""
+
+    title: str
+    train: tuple[str, ...] = ()
+    val: tuple[str, ...] = ()
+    percent: bool = False
+    stacked: tuple[tuple[str, str], ...] = ()
+
+
+#: Phases of ``time/step`` (key, label), bottom to top; the rest of ``time/step`` is drawn as "other".
+#: Validation (``time/val``) runs after the step and is not part of it.
+STEP_PHASES: tuple[tuple[str, str], ...] = (
+    ("time/rollout", "rollout"),
+    ("time/offload_reload", "offload/reload"),
+    ("time/old_log_probs", "old log-probs"),
+    ("time/ref_log_probs", "ref log-probs"),
+    ("time/log_probs", "log-probs"),
+    ("time/values", "values"),
+    ("time/train", "train"),
+    ("time/sync", "weight sync"),
+)
+
+#: The default figure, in panel order (agentic and RLVR keys side by side: a run has one or the other).
+DASHBOARD: tuple[Panel, ...] = (
+    Panel("success rate", ("rollout/success_rate", "rollout/accuracy"), ("val/success_rate", "val/accuracy"),
+          percent=True),
+    Panel("mean reward", ("rollout/mean_reward",), ("val/mean_reward",)),
+    Panel("invalid-action rate", ("rollout/invalid_action_rate",), ("val/invalid_action_rate",), percent=True),
+    Panel("format rate", ("rollout/format_rate",), ("val/format_rate",), percent=True),
+    Panel("actions per episode", ("rollout/mean_actions",), ("val/mean_actions",)),
+    Panel("response length (tokens)", ("rollout/response_length",), ("val/response_length",)),
+    Panel("entropy", ("actor/entropy",)),
+    Panel("approx KL", ("actor/approx_kl",)),
+    Panel("groups filtered (dynamic sampling)", ("dynamic_sampling/groups_filtered",)),
+    Panel("step time (s)", stacked=STEP_PHASES),
+)
+
+TRAIN_COLOR, VAL_COLOR = "#1f77b4", "#d62728"
 
 
 def load_metrics(metrics_jsonl: str) -> pd.DataFrame:
@@ -81,47 +122,185 @@ def select_keys(available: Sequence[str], patterns: Sequence[str], *, strict: bo
     return chosen
 
 
-def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
-    """(rows, cols) of a grid holding ``n`` panels, at most ``max_cols`` wide."""
+def is_constant(series: pd.Series) -> bool:
+    """True when the series has no value or a single distinct value (NaN ignored)."""
+    return series.dropna().nunique() <= 1
+
+
+def smooth(series: pd.Series) -> tuple[pd.Series, int]:
+    """Exponential moving average over a span of about a tenth of the points (at least 3), bias-corrected at the
+    start (``adjust=True``); returns it and the span. NaN are dropped first."""
+    values = series.dropna()
+    span = max(3, round(len(values) / 10))
+    return values.ewm(span=span, adjust=True).mean(), span
+
+
+def _first(frame: pd.DataFrame, keys: Sequence[str]) -> str | None:
+    return next((k for k in keys if k in frame.columns and frame[k].notna().any()), None)
+
+
+def _constant_note(frame: pd.DataFrame, key: str) -> str:
+    values = frame[key].dropna()
+    return f"{key} = {values.iloc[0]:.4g}" if len(values) else f"{key} (no values)"
+
+
+@dataclass
+class PanelPlan:
+    """What one panel draws: the series keys it uses, in drawing order."""
+
+    panel: Panel
+    keys: list[str]
+
+
+def plan_dashboard(frame: pd.DataFrame, panels: Sequence[Panel] = DASHBOARD) -> tuple[list[PanelPlan], list[str]]:
+    """Which panels to draw and what to say about the rest.
+
+    A panel is drawn, with all its series, when at least one of them varies; otherwise its series (which never
+    change) are named with their values in the returned notes. The step-time panel draws the phases that took time
+    (the others are noted).
+    """
+    plans: list[PanelPlan] = []
+    notes: list[str] = []
+    for panel in panels:
+        if panel.stacked:
+            present = [k for k, _ in panel.stacked if _first(frame, [k])]
+            keys = [k for k in present if frame[k].max() > 0]
+            notes += [_constant_note(frame, k) for k in present if k not in keys]
+            if keys and "time/step" in frame.columns:
+                plans.append(PanelPlan(panel, keys))
+            continue
+        present = [k for k in (_first(frame, panel.train), _first(frame, panel.val)) if k]
+        if any(not is_constant(frame[k]) for k in present):
+            plans.append(PanelPlan(panel, present))  # a flat validation line next to a moving one says something
+        else:
+            notes += [_constant_note(frame, k) for k in present]
+    return plans, notes
+
+
+def _draw_series(ax: Axes, frame: pd.DataFrame, key: str, val: bool, label: str = "training") -> None:
+    """A validation series: points joined by a line, labeled with their values when there are few. A training
+    series: the raw values faint, the smoothed curve on top."""
+    series = frame[key].dropna()
+    if val:
+        ax.plot(series.index, series.to_numpy(), color=VAL_COLOR, marker="o", markersize=5, linewidth=1.2,
+                label="validation", zorder=3)
+        if len(series) <= 12:
+            for x, y in series.items():
+                ax.annotate(_format(y, ax), (x, y), textcoords="offset points", xytext=(0, 7), ha="center",
+                            fontsize=8, color=VAL_COLOR)
+        return
+    many = len(series) > 12
+    ax.plot(series.index, series.to_numpy(), color=TRAIN_COLOR, alpha=0.3 if many else 1.0, linewidth=1,
+            marker=None if many else "o", markersize=3, label="training" if many else label)
+    if many:
+        smoothed, span = smooth(series)
+        ax.plot(smoothed.index, smoothed.to_numpy(), color=TRAIN_COLOR, linewidth=2, label=f"smoothed (EMA {span})")
+
+
+def _format(value: float, ax: Axes) -> str:
+    return f"{value:.1%}" if isinstance(ax.yaxis.get_major_formatter(), PercentFormatter) else f"{value:.3g}"
+
+
+def _draw_stacked(ax: Axes, frame: pd.DataFrame, plan: PanelPlan) -> None:
+    """The step time as stacked phases; ``other`` is what ``time/step`` has beyond the listed phases."""
+    rows = frame[frame["time/step"].notna()]
+    labels = dict(plan.panel.stacked)
+    parts = [rows[k].fillna(0.0).clip(lower=0.0) for k in plan.keys]
+    other = (rows["time/step"] - sum(parts)).clip(lower=0.0)
+    names = [labels[k] for k in plan.keys] + ["other"]
+    if len(rows) > 60:
+        ax.stackplot(rows.index, *[p.to_numpy() for p in parts], other.to_numpy(), labels=names, alpha=0.85)
+    else:
+        bottom = pd.Series(0.0, index=rows.index)
+        for part, name in zip(parts + [other], names):
+            ax.bar(rows.index, part.to_numpy(), bottom=bottom.to_numpy(), width=0.85, label=name)
+            bottom += part
+    top = float((rows["time/step"]).max())
+    ax.set_ylim(0, top * (1.15 + 0.13 * math.ceil(len(names) / 2)))  # room for the legend above the bars
+    ax.legend(fontsize=7, loc="upper left", ncols=2, framealpha=0.8)
+
+
+def _axes_grid(fig: Figure, n: int, max_cols: int) -> list[Axes]:
     cols = min(n, max_cols)
-    return (n + cols - 1) // cols, cols
+    rows = (n + cols - 1) // cols
+    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return axes[:n]
+
+
+def _style(ax: Axes, title: str, percent: bool) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, alpha=0.3)
+    ax.margins(x=0.04, y=0.18)  # room for the value labels of validation points
+    if percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+
+
+def draw_dashboard(frame: pd.DataFrame, title: str = "",
+                   panels: Sequence[Panel] = DASHBOARD) -> tuple[Figure, list[str]]:
+    """The dashboard figure of a metrics frame (see :func:`load_metrics`) and the metric keys it draws.
+
+    Raises:
+        ValueError: no panel has a series that varies; the message lists the available keys.
+    """
+    plans, notes = plan_dashboard(frame, panels)
+    if not plans:
+        raise ValueError(f"no dashboard metric varies in this run; pass keys (--keys) from: {sorted(frame.columns)}.")
+    cols = 4 if len(plans) >= 7 else 3
+    fig = Figure(figsize=(3.7 * min(cols, len(plans)), 2.9 * math.ceil(len(plans) / cols) + 0.4),
+                 layout="constrained")
+    drawn: list[str] = []
+    for ax, plan in zip(_axes_grid(fig, len(plans), cols), plans):
+        _style(ax, plan.panel.title, plan.panel.percent)
+        if plan.panel.stacked:
+            _draw_stacked(ax, frame, plan)
+        else:
+            for key in plan.keys:
+                _draw_series(ax, frame, key, val=key in plan.panel.val)
+            ax.legend(fontsize=7, framealpha=0.8)
+        drawn += plan.keys
+    if title:
+        fig.suptitle(title, fontsize=11)
+    if notes:
+        fig.supxlabel("constant, not drawn: " + ", ".join(notes), fontsize=8, color="#555555", wrap=True)
+    return fig, drawn
+
+
+def draw_keys(frame: pd.DataFrame, keys: Sequence[str], title: str = "") -> Figure:
+    """One panel per metric key (value against step; smoothed when noisy and long)."""
+    fig = Figure(figsize=(4.5 * min(3, len(keys)), 3.2 * math.ceil(len(keys) / 3)), layout="constrained")
+    for ax, key in zip(_axes_grid(fig, len(keys), 3), keys):
+        _style(ax, key, percent=False)
+        _draw_series(ax, frame, key, val=key.startswith("val/"), label=key)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
 
 
 def plot_metrics(metrics_jsonl: str, out_png: str, keys: list[str] | None = None) -> list[str]:
-    """Draw one panel per metric (value against step) and save the figure as ``out_png``.
+    """Draw the dashboard (``keys=None``) or one panel per key, and save the figure as ``out_png``.
 
     Args:
         metrics_jsonl: path of a ``metrics.jsonl`` written by a tracker.
         out_png: output image path (the format follows the extension); parent directories are created.
-        keys: metric keys or patterns such as ``"val/*"``; ``None`` = :data:`DEFAULT_PLOT_KEYS` (those present).
+        keys: metric keys or patterns such as ``"val/*"``; ``None`` = the dashboard (:data:`DASHBOARD`).
 
     Returns:
         The metric keys plotted, in panel order.
 
     Raises:
-        ValueError: a given key matches no metric, or (with the defaults) no default key is present.
+        ValueError: a given key matches no metric, or (dashboard) no dashboard metric varies.
     """
     frame = load_metrics(metrics_jsonl)
-    available = list(frame.columns)
-    chosen = select_keys(available, keys if keys is not None else DEFAULT_PLOT_KEYS, strict=keys is not None)
-    if not chosen:
-        raise ValueError(
-            f"none of the default keys {list(DEFAULT_PLOT_KEYS)} is in {metrics_jsonl}; "
-            f"pass keys (--keys) from: {sorted(available)}."
-        )
-    rows, cols = _grid(len(chosen))
-    fig = Figure(figsize=(4.5 * cols, 3.2 * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax, key in zip(axes, chosen):
-        series = frame[key].dropna()
-        ax.plot(series.index, series.to_numpy(), marker="o" if len(series) <= 50 else None, markersize=3)
-        ax.set_title(key, fontsize=10)
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, alpha=0.3)
-    for ax in axes[len(chosen):]:
-        ax.set_visible(False)
-    fig.suptitle(metrics_jsonl, fontsize=10)
+    if keys is None:
+        fig, chosen = draw_dashboard(frame, metrics_jsonl)
+    else:
+        chosen = select_keys(list(frame.columns), keys, strict=True)
+        fig = draw_keys(frame, chosen, metrics_jsonl)
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
     fig.savefig(out_png, dpi=100)
     return chosen
@@ -134,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("metrics_jsonl", help="path of metrics.jsonl (in the run's logging_dir)")
     parser.add_argument("-o", "--out", help="output image (default: metrics.png next to the input)")
-    parser.add_argument("--keys", nargs="+", help="metric keys or patterns such as 'val/*' (default: headline keys)")
+    parser.add_argument("--keys", nargs="+", help="metric keys or patterns such as 'val/*' (default: the dashboard)")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(os.path.dirname(args.metrics_jsonl), "metrics.png")
     try:
@@ -142,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({len(plotted)} panels: {', '.join(plotted)})")
+    print(f"wrote {out} ({len(plotted)} series: {', '.join(plotted)})")
     return 0
 
 

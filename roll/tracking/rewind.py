@@ -5,8 +5,8 @@ A run killed after its step-30 checkpoint may have logged steps 31-35; the resum
 ``texts.jsonl`` through :func:`truncate_jsonl`; TensorBoard purges its events), and :func:`prune_step_dumps` removes
 the per-step dump files of those steps, so that every log holds each step exactly once.
 
-Per-step dumps are named by :func:`step_dump_path`: ``<log_dir>/<kind>/step_<NNNNN>.jsonl`` for each kind in
-:data:`DUMP_KINDS`; validation renders are ``<render_save_dir>/step_<NNNNN>/`` directories.
+Per-step dumps are :mod:`roll.tracking.dumps`' ``<log_dir>/trajectories/<phase>/step_<NNNNN>.jsonl`` (phases
+``train`` and ``val``) and the validation renders ``<render_save_dir>/step_<NNNNN>/``.
 """
 
 from __future__ import annotations
@@ -18,16 +18,9 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
-DUMP_KINDS = ("trajectories", "rollouts")
-"""Per-step dumps under ``logging_dir``: agentic trajectories and RLVR rollouts."""
+from roll.tracking.dumps import DUMP_DIR, PHASES
+
 _STEP_NAME = re.compile(r"^step_(\d+)(?:\.jsonl)?$")
-
-
-def step_dump_path(log_dir: str | Path, kind: str, step: int) -> Path:
-    """``<log_dir>/<kind>/step_<NNNNN>.jsonl``, the dump of ``kind`` (one of :data:`DUMP_KINDS`) at ``step``."""
-    if kind not in DUMP_KINDS:
-        raise ValueError(f"dump kind {kind!r}; known: {', '.join(DUMP_KINDS)}")
-    return Path(log_dir) / kind / f"step_{step:05d}.jsonl"
 
 
 def truncate_jsonl(path: str | Path, last_step: int) -> int:
@@ -56,10 +49,10 @@ def truncate_jsonl(path: str | Path, last_step: int) -> int:
 
 
 def prune_step_dumps(log_dir: str | Path, last_step: int, render_dirs: Iterable[str | Path] = ()) -> list[Path]:
-    """Remove the per-step dumps of steps after ``last_step``: ``<log_dir>/<kind>/step_N.jsonl`` (kinds of
-    :data:`DUMP_KINDS`) and ``<render_dir>/step_N/`` of each of ``render_dirs``. Returns what was removed."""
+    """Remove the per-step dumps of steps after ``last_step``: ``<log_dir>/trajectories/<phase>/step_N.jsonl``
+    and ``<render_dir>/step_N/`` of each of ``render_dirs``. Returns what was removed."""
     removed = []
-    roots = [Path(log_dir) / kind for kind in DUMP_KINDS] + [Path(d) for d in render_dirs]
+    roots = [Path(log_dir) / DUMP_DIR / phase for phase in PHASES] + [Path(d) for d in render_dirs]
     for root in roots:
         if not root.is_dir():
             continue

@@ -21,7 +21,7 @@ SCRIPT = REPO / "examples" / "start_agentic_pipeline.py"
      "roll: config error: actor_train.training_args.gradient_accumulation_steps=3",
      ["x world_size (1)", "must divide the 32 samples", "= 32 / (8 x 1) = 4"]),
     ("actor_train.strategy_args.strategy_name=megatron_train",
-     "roll: config error: actor_train.strategy_args.strategy_name='megatron_train'", ["Megatron-core"]),
+     "roll: config error: actor_train.strategy_args.strategy_name='megatron_train'", ["megatron"]),
 ])
 def test_roll_style_config_error_is_one_line_exit_2(tmp_path, override, start, words):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--config-path", "roll_style", "--config-name",

@@ -49,9 +49,12 @@ def test_two_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
         assert row["dynamic_sampling/batch_groups"] == 4
         assert row["dynamic_sampling/prompts_drawn"] <= 4 + 4
         assert 0 <= row["val/accuracy"] <= 1
-    dump = [json.loads(line) for line in (tmp_path / "logs" / "rollouts" / "step_00001.jsonl").read_text().splitlines()]
-    assert len(dump) == 4 and all(len(d["responses"]) == 4 and len(d["scores"]) == 4 for d in dump)
-    assert all(d["scores"][k] == float(d["correct"][k]) for d in dump for k in range(4))  # format_reward 0
+    dumps = tmp_path / "logs" / "trajectories"
+    dump = [json.loads(line) for line in (dumps / "train" / "step_00001.jsonl").read_text().splitlines()]
+    assert len(dump) == 16 and sorted({d["group"] for d in dump}) == [0, 1, 2, 3]  # 4 prompts x 4 responses
+    assert all(d["score"] == float(d["success"]) for d in dump)  # format_reward 0
+    assert all(len(d["turns"][0]["adv"]) == len(d["turns"][0]["tokens"]) > 0 for d in dump)
+    assert len((dumps / "val" / "step_00002.jsonl").read_text().splitlines()) == 8  # validation.max_samples
     assert (tmp_path / "logs" / "metrics.png").is_file()
     assert list((tmp_path / "logs").rglob("events.out.tfevents*"))
 

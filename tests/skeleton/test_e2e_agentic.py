@@ -45,7 +45,7 @@ def test_three_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
                     "time/sync"):
             assert key in row and row[key] is not None and math.isfinite(row[key]), key
     assert list((tmp_path / "logs").glob("events.out.tfevents*")) or list((tmp_path / "logs").rglob("events*"))
-    assert (tmp_path / "logs" / "trajectories" / "step_00001.jsonl").is_file()
+    assert (tmp_path / "logs" / "trajectories" / "train" / "step_00001.jsonl").is_file()
 
     first = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "checkpoints" / "step_1" / "actor_hf")
     final = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "final")

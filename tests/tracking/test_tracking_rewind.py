@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from roll.tracking import make_tracker
-from roll.tracking.rewind import DUMP_KINDS, prune_step_dumps, step_dump_path, truncate_jsonl
+from roll.tracking.rewind import prune_step_dumps, truncate_jsonl
 
 
 def write_records(path: Path, steps: list[int], torn: bool = False) -> None:
@@ -28,24 +28,24 @@ def test_truncate_jsonl_keeps_steps_up_to_the_checkpoint_and_drops_a_torn_line(t
     assert truncate_jsonl(path, 3) == 0 and truncate_jsonl(tmp_path / "none.jsonl", 3) == 0
 
 
-def test_prune_step_dumps_removes_only_later_steps_of_the_dump_kinds(tmp_path):
-    for kind in DUMP_KINDS:
+def test_prune_step_dumps_removes_only_later_steps_of_the_dumps(tmp_path):
+    for phase in ("train", "val"):
+        (tmp_path / "trajectories" / phase).mkdir(parents=True)
         for step in (2, 3, 4, 10):
-            path = step_dump_path(tmp_path, kind, step)
-            path.parent.mkdir(exist_ok=True)
-            path.write_text("{}\n")
+            (tmp_path / "trajectories" / phase / f"step_{step:05d}.jsonl").write_text("{}\n")
+    (tmp_path / "trajectories" / "meta.json").write_text("{}")
     renders = tmp_path / "renders"
     for step in (3, 4):
         (renders / f"step_{step:05d}" / "traj").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step_4").mkdir(parents=True)  # not a dump: never touched
     removed = prune_step_dumps(tmp_path, 3, [renders])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == [
-        "renders/step_00004", "rollouts/step_00004.jsonl", "rollouts/step_00010.jsonl",
-        "trajectories/step_00004.jsonl", "trajectories/step_00010.jsonl"]
-    assert sorted(p.name for p in (tmp_path / "trajectories").iterdir()) == ["step_00002.jsonl", "step_00003.jsonl"]
+        "renders/step_00004", "trajectories/train/step_00004.jsonl", "trajectories/train/step_00010.jsonl",
+        "trajectories/val/step_00004.jsonl", "trajectories/val/step_00010.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "trajectories" / "train").iterdir()) == [
+        "step_00002.jsonl", "step_00003.jsonl"]
     assert (renders / "step_00003").is_dir() and (tmp_path / "checkpoints" / "step_4").is_dir()
-    with pytest.raises(ValueError, match="known: trajectories, rollouts"):
-        step_dump_path(tmp_path, "renders", 1)
+    assert (tmp_path / "trajectories" / "meta.json").is_file()
 
 
 def run_then_resume(track_with: str, log_dir: Path, **kwargs) -> None:

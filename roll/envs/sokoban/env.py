@@ -69,6 +69,7 @@ class SokobanEnv(TextEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     valid_actions: ClassVar[tuple[str, ...]] = tuple(MOVES)
+    grid_symbols: ClassVar[dict[str, str] | None] = SYMBOLS
     STEP_PENALTY = -0.1
     BOX_ON_TARGET_REWARD = 1.0
     SOLVED_REWARD = 10.0

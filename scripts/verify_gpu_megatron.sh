@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU verification of megatron_train (issue 17, points 6 and 7), from the repo root on the lent GPU machine.
+# Calls on one warm machine (the two bundles do not fit one call; the model build needs the base bundle; see
+# /work/shared/device/README.md):
+#   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh
+#   call 2, carry [".dev/base"]:    source .dev/base/activate.sh >$OUT/activate.log 2>&1;
+#                                   bash scripts/verify_gpu_megatron.sh prepare     # builds $MODEL (~30 s)
+#   call 3, carry nothing:          source /tmp/site/activate.sh >$OUT/activate.log 2>&1;
+#                                   bash scripts/verify_gpu_megatron.sh             # one GPU, under ~9 minutes
+#   on 2 GPUs (nvidia-h200-x2), call 3: GPUS=2 bash scripts/verify_gpu_megatron.sh
+# Runs (RUNS picks a subset; each killed after its timeout, logs in $OUT/<run>.log):
+#   GPUS=1: equiv  pytest tests/megatron/test_megatron_gpu.py (megatron TP=1 vs deepspeed ZeRO-2 log-probs, loss,
+#                  weights after one step; offload/reload)                                        [EQUIV_TIMEOUT]
+#           sokoban examples/config/sokoban_qwen05b_megatron.yaml: $STEPS steps after a $SFT_STEPS-step warm start,
+#                  megatron_train TP=1 colocated with SGLang on GPU 0                              [RUN_TIMEOUT]
+#           rlvr   examples/config/rlvr_qwen05b_megatron.yaml: $STEPS steps (short responses), megatron_train +
+#                  megatron_infer reference + SGLang on GPU 0                                      [RUN_TIMEOUT]
+#   GPUS=2: equiv2 pytest tests/megatron/test_megatron_gpu.py -k tp2 (TP=2 vs TP=1 on two GPUs)
+#           sokoban_tp2 examples/config/sokoban_qwen05b_megatron_tp2.yaml (TP=2 training + TP-2 SGLang engine)
+# Then $OUT/summary_megatron_<GPUS>gpu.json (per-step time breakdown, train tokens/s, MFU by 6 N tokens/s against
+# the GPU's dense bf16 peak, log-prob mismatch after each sync, peak memory) and one PASS/FAIL line per check.
+# Exit 1 when a check fails.
+set -uo pipefail
+OUT=${OUT:-/tmp/roll-verify-megatron}
+MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
+GPUS=${GPUS:-1}
+STEPS=${STEPS:-3}
+SFT_STEPS=${SFT_STEPS:-5}
+RUN_TIMEOUT=${RUN_TIMEOUT:-200}
+EQUIV_TIMEOUT=${EQUIV_TIMEOUT:-150}
+MISMATCH_MAX=${MISMATCH_MAX:-0.02}
+if [ "$GPUS" = 2 ]; then RUNS=${RUNS:-equiv2 sokoban_tp2}; else RUNS=${RUNS:-equiv sokoban rlvr}; fi
+WORK=${WORK:-/tmp/roll-verify-megatron-work}
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ROLL_GPU_MODEL="$MODEL"
+T0=$(date +%s)
+
+python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
+[ "${1:-run}" = prepare ] && { python3 -c "import megatron.core as m; print('megatron-core', m.__version__)"; exit $?; }
+nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+COMMON=(pretrain="$MODEL" distributed=ray)
+BENCH="python3 benchmarks/gpu_step.py --steps $STEPS --skip 1 --no-bare"  # per-step breakdown, MFU, results JSON
+declare -A CMD=(
+    [equiv]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k 'not tp2'"
+    [equiv2]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k tp2"
+    [sokoban]="$BENCH --config-name sokoban_qwen05b_megatron sft_warmup.steps=$SFT_STEPS"
+    [sokoban_tp2]="$BENCH --config-name sokoban_qwen05b_megatron_tp2 sft_warmup.steps=$SFT_STEPS"
+    [rlvr]="$BENCH --config-name rlvr_qwen05b_megatron response_length=128 sequence_length=640 actor_infer.generating_args.max_new_tokens=128 rollout_batch_size=16 actor_train.training_args.gradient_accumulation_steps=4 dynamic_sampling.enabled=false is_use_additional_prompts=false validation.generating_args.max_new_tokens=128"
+)
+declare -A RC
+for name in $RUNS; do
+    ray stop --force >/dev/null 2>&1
+    t=$(date +%s)
+    limit=$RUN_TIMEOUT; case $name in equiv*) limit=$EQUIV_TIMEOUT;; esac
+    extra=""; case $name in equiv*) ;; *) extra="${COMMON[*]} exp_name=verify_$name output_dir=$WORK/$name logging_dir=$WORK/$name/logs";; esac
+    timeout --kill-after=15 "$limit" bash -c "${CMD[$name]} $extra" > "$OUT/$name.log" 2>&1
+    RC[$name]=$?
+    echo "[verify] $name: exit ${RC[$name]} after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)" | tee -a "$OUT/gpu.txt"
+    grep -E "^\[gpu-equiv\]|^\[roll\] weight sync|Error|error:|passed|failed" "$OUT/$name.log" | cut -c1-300 | head -12
+    cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
+    cp -f benchmarks/results/*megatron*.json "$OUT/" 2>/dev/null
+    ray stop --force >/dev/null 2>&1
+done
+
+RCS=""
+for name in $RUNS; do RCS="$RCS $name=${RC[$name]}"; done
+python3 scripts/summarize_gpu_megatron.py "$OUT" "$WORK" "$STEPS" "$MISMATCH_MAX" "$MODEL" "$GPUS" $RCS
+rc=$?
+echo "[verify] done in $(( $(date +%s) - T0 ))s, exit $rc; summary in $OUT/summary_megatron_${GPUS}gpu.json"
+exit $rc
