@@ -1,6 +1,7 @@
 """Run untrusted Python snippets in a separate, limited process: :func:`run_python`.
 
-Layers (each covered by an adversarial test in ``tests/envs/test_sandbox.py``):
+Layers (each covered by adversarial tests in ``tests/envs/test_sandbox.py`` and, for reads,
+``tests/envs/test_sandbox_reads.py``):
 
 - a fresh ``python -I -S -u`` process (isolated mode: no site-packages, no ``PYTHON*`` variables, no
   script directory on ``sys.path``) in its own session and process group, with a clean environment
@@ -20,8 +21,10 @@ Layers (each covered by an adversarial test in ``tests/envs/test_sandbox.py``):
 - the caller reads both pipes incrementally, caps the output, enforces the wall-clock limit and kills
   the whole process group at the end, whatever happened.
 
-This is *not* a security boundary against determined attackers (native code, interpreter bugs, races);
-run untrusted workloads in containers or gVisor as well. See ``docs/tool_use.md``.
+With Landlock the kernel bounds file access, TCP and signals even for native code; the rest (and everything
+without Landlock) rests on the audit hook, which is *not* a security boundary against determined attackers
+(interpreter bugs, introspection, races). Run untrusted workloads in containers or gVisor as well. See
+``docs/tool_use.md``.
 """
 
 from __future__ import annotations
