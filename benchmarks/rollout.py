@@ -52,21 +52,22 @@ class _Recorder:
 
 
 def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int, repeats: int = 3) -> dict[str, float]:
+    from roll.agentic.batching import BatchedClient
     from roll.agentic.rollout import RolloutScheduler
 
     cfg = _config(n_envs, max_actions, max_tokens)
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", model, group, use_ray=False)
     sched.rollout(0, n_envs)  # warm-up (tokenizer caches, first-call costs)
-    inner, wall, bare = sched.generator, float("inf"), float("inf")
+    inner, wall, bare = sched.generator.inner, float("inf"), float("inf")  # the batch generator of the client
     for _ in range(repeats):  # alternate rollout and replay; keep the fastest of each (shared machines are noisy)
         recorder = _Recorder(inner)
-        sched.generator = recorder
+        sched.generator = BatchedClient(recorder)
         start = time.perf_counter()
         trajs, metrics = sched.rollout(1, n_envs)
         wall = min(wall, time.perf_counter() - start)
         start = time.perf_counter()
         for prompts, args, max_new in recorder.calls:
-            group.call_rank0("generate", prompts, args, max_new)
+            group.generate(prompts, args, max_new)
         bare = min(bare, time.perf_counter() - start)
     steps = sum(len(t.turns) for t in trajs)
     tokens = sum(len(turn.response_ids) - turn.appended_eos for t in trajs for turn in t.turns)
@@ -112,6 +113,8 @@ def main() -> None:
 
     from roll.config.worker import WorkerConfig
     from roll.distributed.group import LocalWorkerGroup
+    from roll.distributed.roles import InferProxy
+    from roll.strategies.registry import strategy_spec
     from roll.models.tiny import ensure_tiny_model
     from roll.strategies.base import StrategyContext
 
@@ -122,9 +125,9 @@ def main() -> None:
         worker = WorkerConfig()
         worker.model_args.model_name_or_path = args.model
         worker.strategy_args.strategy_config = {"generate_batch_size": 256, **options}
-        group = LocalWorkerGroup("actor_infer", worker, num_threads=args.threads)
-        group.call("initialize", StrategyContext(seed=0))
-        return group
+        infer = InferProxy(LocalWorkerGroup("actor_infer", worker, num_threads=args.threads), strategy_spec("hf_infer"))
+        infer.initialize(StrategyContext(seed=0))
+        return infer
 
     if args.kv_reuse:
         groups = {"on": infer_group(reuse_kv_cache=True), "off": infer_group(reuse_kv_cache=False)}

@@ -79,7 +79,7 @@ def main(model_path: str, out_dir: Path) -> int:
 
     result: dict = {"nccl": torch.cuda.nccl.version(), "gpus": [torch.cuda.get_device_name(i) for i in range(2)]}
     start = time.perf_counter()
-    engine = sglang.Engine(**engine_kwargs(model_path, "bf16", {"base_gpu_id": 1, "mem_fraction_static": 0.4}, 0))
+    engine = sglang.Engine(**engine_kwargs(model_path, "bf16", {"engine_args": {"base_gpu_id": 1}, "mem_fraction_static": 0.4}, 0))
     result["engine_start_s"] = time.perf_counter() - start
     torch.cuda.set_device(0)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).cuda().eval()

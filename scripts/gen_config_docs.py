@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import sys
 import typing
 from pathlib import Path
@@ -43,16 +44,69 @@ example configs that use them as the guide shows are in `examples/roll_style/`.
 
 def limits() -> list[str]:
     """What the validator rejects although the guide names it (from the validator's own tables)."""
-    from roll.config.validation import NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC, UNAVAILABLE_BACKENDS
+    from roll.config.validation import IGNORED, NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC
+    from roll.strategies.registry import UNAVAILABLE
 
     lines = ["## Guide keys with limits", "", "Strategy names that are rejected when no backend is registered "
              "for them (the error names what is missing):", ""]
-    lines += [f"- `{name}`: {why}." for name, why in sorted(UNAVAILABLE_BACKENDS.items())]
+    lines += [f"- `{name}`: {name} {why}." for name, why in sorted(UNAVAILABLE.items())]
     lines += ["", "Keys accepted only at their \"off\" value, because no pipeline acts on them yet (any other "
               "value is an error, not silently ignored):", ""]
     lines += [f"- `{key}` = `{value!r}`" for key, value in NOT_IMPLEMENTED.items()]
     lines += [f"- `{key}` = `{value!r}` (agentic pipeline)" for key, value in NOT_IMPLEMENTED_AGENTIC.items()]
     lines += ["- `use_topr_loss`, `add_len_reward`, `difficulty_loss_weight`, `length_loss_weight` = `False`", ""]
+    lines += ["Keys whose other value is accepted with a warning at launch, because roll does the same thing either "
+              "way (the warning names the key, the reason and the fix):", ""]
+    lines += [f"- `{key}` = `{value!r}`: {why}." for key, (value, why, _) in IGNORED.items()]
+    lines += ["", "Implemented ROLL keys that earlier versions accepted without acting on them: `max_traj_per_env` "
+              "(rollout rounds per step, refills included), `max_running_requests` (hf_infer: prompts per generate "
+              "call; sglang: the engine's limit). A DeepSpeed `optimizer` or `scheduler` section in "
+              "`strategy_config` is accepted with a warning: roll builds AdamW and its schedule from "
+              "`training_args`.", ""]
+    return lines
+
+
+def registries() -> list[str]:
+    """The registry-backed keys: the names registered in this install and what each declares it needs."""
+    from roll.algorithms.advantages import ADVANTAGES
+    from roll.algorithms.aggregation import AGG_MODES
+    from roll.algorithms.kl import KL_TYPES
+    from roll.algorithms.policy_losses import POLICY_LOSSES
+    from roll.algorithms.reward_norm import SCORE_NORMS
+    from roll.rewards import math_answer  # noqa: F401  (registers the built-in rewards)
+    from roll.rewards.registry import REWARDS
+
+    lines = ["## Registry-backed keys", "", "These keys name an entry of a registry, not a fixed list: the names below "
+             "are built in, a registered name or `'package.module:name'` (the module registers it) works the same. "
+             "The preflight at launch checks the name and what the entry declares it needs (docs/architecture.md).",
+             "", "| key | registry (decorator) | built-in names and what they declare |", "|---|---|---|"]
+    for key, registry in (("adv_estimator", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
+                          ("kl_penalty, kl_loss_type", KL_TYPES), ("loss_agg_mode", AGG_MODES),
+                          ("reward_normalization.method", SCORE_NORMS),
+                          ("rewards.tag_to_reward values (RLVR)", REWARDS)):
+        entries = []
+        for name in registry.names():
+            needs = [cap for cap, on in registry.capabilities(name).items() if on is True]
+            entries.append(f"`{name}`" + (f" ({', '.join(needs)})" if needs else ""))
+        lines.append(f"| `{key}` | `{registry.decorator_name}` | {', '.join(entries)} |")
+    return lines + [""]
+
+
+def strategy_options() -> list[str]:
+    """One table per registered strategy: the keys of its ``strategy_config``."""
+    from roll.strategies.registry import ABILITIES, list_strategies, strategy_spec
+
+    lines = ["## Strategy options (`<role>.strategy_args.strategy_config`)", "",
+             "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
+             "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
+             + "; ".join(f"`{a}`: {why}" for a, why in ABILITIES.items()) + ".", ""]
+    for name in list_strategies():
+        spec = strategy_spec(name)
+        cls = spec.options_class()
+        abilities = ", ".join(sorted(spec.abilities)) or "none"
+        lines += [f"### `{name}`: `{cls.__name__}`", "", inspect.cleandoc(cls.__doc__ or ""), "",
+                  f"Roles: {', '.join(sorted(spec.roles))}. Abilities: {abilities}.", ""]
+        lines += table(cls, dataclasses.fields(cls)) + [""]
     return lines
 
 
@@ -113,7 +167,7 @@ def render() -> str:
     """The whole docs/config.md text."""
     from roll.config.fields import nested_dataclasses
 
-    lines = [HEADER] + limits()
+    lines = [HEADER] + limits() + registries()
     seen: set[type] = set()
     for schema in schemas():
         for cls in reversed([c for c in schema.__mro__ if dataclasses.is_dataclass(c)]):
@@ -129,12 +183,7 @@ def render() -> str:
             seen.add(cls)
             lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), ""]
             lines += table(cls, dataclasses.fields(cls)) + [""]
-    from roll.config.megatron import MegatronOptions
-
-    lines += ["## `MegatronOptions` (`strategy_config` of `megatron_train` / `megatron_infer`)", "",
-              (MegatronOptions.__doc__ or "").strip() + " ROLL's key names; an unknown key (including MoE `moe_*` "
-              "keys) is an error.", ""]
-    lines += table(MegatronOptions, dataclasses.fields(MegatronOptions)) + [""]
+    lines += strategy_options()
     return "\n".join(lines).rstrip() + "\n"
 
 

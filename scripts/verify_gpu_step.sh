@@ -46,7 +46,7 @@ for mode in "$@"; do
                 custom_envs.SimpleSokoban.max_tokens_per_step=256 || rc=1;;
         hf) bench hf sokoban_qwen05b_sglang --steps 3 --tag hf_infer --no-bare \
                 actor_infer.strategy_args.strategy_name=hf_infer \
-                "actor_infer.strategy_args.strategy_config={generate_batch_size:128}" || rc=1;;
+                "~actor_infer.strategy_args.strategy_config" "+actor_infer.strategy_args.strategy_config={generate_batch_size:128}" || rc=1;;
         zero3) bench zero3 sokoban_qwen05b_sglang --steps 3 --tag zero3 --no-bare \
                 actor_train.strategy_args.strategy_config.zero_stage=3 || rc=1;;
         rlvr) bench rlvr rlvr_qwen05b_gpu --steps "$RLVR_STEPS" --skip 1 --profile || rc=1;;

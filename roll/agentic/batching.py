@@ -1,5 +1,13 @@
-"""Generation clients: :class:`GroupGenerator` (one request -> the inference worker group) and
-:class:`BatchingGenerator` (dynamic batching of requests from several env managers into one generate call).
+"""Generation clients. One protocol for every caller (:class:`Generator`): ``submit`` requests, ``poll`` for the
+finished ones, ``abort`` the rest, ``leave`` when done; ``generate`` is the batch form (submit all, poll until
+done). Env managers use submit/poll; the RLVR pipeline uses ``generate``.
+
+Two clients implement it over the inference role: :class:`~roll.agentic.rollout.SubmitGenerator` sends each request
+to an engine that takes requests one at a time (strategy ability ``submit``: SGLang's continuous batching batches
+what is in flight); :class:`BatchedClient` keeps submitted requests until ``poll`` and then generates all of them
+in one batch call per sampling setting, through a batch generator: :class:`GroupGenerator` (the role's workers,
+one chunk per rank) or :class:`BatchingGenerator` (dynamic batching of requests from several env managers into one
+generate call).
 
 Batching rule: pending requests with the same sampling settings and token budget are merged and sent as one call
 when (a) every expected client has a request waiting, or (b) they hold ``max_batch_size`` prompts, or (c) the
@@ -17,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from roll.config.worker import GeneratingArgs
-from roll.distributed.group import WorkerGroup
+from roll.distributed.roles import InferProxy
 from roll.strategies.base import GenerationOutput
 
 
-class Generator(Protocol):
-    """Anything that turns prompts (token ids) into generations."""
+class BatchGenerator(Protocol):
+    """Anything that turns a batch of prompts (token ids) into generations, in prompt order."""
 
     def generate(self, prompts: list[list[int]], args: GeneratingArgs,
                  max_new_tokens: int | None = None) -> list[GenerationOutput]: ...
@@ -31,22 +39,74 @@ class Generator(Protocol):
         """The calling client has finished its rollout (a batcher stops waiting for it)."""
 
 
-class GroupGenerator:
-    """Sends a list of prompts to an inference worker group as one request per rank (data parallel)."""
+class Generator(BatchGenerator, Protocol):
+    """The generation protocol of every caller: requests ``(rid, prompt ids)`` in, finished outputs by rid out."""
 
-    def __init__(self, group: WorkerGroup):
-        self.group = group
+    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
+               max_new_tokens: int | None = None) -> None:
+        """Queue requests; ``rid`` must be unique among the requests in flight."""
+
+    def poll(self, rids: list[str]) -> dict[str, GenerationOutput]:
+        """Finished requests among ``rids`` (at least one unless none can finish), in the order of ``rids``."""
+
+    def abort(self, rids: list[str]) -> None:
+        """Drop requests still in flight."""
+
+
+class GroupGenerator:
+    """Sends a list of prompts to the inference role as one chunk per rank (data parallel)."""
+
+    def __init__(self, infer: InferProxy):
+        self.infer = infer
 
     def generate(self, prompts: list[list[int]], args: GeneratingArgs,
                  max_new_tokens: int | None = None) -> list[GenerationOutput]:
-        n = self.group.world_size
-        bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
-        chunks = [prompts[bounds[i]:bounds[i + 1]] for i in range(n)]
-        results = self.group.call_each("generate", [(c, args, max_new_tokens) for c in chunks])
-        return [out for part in results for out in part]
+        return self.infer.generate(prompts, args, max_new_tokens)
 
     def leave(self) -> None:
         """Nothing to do: requests go straight through."""
+
+
+class BatchedClient:
+    """:class:`Generator` over a batch generator: ``submit`` queues; ``poll`` generates every queued request, one
+    ``inner.generate`` call per (sampling settings, token budget) in the order they were first submitted, with the
+    prompts in submission order."""
+
+    def __init__(self, inner: BatchGenerator):
+        self.inner = inner
+        self._queued: list[tuple[str, list[int], GeneratingArgs, int | None]] = []
+        self._done: dict[str, GenerationOutput] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers between rollouts: nothing in flight
+        return {"inner": self.inner, "_queued": [], "_done": {}}
+
+    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
+               max_new_tokens: int | None = None) -> None:
+        self._queued += [(rid, prompt, args, max_new_tokens) for rid, prompt in requests]
+
+    def poll(self, rids: list[str]) -> dict[str, GenerationOutput]:
+        keys: dict[tuple[str, int | None], list[tuple[str, list[int], GeneratingArgs, int | None]]] = {}
+        for request in self._queued:
+            keys.setdefault((repr(request[2]), request[3]), []).append(request)
+        self._queued = []
+        for batch in keys.values():
+            outputs = self.inner.generate([prompt for _, prompt, _, _ in batch], batch[0][2], batch[0][3])
+            self._done.update({rid: out for (rid, *_), out in zip(batch, outputs)})
+        return {rid: self._done.pop(rid) for rid in rids if rid in self._done}
+
+    def abort(self, rids: list[str]) -> None:
+        dropped = set(rids)
+        self._queued = [r for r in self._queued if r[0] not in dropped]
+        for rid in dropped:
+            self._done.pop(rid, None)
+
+    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
+                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+        """The batch form: one ``inner.generate`` call."""
+        return self.inner.generate(prompts, args, max_new_tokens)
+
+    def leave(self) -> None:
+        self.inner.leave()
 
 
 @dataclass
@@ -65,7 +125,7 @@ class _Request:
 class BatchingGenerator:
     """Merges concurrent ``generate`` requests of several clients into few calls of ``inner``."""
 
-    def __init__(self, inner: Generator, max_batch_size: int = 256, max_wait_ms: float = 20.0):
+    def __init__(self, inner: BatchGenerator, max_batch_size: int = 256, max_wait_ms: float = 20.0):
         self.inner, self.max_batch_size, self.max_wait_s = inner, max_batch_size, max_wait_ms / 1000.0
         self._cond = threading.Condition()
         self._pending: list[_Request] = []

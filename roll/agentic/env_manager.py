@@ -16,7 +16,7 @@ from typing import Any
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_pool import CallOutcome, EnvCallPool
-from roll.agentic.trajectory import Trajectory, Turn
+from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.strategies.base import GenerationOutput
@@ -77,8 +77,8 @@ class ManagerResult:
 class EnvManager:
     """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns.
 
-    Every turn, the generation requests of all live envs with the same token budget go out as one call; then the
-    envs step concurrently on an :class:`EnvCallPool`. Fault isolation: an env call that raises ends its
+    The envs' turns go to the generator as requests (:meth:`rollout`); the envs step concurrently on an
+    :class:`EnvCallPool`. Fault isolation: an env call that raises ends its
     trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``); one that
     exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh instance.
     """
@@ -101,28 +101,6 @@ class EnvManager:
         kwargs = {"format_penalty": self.cfg.format_penalty, "action_format": self.cfg.action_format,
                   **dict(spec.env.env_config)}
         return make_env(spec.env.env_type, kwargs)
-
-    def rollout(self, step: int, generator: Generator) -> ManagerResult:
-        """One trajectory per env, seeds from ``step``; failed trajectories are returned with ``failure`` set."""
-        if getattr(generator, "supports_submit", False):
-            return self._rollout_submit(step, generator)
-        start = time.perf_counter()
-        result = ManagerResult([])
-        try:
-            live = self._reset_all(step, result)
-            while any(not x.done for x in live):
-                for max_new, batch in self._by_budget([x for x in live if not x.done]).items():
-                    t = time.perf_counter()
-                    outputs = generator.generate([x.traj.pending_ids(x.next_prompt) for x in batch], self.args,
-                                                 max_new)
-                    result.generate_s += time.perf_counter() - t
-                    self._step_batch(batch, outputs, result)
-        finally:
-            generator.leave()
-        result.trajectories = [x.traj for x in live]
-        result.conformance_checked, result.conformance_mismatches = self._conformance(result.trajectories)
-        result.wall_s = time.perf_counter() - start
-        return result
 
     def _call_envs(self, xs: list[_Live], calls: list, what: str, result: ManagerResult) -> list[CallOutcome]:
         """Run env calls concurrently; record errors/timeouts on the trajectories; replace hung envs."""
@@ -237,11 +215,14 @@ class EnvManager:
             bad += not t.template_conforms
         return k, bad
 
-    # ------------------------------------------------------------------ per-env requests (issue 8: sglang)
-    def _rollout_submit(self, step: int, generator: Any) -> ManagerResult:
-        """Like :meth:`rollout`, but each env's turn is sent as its own request (``generator.submit``) as soon as
-        the env is ready, and replies are stepped as they finish (``generator.poll``): no env waits for a lock-step
-        batch; the engine's continuous batching does the batching. Requests left in flight are aborted."""
+    def rollout(self, step: int, generator: Generator) -> ManagerResult:
+        """One trajectory per env, seeds from ``step``; failed trajectories are returned with ``failure`` set.
+
+        Each env's turn is submitted (``generator.submit``) as soon as the env is ready, grouped by token budget, and
+        the replies are stepped as they finish (``generator.poll``). With a batched client every poll generates
+        all pending turns in one call per budget (lock-step turns); an engine that takes single requests
+        (``submit`` ability) batches whatever is in flight, and no env waits for the others. Requests left in
+        flight are aborted."""
         start = time.perf_counter()
         result = ManagerResult([])
         pending: dict[str, _Live] = {}

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from roll.agentic.trajectory import Trajectory
+from roll.data.trajectory import Trajectory
 
 
 def pick_render_mode(env_cls: type) -> str | None:

@@ -5,7 +5,8 @@ Failed trajectories (an env that raised or hung, see :class:`~roll.agentic.env_m
 training batch. Their group keeps its other members and is normalized without them; a group left with fewer than
 2 members (when ``group_size >= 2``) is dropped, since a one-member group has no baseline. If that leaves the batch
 short, up to ``max_refill_rounds`` extra rounds (fresh seeds) refill it; whatever is still missing makes the batch
-smaller, trimmed to a multiple of the train mini-batch so the update still runs. Counts go to
+smaller, trimmed to a multiple of the train mini-batch so the update still runs. Every round gives each env one
+trajectory; ``max_traj_per_env`` (when > 0) caps the rounds of a step, refills included. Counts go to
 ``rollout/env_failures``, ``rollout/env_timeouts`` and ``rollout/dropped_trajectories``.
 """
 
@@ -16,11 +17,12 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from roll.agentic.batching import BatchingGenerator, Generator, GroupGenerator, RemoteGenerator
+from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenerator, Generator, GroupGenerator,
+                                   RemoteGenerator)
 from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
-from roll.agentic.trajectory import Trajectory
+from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
-from roll.distributed.group import WorkerGroup
+from roll.distributed.roles import InferProxy
 
 
 def train_batch_multiple(cfg: AgenticConfig) -> int:
@@ -38,25 +40,26 @@ class RolloutScheduler:
     """Runs the env managers of one phase ("train" or "val") and returns up to ``batch_size`` trajectories."""
 
     def __init__(self, cfg: AgenticConfig, manager: EnvManagerConfig, phase: str, tokenizer_path: str,
-                 infer_group: WorkerGroup, use_ray: bool):
+                 infer: InferProxy, use_ray: bool):
         self.manager, self.phase, self.use_ray = manager, phase, use_ray
         self.prefix = "rollout" if phase == "train" else phase
         self.batch_multiple = train_batch_multiple(cfg) if phase == "train" else 1
         self.min_group = 2 if manager.group_size >= 2 else 1
         n = manager.num_env_managers
-        submit = SubmitGenerator.supported(cfg)  # per-env requests when the inference strategy takes them
-        self.generator: Generator = SubmitGenerator(infer_group) if submit else GroupGenerator(infer_group)
+        submit = infer.spec is not None and infer.spec.can("submit")  # per-env requests when the engine takes them
         self.batcher: Any = None
+        inner: BatchGenerator = GroupGenerator(infer)
         if n > 1 and not submit:  # merge the managers' per-turn requests
             if use_ray:
                 import ray
 
                 self.batcher = ray.remote(num_cpus=0, max_concurrency=n + 4)(BatchingGenerator).remote(
-                    self.generator, manager.batch_max_size, manager.batch_max_wait_ms)
-                self.generator = RemoteGenerator(self.batcher)
+                    inner, manager.batch_max_size, manager.batch_max_wait_ms)
+                inner = RemoteGenerator(self.batcher)
             else:
-                self.batcher = BatchingGenerator(self.generator, manager.batch_max_size, manager.batch_max_wait_ms)
-                self.generator = self.batcher
+                self.batcher = BatchingGenerator(inner, manager.batch_max_size, manager.batch_max_wait_ms)
+                inner = self.batcher
+        self.generator: Generator = generation_client(infer, inner)
         raise_errors = (not use_ray) if manager.raise_env_errors is None else manager.raise_env_errors
         groups = plan_groups(manager, cfg.custom_envs)
         per = len(groups) // n
@@ -113,7 +116,7 @@ class RolloutScheduler:
                 produced += len(r.trajectories)
             round_index += 1
             usable = keep_groups([t for r in results for t in r.trajectories], self.min_group)
-            if len(usable) >= batch_size:
+            if len(usable) >= batch_size or 0 < self.manager.max_traj_per_env <= round_index:
                 break
             if produced >= batch_size:
                 if refills >= self.manager.max_refill_rounds:
@@ -210,35 +213,29 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
     return metrics
 
 
-# ---------------------------------------------------------------------------- per-env requests (issue 8: sglang)
+# ---------------------------------------------------------------------------- per-request generation (ability "submit")
 class SubmitGenerator:
-    """A client that sends each request on its own (``submit`` / ``poll`` / ``abort``) to an inference strategy with
-    ``supports_submit`` (SGLang: its continuous batching batches whatever is in flight).
+    """A :class:`~roll.agentic.batching.Generator` that sends each request on its own to an inference role whose
+    strategy declares the ``submit`` ability (SGLang: its continuous batching batches whatever is in flight).
 
     Request ``rid`` goes to rank ``crc32(rid before '/') % world_size``, so every turn of one trajectory (``rid`` =
-    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls go to the workers'
-    ``submit`` / ``poll`` / ``abort`` forwarders, to all ranks involved at once (``call_each_async``).
+    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls go to all ranks involved
+    at once (:class:`~roll.distributed.roles.InferProxy`).
     """
 
-    supports_submit = True
-
-    def __init__(self, group: WorkerGroup, poll_timeout_s: float = 0.2):
+    def __init__(self, infer: InferProxy, poll_timeout_s: float = 0.2):
         import threading
 
-        self.group, self.poll_timeout_s = group, poll_timeout_s
+        self.infer, self.poll_timeout_s = infer, poll_timeout_s
         self._lock = threading.Lock()  # local mode: manager threads share this client and one engine
         self._rank_of: dict[str, int] = {}
 
     @staticmethod
     def supported(cfg: AgenticConfig) -> bool:
-        """Whether ``actor_infer``'s strategy class declares ``supports_submit`` (importing it loads no backend)."""
-        from roll.strategies.registry import get_strategy_class
+        """Whether ``actor_infer``'s strategy declares the ``submit`` ability (in the strategy registry)."""
+        from roll.strategies.registry import strategy_spec
 
-        try:
-            return bool(getattr(get_strategy_class(cfg.actor_infer.strategy_args.strategy_name),
-                                "supports_submit", False))
-        except ImportError:
-            return False
+        return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).can("submit")
 
     def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers: the lock stays behind
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
@@ -252,14 +249,7 @@ class SubmitGenerator:
     def _rank(self, rid: str) -> int:
         import zlib
 
-        return zlib.crc32(rid.split("/", 1)[0].encode()) % self.group.world_size
-
-    def _call(self, method: str, per_rank_args: dict[int, tuple]) -> dict[int, Any]:
-        """``worker.<method>(*per_rank_args[r])`` on each rank named, concurrently; results by rank."""
-        if not per_rank_args:
-            return {}
-        with self._lock:
-            return dict(zip(per_rank_args, self.group.wait(self.group.call_each_async(method, per_rank_args))))
+        return zlib.crc32(rid.split("/", 1)[0].encode()) % self.infer.world_size
 
     def submit(self, requests: list[tuple[str, list[int]]], args: Any, max_new_tokens: int | None = None) -> None:
         """Queue ``(rid, prompt ids)`` requests (one sample each: agentic turns use ``num_return_sequences=1``)."""
@@ -267,16 +257,16 @@ class SubmitGenerator:
         for rid, prompt in requests:
             self._rank_of[rid] = self._rank(rid)
             by_rank[self._rank_of[rid]].append((rid, prompt))
-        self._call("submit", {r: (reqs, args, max_new_tokens) for r, reqs in by_rank.items()})
+        with self._lock:
+            self.infer.submit(dict(by_rank), args, max_new_tokens)
 
     def poll(self, rids: list[str]) -> dict[str, Any]:
         """Finished requests among ``rids`` (waits up to ``poll_timeout_s`` for the first on each rank)."""
         by_rank: dict[int, list[str]] = defaultdict(list)
         for rid in rids:
             by_rank[self._rank_of[rid]].append(rid)
-        done: dict[str, Any] = {}
-        for part in self._call("poll", {r: (rs, self.poll_timeout_s) for r, rs in by_rank.items()}).values():
-            done.update(part)
+        with self._lock:
+            done = self.infer.poll(dict(by_rank), self.poll_timeout_s)
         for rid in done:
             self._rank_of.pop(rid, None)
         return done
@@ -287,7 +277,8 @@ class SubmitGenerator:
         for rid in rids:
             if rid in self._rank_of:
                 by_rank[self._rank_of.pop(rid)].append(rid)
-        self._call("abort", {r: (rs,) for r, rs in by_rank.items()})
+        with self._lock:
+            self.infer.abort(dict(by_rank))
 
     def generate(self, prompts: list[list[int]], args: Any, max_new_tokens: int | None = None) -> list[Any]:
         """Batch form: every prompt as its own request, results in prompt order."""
@@ -304,3 +295,11 @@ class SubmitGenerator:
 
     def leave(self) -> None:
         """Nothing to do: requests go straight through."""
+
+
+def generation_client(infer: InferProxy, batch_generator: BatchGenerator | None = None) -> Generator:
+    """The :class:`~roll.agentic.batching.Generator` of ``actor_infer``: per-request when its strategy declares
+    ``submit``, else batched (through ``batch_generator``, default the role itself)."""
+    if infer.spec is not None and infer.spec.can("submit"):
+        return SubmitGenerator(infer)
+    return BatchedClient(batch_generator or GroupGenerator(infer))

@@ -4,6 +4,12 @@ All estimators take :class:`AdvantageInputs` and return :class:`AdvantageOutputs
 batch x response tokens, and outputs are 0 where ``response_mask`` is 0. The episode (outcome) reward of a
 sample is the sum of its token-level rewards over masked positions; it usually sits on the last response token.
 Multi-turn samples may have several separate spans of response tokens; see :mod:`roll.algorithms.returns`.
+
+Each estimator declares what it needs when it registers: ``needs_critic`` (``values``), ``needs_groups``
+(``group_ids``: a baseline from the other samples of the group) and ``needs_turns`` (``turns``: per-turn spans,
+rewards and states). Config validation asks :data:`ADVANTAGES` for these, so a user estimator registered with
+``@register_advantage("my_adv", needs_groups=True)`` (or named as ``"package.module:my_adv"``) is validated like
+a built-in one.
 """
 
 from __future__ import annotations
@@ -15,10 +21,36 @@ import torch
 from torch import Tensor
 
 from roll.algorithms.groups import STD_ZERO_TOL, group_stats
-from roll.algorithms.masking import masked_sum, masked_whiten
-from roll.algorithms.registry import Registry
+from roll.algorithms.masking import masked_mean, masked_sum, masked_whiten
+from roll.registry import Registry
 from roll.algorithms.returns import discounted_returns, gae_advantages
 from roll.algorithms.reward_norm import normalize_scores
+
+
+@dataclass
+class TurnInputs:
+    """Per-turn data of multi-turn samples: N turns over the batch, each sample's turns in order.
+
+    Attributes:
+        sample: (N,) long, the sample (row of the (B, T) tensors) each turn belongs to.
+        start: (N,) long, first index of the turn's generated tokens in the (B, T) frame.
+        end: (N,) long, one past its last generated token (``[start, end)``).
+        rewards: (N,) float, the env's reward for the turn.
+        state_ids: (N,) long, id of the env state the turn acted in (equal ids = equal states).
+    """
+
+    sample: Tensor
+    start: Tensor
+    end: Tensor
+    rewards: Tensor
+    state_ids: Tensor
+
+    def __post_init__(self) -> None:
+        n = tuple(self.sample.shape)
+        for name in ("start", "end", "rewards", "state_ids"):
+            if len(n) != 1 or tuple(getattr(self, name).shape) != n:
+                raise ValueError(f"TurnInputs.{name} must have shape {n} like sample (one entry per turn), got "
+                                 f"{tuple(getattr(self, name).shape)}")
 
 
 @dataclass
@@ -33,6 +65,10 @@ class AdvantageInputs:
         gamma: discount per response token.
         lambd: GAE lambda.
         norm_eps: epsilon of the group-std normalization of ``grpo``.
+        turns: per-turn data (:class:`TurnInputs`); required by estimators that declare ``needs_turns``.
+        episode_weight: ``gigpo``: weight of the episode-level (GRPO) advantage.
+        step_weight: ``gigpo``: weight of the step-level (same-state) advantage.
+        step_norm: ``gigpo``: normalization of turn returns within a same-state group (``mean``, ``mean_std``).
     """
 
     token_level_rewards: Tensor
@@ -42,6 +78,10 @@ class AdvantageInputs:
     gamma: float = 1.0
     lambd: float = 1.0
     norm_eps: float = 1e-6
+    turns: TurnInputs | None = None
+    episode_weight: float = 1.0
+    step_weight: float = 1.0
+    step_norm: str = "mean_std"
 
     def __post_init__(self) -> None:
         shape = tuple(self.token_level_rewards.shape)
@@ -72,7 +112,9 @@ class AdvantageFn(Protocol):
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutputs: ...
 
 
-ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "register_advantage")
+ADVANTAGES: Registry[AdvantageFn] = Registry(
+    "advantage estimator", "register_advantage",
+    capabilities={"needs_critic": False, "needs_groups": False, "needs_turns": False})
 register_advantage = ADVANTAGES.register
 
 
@@ -96,7 +138,7 @@ def _broadcast(per_sample: Tensor, mask: Tensor) -> Tensor:
     return per_sample[:, None] * mask.to(per_sample.dtype)
 
 
-@register_advantage("gae")
+@register_advantage("gae", needs_critic=True)
 @torch.no_grad()
 def gae(inputs: AdvantageInputs) -> AdvantageOutputs:
     """GAE(gamma, lambd) with a critic (Schulman et al. 2016, PPO: Schulman et al. 2017).
@@ -132,7 +174,7 @@ def reinforce_plus_plus(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=masked_whiten(returns, inputs.response_mask), returns=returns)
 
 
-@register_advantage("grpo")
+@register_advantage("grpo", needs_groups=True)
 @torch.no_grad()
 def grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300): group-normalized outcome reward.
@@ -150,7 +192,7 @@ def grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
 
 
-@register_advantage("dr_grpo")
+@register_advantage("dr_grpo", needs_groups=True)
 @torch.no_grad()
 def dr_grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     """Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783): GRPO without the std.
@@ -165,7 +207,7 @@ def dr_grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", needs_groups=True)
 @torch.no_grad()
 def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
     """RLOO (Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline.
@@ -247,6 +289,37 @@ def step_level_advantages(
     anchor_ids = torch.unique(keys, dim=0, return_inverse=True)[1]  # (N,)
     step_adv = normalize_scores(turn_returns, anchor_ids, method)
     return episode_weight * episode_advantages + step_weight * step_adv
+
+
+@register_advantage("gigpo", needs_groups=True, needs_turns=True)
+@torch.no_grad()
+def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """GiGPO (Feng et al. 2025, arXiv:2505.10978): GRPO's episode advantage plus a step-level advantage per turn.
+
+    Per turn k of sample i (``inputs.turns``): ``G_k`` = :func:`discounted_turn_returns` of the turn rewards
+    (``gamma`` per turn); :func:`step_level_advantages` normalizes ``G`` among the turns of one group (``group_ids``)
+    that acted in the same state (``step_norm``) and adds ``episode_weight x`` the sample's :func:`grpo` advantage
+    (constant over its response tokens): ``A_k = episode_weight * A_i + step_weight * step_adv_k``. Every generated
+    token of turn k (``[start_k, end_k)`` of row i) gets ``A_k``; shapes (B, T). Returns equal the advantages.
+    """
+    if inputs.turns is None:
+        raise ValueError("adv_estimator 'gigpo' needs per-turn data (AdvantageInputs.turns): only multi-turn "
+                         "(agentic) batches have turns; use grpo for single-turn data")
+    mask, turns = inputs.response_mask, inputs.turns
+    episode = grpo(inputs).advantages
+    groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
+    per_sample = masked_mean(episode, mask, dim=-1)  # (B,): the constant episode advantage of each sample
+    out = torch.zeros_like(episode)
+    if turns.sample.numel() == 0:
+        return AdvantageOutputs(advantages=out, returns=out.clone())
+    returns = discounted_turn_returns(turns.rewards, turns.sample, inputs.gamma)
+    turn_adv = step_level_advantages(returns, groups[turns.sample], turns.state_ids, per_sample[turns.sample],
+                                     episode_weight=inputs.episode_weight, step_weight=inputs.step_weight,
+                                     method=inputs.step_norm)
+    for i, start, end, adv in zip(turns.sample.tolist(), turns.start.tolist(), turns.end.tolist(), turn_adv.tolist()):
+        out[i, start:end] = adv  # N turns: a plain loop is clear and fast enough
+    out = out * mask
+    return AdvantageOutputs(advantages=out, returns=out.clone())
 
 
 @torch.no_grad()

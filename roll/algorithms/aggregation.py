@@ -16,7 +16,7 @@ from typing import Protocol
 from torch import Tensor
 
 from roll.algorithms.masking import masked_mean, masked_sum
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 
 class AggFn(Protocol):

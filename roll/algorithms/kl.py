@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from roll.algorithms.masking import masked_mean
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 LOW_VAR_KL_CLAMP = 10.0
 LOG_RATIO_CLAMP = 20.0
@@ -26,7 +26,10 @@ class KLFn(Protocol):
     def __call__(self, log_probs: Tensor, ref_log_probs: Tensor) -> Tensor: ...
 
 
-KL_TYPES: Registry[KLFn] = Registry("KL type", "register_kl")
+#: ``needs_logits``: the type compares whole distributions (B, T, V logits), not sampled-token log-probs; the
+#: pipelines' workers exchange only log-probs, so config validation rejects such a type for ``kl_penalty`` and
+#: ``kl_loss_type``.
+KL_TYPES: Registry[KLFn] = Registry("KL type", "register_kl", capabilities={"needs_logits": False})
 register_kl = KL_TYPES.register
 
 
@@ -59,7 +62,7 @@ def kl_low_var(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     return (torch.exp(r) - r - 1).clamp(-LOW_VAR_KL_CLAMP, LOW_VAR_KL_CLAMP)
 
 
-@register_kl("full")
+@register_kl("full", needs_logits=True)
 def full_kl(logits: Tensor, ref_logits: Tensor) -> Tensor:
     """Exact vocabulary KL ``sum_v p(v) (log p(v) - log q(v))``, p = softmax(logits), q = softmax(ref_logits).
 

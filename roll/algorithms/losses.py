@@ -133,9 +133,9 @@ class ActorLossConfig:
             raise ValueError(f"dual_clip_c must be > 1, got {self.dual_clip_c}; e.g. 3.0")
         AGG_MODES.get(self.loss_agg_mode)
         POLICY_LOSSES.get(self.policy_loss)
-        KL_TYPES.get(self.kl_loss_type)
-        if self.kl_loss_type == "full":
-            raise ValueError("kl_loss_type 'full' needs logits, which actor_loss does not take; use 'low_var_kl'")
+        if KL_TYPES.capabilities(self.kl_loss_type)["needs_logits"]:
+            raise ValueError(f"kl_loss_type {self.kl_loss_type!r} needs logits, which actor_loss does not take; "
+                             "use 'low_var_kl'")
         if self.kl_loss_coef < 0 or self.entropy_loss_coef < 0:
             raise ValueError(f"kl_loss_coef ({self.kl_loss_coef}) and entropy_loss_coef ({self.entropy_loss_coef}) "
                              "must be >= 0")

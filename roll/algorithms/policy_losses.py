@@ -12,7 +12,7 @@ from torch import Tensor
 
 from roll.algorithms.aggregation import agg_loss
 from roll.algorithms.masking import masked_mean
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from roll.algorithms.groups import STD_ZERO_TOL, group_stats
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 NORM_EPS = 1e-6
 ASYM_CLIP_LOW, ASYM_CLIP_HIGH = -1.0, 3.0

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from roll.config.base import BaseConfig
+from roll.config.errors import ConfigError
 from roll.config.fields import fld
+from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
+                                    model_parallel_size)
 
 
 @dataclass
@@ -32,7 +35,8 @@ class EnvManagerConfig:
     env_groups: int = fld(8, "Number of groups; split evenly across tags unless n_groups is set.")
     group_size: int = fld(8, "Envs per group; all start from the same seed (state).")
     n_groups: Optional[List[int]] = fld(None, "Groups per tag (same length as tags; sums to env_groups).")
-    max_traj_per_env: int = fld(1, "Trajectories an env may produce per rollout (-1 = no limit).")
+    max_traj_per_env: int = fld(-1, "Trajectories an env may produce per step (-1 = no limit): rollout rounds, one "
+                                    "trajectory per env each, stop there even when failures leave the batch short.")
     format_penalty: float = fld(-0.1, "Reward of an unparseable or invalid action.")
     worker_cls: Optional[str] = fld(None, "Import path of a custom env manager class (not implemented yet: "
                                           "only null accepted; register an env instead).")
@@ -55,7 +59,8 @@ class RewardNormalizationConfig:
 
     grouping: str = fld("state", "Normalization groups: same-seed group, whole batch, or env tag.",
                         choices=["state", "batch", "inductive"])
-    method: str = fld("mean_std", "Normalization method.", choices=["identity", "mean", "mean_std", "asym_clip"])
+    method: str = fld("mean_std", "Normalization method: a name registered with @register_score_norm (built in: "
+                                  "identity, mean, mean_std, asym_clip).")
 
 
 @dataclass
@@ -105,3 +110,83 @@ class AgenticConfig(BaseConfig):
     trajectory_dump_steps: int = fld(0, "Write rollouts (tokens, advantages, masks) as JSONL every N steps, and "
                                         "validation rollouts at every validation (0 = never); `roll view` shows them.")
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
+
+    def check_pipeline(self) -> None:
+        """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
+        the env registry in the preflight."""
+        check_env_manager(self, "train_env_manager")
+        check_not_implemented(self, NOT_IMPLEMENTED_AGENTIC)
+        train = self.train_env_manager
+        if self.rollout_batch_size % train.group_size:
+            raise ConfigError("rollout_batch_size", self.rollout_batch_size,
+                              f"must be a multiple of train_env_manager.group_size ({train.group_size}): "
+                              f"a batch holds whole groups")
+        groups_needed = self.rollout_batch_size // train.group_size
+        if train.max_traj_per_env > 0 and groups_needed > train.env_groups * train.max_traj_per_env:
+            raise ConfigError("rollout_batch_size", self.rollout_batch_size,
+                              f"needs {groups_needed} groups but env_groups ({train.env_groups}) x max_traj_per_env "
+                              f"({train.max_traj_per_env}) give at most {train.env_groups * train.max_traj_per_env}")
+        if self.val_env_manager is not None:
+            check_env_manager(self, "val_env_manager")
+        for key in ("trajectory_dump_steps", "trajectory_dump_max"):
+            if getattr(self, key) < 0:
+                raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
+        sft = self.sft_warmup
+        if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
+            raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
+        check_train_batch(self, "actor_train", self.rollout_batch_size)
+        if sft.enabled:
+            ta, strategy = self.actor_train.training_args, self.actor_train.strategy_args
+            data_parallel = self.actor_train.world_size // model_parallel_size(strategy.strategy_name,
+                                                                               dict(strategy.strategy_config))
+            unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
+            if sft.batch_size % unit:
+                raise ConfigError("sft_warmup.batch_size", sft.batch_size,
+                                  f"must be a multiple of actor_train's global train batch per_device_train_batch_size "
+                                  f"x gradient_accumulation_steps x data-parallel size = {unit}")
+        if self.critic is not None:
+            check_train_batch(self, "critic", self.rollout_batch_size)
+
+
+def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:
+    """Fault-isolation, concurrency and batching settings of an env manager are in range."""
+    rules = [("env_step_timeout", manager.env_step_timeout >= 0, "must be >= 0 seconds (0 = no limit)"),
+             ("env_threads", manager.env_threads >= 1, "must be >= 1"),
+             ("max_refill_rounds", manager.max_refill_rounds >= 0, "must be >= 0"),
+             ("max_traj_per_env", manager.max_traj_per_env == -1 or manager.max_traj_per_env >= 1,
+              "must be -1 (no limit) or >= 1"),
+             ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
+             ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
+             ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds")]
+    for key, ok, expected in rules:
+        if not ok:
+            raise ConfigError(f"{name}.{key}", getattr(manager, key), expected)
+
+
+def check_env_manager(cfg: AgenticConfig, name: str) -> None:
+    """Tags exist in custom_envs, group counts add up, per-tag limits are positive."""
+    manager = getattr(cfg, name)
+    if not manager.tags:
+        raise ConfigError(f"{name}.tags", manager.tags, "list at least one env tag from custom_envs")
+    for tag in manager.tags:
+        if tag not in cfg.custom_envs:
+            raise ConfigError(f"{name}.tags", tag, f"not in custom_envs; defined tags: {', '.join(cfg.custom_envs)}")
+    if manager.group_size < 1 or manager.env_groups < 1:
+        raise ConfigError(f"{name}.group_size", manager.group_size, "group_size and env_groups must be >= 1")
+    check_env_manager_runtime(manager, name)
+    if manager.n_groups is not None:
+        if len(manager.n_groups) != len(manager.tags) or sum(manager.n_groups) != manager.env_groups:
+            raise ConfigError(f"{name}.n_groups", manager.n_groups,
+                              f"needs one entry per tag ({len(manager.tags)}) summing to env_groups "
+                              f"({manager.env_groups})")
+    elif manager.env_groups % len(manager.tags):
+        raise ConfigError(f"{name}.env_groups", manager.env_groups,
+                          f"must split evenly across the {len(manager.tags)} tags, or set n_groups")
+    if manager.num_env_managers < 1 or manager.env_groups % manager.num_env_managers:
+        raise ConfigError(f"{name}.num_env_managers", manager.num_env_managers,
+                          f"must be >= 1 and divide env_groups ({manager.env_groups})")
+    for tag in manager.tags:
+        spec = cfg.custom_envs[tag]
+        if spec.max_actions_per_traj < 1 or spec.max_tokens_per_step < 1:
+            raise ConfigError(f"custom_envs.{tag}.max_actions_per_traj", spec.max_actions_per_traj,
+                              "max_actions_per_traj and max_tokens_per_step must be >= 1")

@@ -16,8 +16,9 @@ from roll.config.worker import WorkerConfig
 class PPOConfig:
     """PPO, reward and loss keys (flat at the top level of a config file, as in ROLL)."""
 
-    adv_estimator: str = fld("grpo", "Advantage estimator.",
-                             choices=["gae", "reinforce", "grpo", "dr_grpo", "reinforce_plus_plus", "rloo", "gigpo"])
+    adv_estimator: str = fld("grpo", "Advantage estimator: a name registered with @register_advantage (built in: "
+                                     "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo) or "
+                                     "'package.module:name'.")
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
     skip_old_log_probs: bool = fld(
         True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
@@ -32,23 +33,22 @@ class PPOConfig:
     dual_clip_loss: bool = fld(False, "Bound the loss of negative-advantage tokens by c * |A| (dual-clip PPO).")
     dual_clip_c: float = fld(3.0, "The c of dual-clip PPO (> 1).")
     value_clip: Optional[float] = fld(None, "Clip range of the value loss around old values; None = no clip.")
-    loss_agg_mode: str = fld("token-mean", "How token losses are aggregated.",
-                             choices=["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                      "seq-mean-token-sum-norm"])
-    kl_penalty: str = fld("kl", "KL estimator for the reward penalty.",
-                          choices=["kl", "abs", "mse", "low_var_kl", "k3", "full"])
+    loss_agg_mode: str = fld("token-mean", "How token losses are aggregated: a name registered with "
+                                           "@register_agg_mode (built in: token-mean, seq-mean-token-sum, "
+                                           "seq-mean-token-mean, seq-mean-token-sum-norm).")
+    kl_penalty: str = fld("kl", "KL estimator for the reward penalty: a name registered with @register_kl (built "
+                                "in: kl/k1, abs, mse/k2, low_var_kl/k3; full is rejected: it needs logits).")
     init_kl_coef: float = fld(0.2, "Initial KL coefficient of the reward penalty (fixed or adaptive controller).")
     target_kl: Optional[float] = fld(None, "Target KL of the adaptive controller; None = fixed coefficient.")
     kl_horizon: int = fld(10000, "Horizon of the adaptive KL controller.")
     add_token_level_kl: bool = fld(False, "Subtract kl_coef * KL(actor || reference) from token rewards.")
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(actor || reference) to the actor loss.")
     kl_loss_coef: float = fld(0.0, "Coefficient of the KL loss.")
-    kl_loss_type: str = fld("low_var_kl", "KL estimator for the KL loss.",
-                            choices=["kl", "abs", "mse", "low_var_kl", "k3"])
+    kl_loss_type: str = fld("low_var_kl", "KL estimator for the KL loss (a registered KL type, as kl_penalty).")
     allow_kl_in_reward_and_loss: bool = fld(False, "Allow add_token_level_kl and use_kl_loss together.")
     entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
-    policy_loss: str = fld("ppo", "Policy loss: token-ratio PPO clip, or GSPO's sequence-level ratio.",
-                           choices=["ppo", "gspo"])
+    policy_loss: str = fld("ppo", "Policy loss: a name registered with @register_policy_loss (built in: ppo, the "
+                                  "token-ratio clip; gspo, the sequence-level ratio) or 'package.module:name'.")
     sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: "
                                     "only 0 accepted).")
     rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: "
@@ -104,7 +104,8 @@ class BaseConfig(PPOConfig):
                                            "local Ray instance on loopback.")
     ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).")
     ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
-    max_steps: int = fld(100, "Training steps (one rollout batch each).")
+    max_steps: int = fld(100, "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
+                                  "validation, then the final export.")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).")
     logging_steps: int = fld(1, "Log metrics every N steps.")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).")
@@ -120,16 +121,17 @@ class BaseConfig(PPOConfig):
                                                 "batch is rollout_batch_size x num_return_sequences_in_group.")
     local_rank: int = fld(-1, "Rank within the node; set by a distributed launcher, -1 when not distributed "
                               "(roll's workers learn their rank from Ray, so a config value is informational).")
-    generate_opt_level: int = fld(1, "Generation interface: 0 = one batched generate call per request batch; "
-                                     "1 = requests go through the scheduler (continuous batching where the backend "
-                                     "has it; hf_infer batches each submitted request batch either way).",
+    generate_opt_level: int = fld(1, "ROLL's generation interface switch (0 = batched generate calls, 1 = requests "
+                                     "through a scheduler). roll has one protocol, 1: requests are submitted and "
+                                     "polled, the engine batches what is pending; 0 is accepted with a warning.",
                                   choices=[0, 1])
     is_num_return_sequences_expand: bool = fld(
-        False, "Repeat each prompt num_return_sequences times as separate requests instead of asking the engine "
-               "for n samples of one request (same samples, different batching).")
-    max_running_requests: int = fld(128, "Most generation requests in flight on one inference worker at a time "
-                                         "(not enforced by hf_infer, which generates each submitted batch in "
-                                         "chunks of its generate_batch_size).")
+        True, "Send each of a prompt's num_return_sequences samples as its own request (roll always does; the "
+              "samples are the same as n samples of one request). false is accepted with a warning.")
+    max_running_requests: Optional[int] = fld(
+        None, "Most generation requests in flight on one inference worker at a time: hf_infer generates at most "
+              "this many prompts per generate call (with its generate_batch_size), sglang passes it to the engine; "
+              "None = the backend's own limit.")
     is_use_additional_prompts: bool = fld(
         False, "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
                "some prompts are filtered out (dynamic sampling).")

@@ -202,10 +202,13 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
                 schema: Type[T] | None = None) -> T:
     """Load ``<config_path>/<config_name>.yaml`` with ``overrides`` into a validated ``schema`` dataclass.
 
+    Only the config's own rules run here; the checks that need registries, packages, envs or data files run in
+    the launch's preflight (:func:`roll.pipelines.launch.load_checked`).
+
     Raises:
         ConfigError: unknown key, wrong type, bad choice or inconsistent sizes (one line, names the key).
     """
-    from roll.config.validation import validate
+    from roll.config.validation import normalize, validate
 
     if schema is None:
         from roll.config.agentic import AgenticConfig as schema  # type: ignore[no-redef]
@@ -228,7 +231,7 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
     except OmegaConfBaseException as exc:
         raise _one_line(exc, schema) from None
     except Exception as exc:  # Hydra's override / defaults-list errors
-        raise ConfigError("overrides", overrides, str(exc).splitlines()[0]) from None
+        raise ConfigError("overrides", overrides, " ".join(str(exc).split())) from None  # Hydra's hint too
     raw_tree = OmegaConf.to_container(raw, resolve=False)
     candidates = _referenced_roots(raw_tree) | _fragment_blocks(config_dir, name)
     variables = (candidates & set(raw_tree)) - set(schema.__dataclass_fields__)
@@ -241,6 +244,7 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
         cfg = OmegaConf.to_object(typed)
     except OmegaConfBaseException as exc:
         raise _one_line(exc, schema) from None
+    normalize(cfg)
     validate(cfg)
     return cfg
 

@@ -3,7 +3,8 @@
 :func:`parse_megatron_options` turns a role's ``strategy_config`` dict into :class:`MegatronOptions` (unknown keys
 and wrong types are one-line :class:`ConfigError`); :func:`check_megatron_options` checks the rules that span
 fields, the role's world size and the model's head and layer counts (read from its ``config.json`` when the model
-directory is local). Both run from ``roll.config.validation.check_strategies`` before any worker starts.
+directory is local). Both run in the launch's preflight (``MegatronOptions.check_worker``) before any worker starts;
+the strategy registry names :class:`MegatronOptions` as the options of ``megatron_train`` / ``megatron_infer``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,18 @@ class MegatronOptions:
     def model_parallel_size(self) -> int:
         """Ranks that share one data-parallel replica: TP x PP x CP."""
         return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+
+    def check_worker(self, worker: Any, key: str) -> None:
+        """The rules involving the worker block ``key`` belongs to (``<role>.strategy_args.strategy_config``): GPUs
+        given, the layout fits its world size and dtype and (when the model directory is local) the model's heads
+        and layers. Run by the launch's preflight (it may read the model's ``config.json``)."""
+        name, role = worker.strategy_args.strategy_name, key.split(".")[0]
+        if not worker.device_mapping:
+            raise ConfigError(f"{role}.strategy_args.strategy_name", name,
+                              f"{name} needs CUDA GPUs (megatron-core allocates CUDA tensors): give {role} a "
+                              "device_mapping, or use deepspeed_train / hf_infer on CPU")
+        check_megatron_options(self, key, worker.world_size, worker.model_args.dtype,
+                               read_hf_config(worker.model_args.model_name_or_path))
 
 
 def parse_megatron_options(strategy_config: dict[str, Any], key: str) -> MegatronOptions:

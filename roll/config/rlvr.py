@@ -8,17 +8,15 @@ prompt column), plus the ground-truth / tag columns and truncation mode here. Cr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
+from roll.config.validation import check_train_batch, model_parallel_size
 from roll.config.worker import GeneratingArgs
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -105,37 +103,9 @@ class RLVRConfig(BaseConfig):
                                      "shows them.")
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
-
-def _resolve_files(key: str, files: Optional[List[str]], required: bool) -> List[str]:
-    """Absolute paths of ``files``: a relative path is looked up in the cwd, then in the repository root.
-
-    Raises ConfigError for no files (when required), a missing file or an unsupported suffix."""
-    if not files:
-        if required:
-            raise ConfigError(key, files, "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")
-        return []
-    resolved = []
-    for name in files:
-        path = Path(name)
-        if path.suffix.lower() not in DATA_SUFFIXES:
-            raise ConfigError(key, name, f"unsupported file type; expected one of {', '.join(DATA_SUFFIXES)}")
-        found = [p for p in (Path.cwd() / path, REPO_ROOT / path) if p.is_file()]
-        if not found:
-            raise ConfigError(key, name, f"no such file (looked in the cwd {Path.cwd()} and in {REPO_ROOT})")
-        resolved.append(str(found[0].resolve()))
-    return resolved
-
-
-def _check_rows(cfg: RLVRConfig, key: str, files: List[str]) -> None:
-    """Every row of ``files`` is well formed; malformed rows are listed with their row numbers."""
-    from roll.data.rlvr_dataset import DatasetValidationError, load_rlvr_dataset
-
-    args = cfg.actor_train.data_args
-    try:
-        load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                          ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key, default_tag=cfg.default_tag)
-    except DatasetValidationError as exc:
-        raise ConfigError(key, files, str(exc)) from None
+    def check_pipeline(self) -> None:
+        """The RLVR rules (:func:`check_rlvr`)."""
+        check_rlvr(self)
 
 
 def _check_sampling(cfg: RLVRConfig) -> None:
@@ -175,8 +145,6 @@ def _check_warmup(cfg: RLVRConfig) -> None:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
-    from roll.config.validation import model_parallel_size
-
     ta, strategy = worker.training_args, worker.strategy_args
     data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
     global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
@@ -187,9 +155,8 @@ def _check_warmup(cfg: RLVRConfig) -> None:
 
 
 def check_rlvr(cfg: RLVRConfig) -> None:
-    """Rules of the RLVR pipeline: data files and rows, lengths, group sizes, sampling thresholds, estimators."""
-    from roll.config.validation import check_train_batch
-
+    """Rules of the RLVR pipeline: data columns, lengths, group sizes, sampling thresholds, batch arithmetic (the
+    data files and rows, and what the estimator needs, are checked in the preflight)."""
     args = cfg.actor_train.data_args
     if args.prompt and args.messages:
         raise ConfigError("actor_train.data_args.messages", args.messages,
@@ -198,29 +165,23 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         raise ConfigError("default_tag", cfg.default_tag, "must be a non-empty tag (e.g. math) or null")
     if cfg.validation is None:  # `validation: null`: no validation
         cfg.validation = ValidationDataConfig()
+    if cfg.validation.file_name is None:  # `validation.file_name: null`: no validation data
+        cfg.validation.file_name = []
     if cfg.validation.generating_args.max_new_tokens is None:
         cfg.validation.generating_args.max_new_tokens = cfg.response_length
-    args.file_name = _resolve_files("actor_train.data_args.file_name", args.file_name, required=True)
-    cfg.validation.file_name = _resolve_files("validation.file_name", cfg.validation.file_name, required=False)
-    _check_rows(cfg, "actor_train.data_args.file_name", list(args.file_name))
-    if cfg.validation.file_name:
-        _check_rows(cfg, "validation.file_name", list(cfg.validation.file_name))
+    if not args.file_name:
+        raise ConfigError("actor_train.data_args.file_name", args.file_name,
+                          "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")
     _check_lengths(cfg)
     _check_sampling(cfg)
     for key in ("rollout_dump_steps", "rollout_dump_max"):
         if getattr(cfg, key) < 0:
             raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
-    if cfg.adv_estimator == "gigpo":
-        raise ConfigError("adv_estimator", cfg.adv_estimator, "gigpo needs multi-turn states (agentic only); "
-                                                              "use grpo, reinforce_plus_plus, rloo, reinforce or gae")
     if cfg.reward_norm is None and (cfg.reward_shift or cfg.reward_scale):
         raise ConfigError("reward_norm", None, "reward_shift / reward_scale need a scope: set reward_norm to "
                                                "batch, group or running, or turn them off")
     if cfg.reward_clip is not None and cfg.reward_clip <= 0:
         raise ConfigError("reward_clip", cfg.reward_clip, "must be > 0 (or null)")
-    if cfg.adv_estimator in ("grpo", "dr_grpo", "rloo") and cfg.num_return_sequences_in_group < 2:
-        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group,
-                          f"{cfg.adv_estimator} compares responses of one prompt: use >= 2 (e.g. 8)")
     if cfg.rewards.num_workers < 1:
         raise ConfigError("rewards.num_workers", cfg.rewards.num_workers, "must be >= 1")
     if cfg.sft_warmup.enabled:

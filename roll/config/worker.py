@@ -71,7 +71,8 @@ class StrategyArgs:
 
     strategy_name: str = fld("hf_infer", "Backend of this role (see roll.strategies.list_strategies()).")
     strategy_config: Dict[str, Any] = fld(
-        default_factory=dict, help="Backend settings passed through (e.g. a DeepSpeed config, SGLang Engine args).")
+        default_factory=dict, help="Backend settings, read as the strategy's typed options class (DeepSpeed sections "
+                                   "and shorthands, hf_infer or SGLang keys; see 'Strategy options' below).")
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Iterable
 import torch
 
 from roll.data.batch import Batch
+from roll.data.layout import last_response_index, loss_mask
 
 ENV_VAR = "ROLL_STRICT_DATA_CHECK"
 
@@ -157,18 +158,11 @@ def _check_masks(batch: Batch, stage: str) -> None:
         raise BatchCheckError(stage, "response_mask", "1 only where attention_mask is 1", f"1 on padding at index {at}")
 
 
-def _last_response_index(resp: torch.Tensor) -> torch.Tensor:
-    """(B,) index in the L-1 layout of each sample's last response token (token p is scored at p - 1); -1 if none."""
-    shifted = resp[:, 1:]
-    last = (shifted * torch.arange(shifted.shape[1])).max(dim=1).values  # resp is 0/1 (checked before)
-    return torch.where(shifted[:, 0] + last > 0, last, torch.full_like(last, -1))
-
-
 def _check_token_scores(batch: Batch, stage: str) -> None:
     tls, resp = batch.tensors.get("token_level_scores"), batch.tensors.get("response_mask")
     if tls is None or resp is None or tls.shape != (resp.shape[0], resp.shape[1] - 1):
         return
-    last = _last_response_index(resp)
+    last = last_response_index(loss_mask(resp))  # in the L-1 layout; -1 without response tokens
     nonzero = tls != 0
     rows = torch.arange(tls.shape[0])
     at_last = nonzero[rows, last.clamp(min=0)] & (last >= 0)

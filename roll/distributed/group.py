@@ -1,7 +1,9 @@
 """Worker groups: all ranks of one role behind one call interface, over Ray actors or in-process objects.
 
 ``call`` runs a method on every rank with the same arguments; ``call_dp`` splits a :class:`Batch` into one chunk
-per rank (data parallel) and concatenates the per-rank results in order.
+per rank (data parallel) and concatenates the per-rank results in order. A method is named by its
+:class:`~roll.distributed.worker.Worker` function (``group.call(Worker.train_step, ...)``, what the typed proxies of
+:mod:`roll.distributed.roles` do) or by its name.
 
 ``call_async`` / ``call_each_async`` start calls without waiting and return handles for ``wait``: the way to have
 two groups' calls in flight at once (a weight broadcast needs the trainer's sender and the engines' receivers
@@ -14,23 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait as wait_futures
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Union
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
+from roll.distributed.network import free_port
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on ``host`` (for a torch.distributed rendezvous; default: loopback)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+#: A worker method: the function (``Worker.train_step``) or its name.
+Method = Union[str, Callable[..., Any]]
+
+
+def method_name(method: Method) -> str:
+    """The name of a worker method given as a function or a name."""
+    return method if isinstance(method, str) else method.__name__
 
 
 @contextlib.contextmanager
@@ -66,19 +70,19 @@ class WorkerGroup(ABC):
     world_size: int
 
     @abstractmethod
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
         """``method(*args, **kwargs)`` on every rank; results in rank order."""
 
     @abstractmethod
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         """``method`` on rank 0 only."""
 
     @abstractmethod
-    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+    def call_each(self, method: Method, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
         """``method(*per_rank_args[r])`` on rank r, concurrently; results in rank order."""
 
     @abstractmethod
-    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
+    def call_each_async(self, method: Method, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
         """Start ``method(*per_rank_args[r], **kwargs)`` on each rank ``r`` named, without waiting; handles in the
         order of ``per_rank_args``, for :meth:`wait`."""
 
@@ -87,11 +91,11 @@ class WorkerGroup(ABC):
         """Results of calls started by :meth:`call_async` / :meth:`call_each_async`, in the handles' order; an
         error raised by a call is raised here."""
 
-    def call_async(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call_async(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
         """Start ``method(*args, **kwargs)`` on every rank without waiting; handles in rank order."""
         return self.call_each_async(method, {r: args for r in range(self.world_size)}, **kwargs)
 
-    def call_dp(self, method: str, batch: Batch, **kwargs: Any) -> list[Any]:
+    def call_dp(self, method: Method, batch: Batch, **kwargs: Any) -> list[Any]:
         """``method(chunk_d, **kwargs)`` on every rank of data-parallel replica d, with ``batch`` split into one
         chunk per replica; the results of each replica's collector rank, in replica order. Without model
         parallelism every rank is a replica (chunk r to rank r, every result kept)."""
@@ -139,17 +143,17 @@ class LocalWorkerGroup(WorkerGroup):
                 self._threads[rank] = ThreadPoolExecutor(1, thread_name_prefix=f"roll-{self.role}-{rank}")
             return self._threads[rank]
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return [getattr(w, method)(*args, **kwargs) for w in self.workers]
+    def call(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
+        return [getattr(w, method_name(method))(*args, **kwargs) for w in self.workers]
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.workers[0], method)(*args, **kwargs)
+    def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.workers[0], method_name(method))(*args, **kwargs)
 
-    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
-        return [getattr(w, method)(*a, **kwargs) for w, a in zip(self.workers, per_rank_args)]
+    def call_each(self, method: Method, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+        return [getattr(w, method_name(method))(*a, **kwargs) for w, a in zip(self.workers, per_rank_args)]
 
-    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Future]:
-        return [self._thread(r).submit(getattr(self.workers[r], method), *a, **kwargs)
+    def call_each_async(self, method: Method, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Future]:
+        return [self._thread(r).submit(getattr(self.workers[r], method_name(method)), *a, **kwargs)
                 for r, a in per_rank_args.items()]
 
     def wait(self, handles: list[Future]) -> list[Any]:
@@ -192,11 +196,11 @@ class RayWorkerGroup(WorkerGroup):
 
         return ray.get(refs, timeout=self.timeout_s)
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+    def call(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._get([getattr(a, method_name(method)).remote(*args, **kwargs) for a in self.actors])
 
-    def call_each_async(self, method: str, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
-        return [getattr(self.actors[r], method).remote(*a, **kwargs) for r, a in per_rank_args.items()]
+    def call_each_async(self, method: Method, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Any]:
+        return [getattr(self.actors[r], method_name(method)).remote(*a, **kwargs) for r, a in per_rank_args.items()]
 
     def wait(self, handles: list[Any]) -> list[Any]:
         """Fail fast: the first call to raise is raised at once, even while others (which may be blocked
@@ -211,11 +215,11 @@ class RayWorkerGroup(WorkerGroup):
             ray.get(done)
         return self._get(list(handles))
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._get(getattr(self.actors[0], method).remote(*args, **kwargs))
+    def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
+        return self._get(getattr(self.actors[0], method_name(method)).remote(*args, **kwargs))
 
-    def call_each(self, method: str, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
-        return self._get([getattr(a, method).remote(*args, **kwargs) for a, args in zip(self.actors, per_rank_args)])
+    def call_each(self, method: Method, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
+        return self._get([getattr(a, method_name(method)).remote(*args, **kwargs) for a, args in zip(self.actors, per_rank_args)])
 
     def shutdown(self) -> None:
         import ray

@@ -83,20 +83,19 @@ class WeightSync:
         """The sync ``cfg`` asks for: mode from placement (and sglang's ``weight_sync`` key), bucket size and TP
         size from actor_infer's ``strategy_config``. Prints the mode and why."""
         from roll.distributed.placement import role_mappings, weight_sync_mode
-        from roll.strategies.registry import get_strategy_class
+        from roll.strategies.registry import get_strategy_class, strategy_options, strategy_spec
 
         ic = cfg.actor_infer
-        sc = dict(ic.strategy_args.strategy_config)
-        strategy = get_strategy_class(ic.strategy_args.strategy_name, "actor_infer")
-        receives = bool(getattr(strategy, "supports_weight_group", False))
+        spec = strategy_spec(ic.strategy_args.strategy_name)
+        options = strategy_options(ic, "actor_infer.strategy_args.strategy_config")
+        receives = spec.can("weight_group")
         mappings = role_mappings(cfg)
         mode, why = weight_sync_mode(mappings, cfg.distributed, receives,
-                                     sc.get("weight_sync", "auto") if receives else "auto",
-                                     infer_supports_ipc=bool(getattr(strategy, "supports_ipc_weights", False)),
-                                     infer_in_subprocess=receives)
-        tp = strategy.weight_group_ranks(ic) if receives else 1
+                                     getattr(options, "weight_sync", "auto"),
+                                     infer_supports_ipc=spec.can("ipc_weights"), infer_in_subprocess=receives)
+        tp = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(ic) if receives else 1
         print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
-        return cls(train, infer, mode, int(sc.get("weight_bucket_bytes", DEFAULT_BUCKET_BYTES)), tp,
+        return cls(train, infer, mode, getattr(options, "weight_bucket_bytes", DEFAULT_BUCKET_BYTES), tp,
                    count_buckets=receives, ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker))
 
     def __call__(self) -> dict[str, float]:

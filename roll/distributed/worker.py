@@ -1,4 +1,9 @@
-"""A worker: one rank of one role, holding one strategy. Runs as a Ray actor or in-process (local mode)."""
+"""A worker: one rank of one role, holding one strategy. Runs as a Ray actor or in-process (local mode).
+
+What the strategy must implement is checked once, when the worker is built: the methods its role calls
+(:data:`ROLE_METHODS`) and those of every ability its registry entry declares (:data:`ABILITY_METHODS`). The
+forwarders below then call the strategy directly.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,34 @@ import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
-from roll.distributed.group import free_port
+from roll.distributed.network import free_port, node_ip
 from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
-from roll.strategies.registry import get_strategy_class
+from roll.strategies.registry import get_strategy_class, strategy_spec
 from roll.strategies.weight_buckets import tensor_nbytes
+
+
+#: Strategy methods each role calls.
+ROLE_METHODS = {
+    "actor_train": ("train_step", "compute_log_probs", "named_weights", "load_weights", "reset_optimizer",
+                    "save_pretrained", "save_checkpoint", "load_checkpoint"),
+    "critic": ("train_step", "compute_values", "load_weights", "save_checkpoint", "load_checkpoint"),
+    "actor_infer": ("generate", "load_weights"),
+    "reference": ("compute_log_probs", "load_weights"),
+}
+#: Strategy methods each registered ability (:data:`roll.strategies.registry.ABILITIES`) adds.
+ABILITY_METHODS = {"submit": ("submit", "poll", "abort"),
+                   "weight_group": ("init_weight_group", "update_weights_distributed"),
+                   "ipc_weights": ("load_weight_bucket",)}
+
+
+def check_strategy_class(cls: type, role: str, abilities: frozenset[str]) -> None:
+    """Raise a TypeError naming the missing methods when ``cls`` lacks what ``role`` and ``abilities`` call."""
+    needed = [*ROLE_METHODS.get(role, ()), *(m for a in sorted(abilities) for m in ABILITY_METHODS[a])]
+    missing = [m for m in needed if not callable(getattr(cls, m, None))]
+    if missing:
+        raise TypeError(f"{role}: strategy {cls.__name__} lacks {missing}, which its role and registered abilities "
+                        f"({', '.join(sorted(abilities)) or 'none'}) need")
 
 
 class Worker:
@@ -30,7 +58,10 @@ class Worker:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.role, self.rank, self.world_size = role, rank, world_size
-        self.strategy = get_strategy_class(config.strategy_args.strategy_name, role)(config, rank, world_size)
+        name = config.strategy_args.strategy_name
+        cls = get_strategy_class(name, role)
+        check_strategy_class(cls, role, strategy_spec(name).abilities)
+        self.strategy = cls(config, rank, world_size)
         self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
 
     def initialize(self, ctx: StrategyContext) -> float:
@@ -53,10 +84,7 @@ class Worker:
         return info() if info is not None else (self.rank, self.world_size, True)
 
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Critic values ``{"values": (B, L-1)}`` (strategies with a value head only)."""
-        if not hasattr(self.strategy, "compute_values"):
-            raise TypeError(f"{self.role}: strategy {type(self.strategy).__name__} has no value head; "
-                            "compute_values needs the critic role")
+        """Critic values ``{"values": (B, L-1)}`` (the critic role)."""
         return self.strategy.compute_values(batch)
 
     def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None, with_entropy: bool = False,
@@ -112,7 +140,7 @@ class Worker:
     def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> float:
         """Load one shared bucket (one payload per GPU of this worker, in its GPU order); returns seconds."""
         start = time.perf_counter()
-        self._strategy_method("load_weight_bucket", "receive weights by CUDA IPC")(payloads, flush)
+        self.strategy.load_weight_bucket(payloads, flush)
         return time.perf_counter() - start
 
     def _strategy_method(self, name: str, purpose: str) -> Callable:
@@ -122,19 +150,19 @@ class Worker:
             raise TypeError(f"{self.role}: strategy {type(self.strategy).__name__} cannot {purpose} (no {name})")
         return method
 
-    # ------------------------------------------------------------------ per-request generation (supports_submit)
+    # ------------------------------------------------------------------ per-request generation (ability "submit")
     def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
                max_new_tokens: int | None = None) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
-        return self._strategy_method("submit", "take single requests")(requests, args, max_new_tokens)
+        return self.strategy.submit(requests, args, max_new_tokens)
 
     def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
         """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one."""
-        return self._strategy_method("poll", "take single requests")(rids, timeout)
+        return self.strategy.poll(rids, timeout)
 
     def abort(self, rids: list[str] | None = None) -> list[str]:
         """Abort requests in flight (``None``: all); returns the aborted ids."""
-        return self._strategy_method("abort", "take single requests")(rids)
+        return self.strategy.abort(rids)
 
     # ------------------------------------------------------------------ weight groups (disaggregated sync)
     def weight_group_endpoint(self) -> tuple[str, int]:
@@ -218,18 +246,6 @@ class Worker:
 
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
-
-
-def node_ip() -> str:
-    """This node's IP as Ray knows it (other nodes reach it there); loopback outside Ray."""
-    import sys
-
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    return "127.0.0.1"
 
 
 def get_rng_state() -> dict[str, Any]:

@@ -85,6 +85,21 @@ class ActionParser:
         answers = [m.group(1) for m in self.pattern.finditer(text) if m.group(1) is not None]
         return self._choose([a.strip() for a in answers])
 
+    def render(self, action: str, thought: str = "") -> str:
+        """The text a model would write to take ``action`` in this format (demonstrations): ``answer`` ->
+        ``<answer>action</answer>``, ``think_answer`` -> ``<think>thought</think><answer>action</answer>``;
+        ``parse(render(a)) == a``.
+
+        Raises:
+            ValueError: a custom regex format, which has no canonical rendering.
+        """
+        if self.action_format == "answer":
+            return f"<answer>{action}</answer>"
+        if self.action_format == "think_answer":
+            return f"<think>{thought}</think><answer>{action}</answer>"
+        raise ValueError(f"action_format={self.action_format!r} is a custom regex, which has no canonical rendering "
+                         f"of an action for demonstrations; use 'answer' or 'think_answer' for the warm start")
+
     def _parse_named(self, text: str) -> str | None:
         if self.action_format == "think_answer":
             match = self.pattern.search(text)

@@ -1,18 +1,23 @@
 """The training loop both pipelines share: resume or warm start, steps with validation, logging and
 checkpoints, then the final export and plot. A pipeline supplies the phases (``setup``, ``warm_start``,
-``validate``, ``train_step``) and the driver state it checkpoints (``driver_state`` / ``load_driver_state``)."""
+``validate``, ``train_step``) and the driver state it checkpoints (``driver_state`` / ``load_driver_state``); the
+setup pieces both need (:meth:`Pipeline.start_roles`, :meth:`Pipeline.start_tracker`), the supervised warm-start
+loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.pipelines.ppo.PPOTrainer`) live here once."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from roll.pipelines import checkpoint as ckpt
 from roll.data.batch import Batch
+from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
-from roll.pipelines.common import train_actor, train_critic
+from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.common import colocation_phases, start_roles, sync_weights
+from roll.pipelines.loss_fns import SFT_LOSS
+from roll.pipelines.ppo import PPOTrainer
 from roll.tracking.rewind import prune_step_dumps
 
 
@@ -31,6 +36,64 @@ class Pipeline(ABC):
         self.output_dir = Path(cfg.output_dir)
         self.log_dir = Path(cfg.logging_dir)
         self._weight_sync: WeightSync | None = None
+        self.roles: Roles
+        self.trainer: PPOTrainer
+
+    # ------------------------------------------------------------------ setup pieces
+    def build_tiny_model(self, corpus: list[str] | None = None) -> None:
+        """Build the tiny model at ``pretrain`` when ``tiny_model`` is set and none is there (``corpus``: extra text
+        for its tokenizer)."""
+        cfg = self.cfg
+        if cfg.tiny_model is None:
+            return
+        from roll.models.tiny import ensure_tiny_model
+
+        if not cfg.pretrain:
+            raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
+        extra = {"corpus": corpus} if corpus is not None else {}
+        ensure_tiny_model(cfg.pretrain, **extra, **vars(cfg.tiny_model))
+
+    def start_roles(self) -> None:
+        """Start the roles (typed proxies), the colocation phases and the PPO update."""
+        self.roles = start_roles(self.cfg)
+        self.groups = self.roles.groups
+        self.phases = colocation_phases(self.cfg)
+        self.trainer = PPOTrainer(self.cfg, self.roles, self.sync_infer,
+                                  infer_released=lambda: "actor_infer" in self.phases.offloaded)
+
+    def start_tracker(self, run_id: str | None, **tracker_kwargs: Any) -> None:
+        """The tracker of ``track_with`` (``run_id``: continue that run, when resuming)."""
+        from roll.config.loader import to_dict
+        from roll.tracking import make_tracker
+
+        cfg = self.cfg
+        self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
+                                    config=to_dict(cfg), tracker_kwargs={**tracker_kwargs, **dict(cfg.tracker_kwargs)},
+                                    run_id=run_id)
+
+    @property
+    def kl_ctl(self) -> Any:
+        """The KL controller of the update (checkpointed with the driver state)."""
+        return self.trainer.kl_ctl
+
+    def train_sft(self, batches: Iterable[Batch], steps: int, lr: float, reset_optimizer: bool) -> dict[str, float]:
+        """The supervised warm start: one NLL ``train_step`` per batch at learning rate ``lr``, then (optionally)
+        fresh Adam moments, the weight sync to actor_infer, and the warm-started weights into the reference and the
+        critic (KL is measured to, and values are learned on, the model RL starts from)."""
+        start, losses, train = time.perf_counter(), [], self.roles.actor_train
+        for i, batch in enumerate(batches):
+            parts = train.train_step(batch, SFT_LOSS, lr=lr)
+            losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
+            if (i + 1) % max(1, steps // 10) == 0:
+                print(f"[sft warm start] step {i + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
+        if reset_optimizer:
+            train.reset_optimizer()
+        synced = self.sync_infer()
+        for role in (self.roles.reference, self.roles.critic):
+            if role is not None:
+                sync_weights(train, role)
+        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start,
+                "time/sft_sync": synced["time/sync"]}
 
     @abstractmethod
     def setup(self, run_id: str | None = None) -> None:
@@ -70,26 +133,6 @@ class Pipeline(ABC):
                                                        self.groups["actor_infer"])
         return self._weight_sync()
 
-    def update(self, step: int, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
-        """The update phase of a step: critic first (its warm-up steps skip the actor), then the actor, the KL
-        controller (following the KL measured in the reward) and the weight sync; adds to ``metrics``/``timings``."""
-        cfg, groups = self.cfg, self.groups
-        t, seed = time.perf_counter(), cfg.seed * 100_003 + step
-        if "critic" in groups:
-            metrics.update(train_critic(cfg, groups["critic"], batch, seed))
-        actor_trains = step > cfg.critic_warmup
-        if actor_trains:
-            metrics.update(train_actor(cfg, groups["actor_train"], batch, seed))
-        timings["time/train"] = time.perf_counter() - t
-        if cfg.add_token_level_kl:
-            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
-        metrics["actor/kl_coef"] = self.kl_ctl.value
-        due = actor_trains and step % cfg.actor_infer.model_update_frequency == 0
-        if due or "actor_infer" in self.phases.offloaded:  # a released engine gets its weights back by a sync
-            sync = self.sync_infer()
-            timings["time/sync"] = sync.pop("time/sync")
-            metrics.update(sync)
-
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, float]:
         """Set up (or resume), warm start, train with validation and checkpoints, save the final actor."""
@@ -120,7 +163,7 @@ class Pipeline(ABC):
                 bar.advance(metrics)
                 last = metrics
         final = self.output_dir / "final"
-        self.groups["actor_train"].call("save_pretrained", str(final))
+        self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
         self.finish()
         self.plot()
@@ -131,13 +174,13 @@ class Pipeline(ABC):
         """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
         state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
                  **self.driver_state()}
-        path = ckpt.save_checkpoint(self.output_dir, step, self.groups, state,
+        path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
                                     int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
         print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
 
     def resume(self, path: Path) -> int:
         """Restore checkpoint ``path`` into the workers and the driver, sync the actor; returns its step."""
-        state = ckpt.load_checkpoint(path, self.groups)
+        state = ckpt.load_checkpoint(path, self.roles)
         if state["seed"] != self.cfg.seed:
             raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
                              f"resume with the same seed ({self.seed_determines} derive from it)")

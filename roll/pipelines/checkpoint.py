@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
-from roll.distributed.group import WorkerGroup
+from roll.distributed.roles import Roles
 from roll.distributed.worker import get_rng_state, set_rng_state
+from roll.strategies.registry import TRAIN_ROLES
 
 COMPLETE = "COMPLETE"
 STEP_DIR = re.compile(r"^step_(\d+)$")
-TRAIN_ROLES = ("actor_train", "critic")
 
 
 def checkpoints_root(output_dir: str | Path) -> Path:
@@ -67,7 +67,7 @@ def resolve_resume(resume_from_checkpoint: Any, output_dir: str | Path) -> Path 
     return path
 
 
-def save_checkpoint(output_dir: str | Path, step: int, groups: dict[str, WorkerGroup], state: dict[str, Any],
+def save_checkpoint(output_dir: str | Path, step: int, roles: Roles, state: dict[str, Any],
                     max_to_keep: int = 0) -> Path:
     """Write checkpoint ``step`` atomically; ``state`` is the driver's (picklable) state. Keeps the newest
     ``max_to_keep`` complete checkpoints (0 = all). Returns the final directory."""
@@ -77,12 +77,12 @@ def save_checkpoint(output_dir: str | Path, step: int, groups: dict[str, WorkerG
     if tmp.exists():
         shutil.rmtree(tmp)  # leftovers of an interrupted save
     tmp.mkdir(parents=True)
-    for role in TRAIN_ROLES:
-        if role in groups:
-            groups[role].call("save_checkpoint", str(tmp / role))  # every rank writes its shard
-    groups["actor_train"].call("save_pretrained", str(tmp / "actor_hf"))
-    for role, group in groups.items():
-        torch.save(group.call("rng_state"), tmp / f"rng_{role}.pt")
+    for role, proxy in roles.items():
+        if role in TRAIN_ROLES:
+            proxy.save_checkpoint(str(tmp / role))  # every rank writes its shard
+    roles.actor_train.save_pretrained(str(tmp / "actor_hf"))
+    for role, proxy in roles.items():
+        torch.save(proxy.rng_states(), tmp / f"rng_{role}.pt")
     torch.save({**state, "step": step, "driver_rng": get_rng_state()}, tmp / "pipeline.pt")
     (tmp / COMPLETE).write_text(json.dumps({"step": step, "saved_at": time.time(),
                                             "seconds": time.perf_counter() - start}))
@@ -100,26 +100,26 @@ def read_state(path: str | Path) -> dict[str, Any]:
     return torch.load(Path(path) / "pipeline.pt", weights_only=False)
 
 
-def load_checkpoint(path: str | Path, groups: dict[str, WorkerGroup]) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, roles: Roles) -> dict[str, Any]:
     """Restore training roles, every worker's RNG and the driver RNG from ``path``; returns the driver state.
 
     The caller then syncs the restored actor weights to the inference workers."""
     path = Path(path)
     if not is_complete(path):
         raise ValueError(f"{path} is not a complete checkpoint (no {COMPLETE} marker)")
-    for role in TRAIN_ROLES:
-        if role in groups:
-            groups[role].call("load_checkpoint", str(path / role))
-    for role, group in groups.items():
+    for role, proxy in roles.items():
+        if role in TRAIN_ROLES:
+            proxy.load_checkpoint(str(path / role))
+    for role, proxy in roles.items():
         rng_file = path / f"rng_{role}.pt"
         if not rng_file.is_file():
             raise ValueError(f"{path} has no RNG states of role {role!r}; the checkpoint was written by a run with "
                              f"other roles")
         states = torch.load(rng_file, weights_only=False)
-        if len(states) != group.world_size:
-            raise ValueError(f"{path}: role {role!r} was saved with {len(states)} workers, now {group.world_size}; "
+        if len(states) != proxy.world_size:
+            raise ValueError(f"{path}: role {role!r} was saved with {len(states)} workers, now {proxy.world_size}; "
                              f"resume with the same world_size / device_mapping")
-        group.call_each("set_rng_state", [(s,) for s in states])
+        proxy.set_rng_states(states)
     state = read_state(path)
     set_rng_state(state["driver_rng"])
     return state

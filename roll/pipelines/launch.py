@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from roll.config.errors import ConfigError
+from roll.pipelines.preflight import preflight
 
 
 def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Namespace:
@@ -29,15 +30,26 @@ def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Name
     return args
 
 
+def load_checked(config_name: str, config_path: str | None = None, overrides: Sequence[str] | None = None,
+                 schema: type | None = None) -> Any:
+    """:func:`roll.config.loader.load_config` (the config's own rules), then the :func:`preflight` (registries,
+    packages, envs, data files): everything a launch checks before any worker starts."""
+    from roll.config.loader import load_config
+
+    cfg = load_config(config_name, config_path, list(overrides or []), schema=schema)
+    preflight(cfg)
+    return cfg
+
+
 def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Callable, default_config: str) -> int:
-    """Load ``schema`` from the command line and run the pipeline; exit code 2 on a config error."""
-    from roll.config.loader import apply_system_envs, load_config
+    """Load ``schema`` from the command line, run the preflight and the pipeline; exit code 2 on a config error."""
+    from roll.config.loader import apply_system_envs
 
     args = parse_args(argv, default_config)
     if os.getcwd() not in sys.path:  # user modules (custom envs, rewards) import from the launch directory
         sys.path.insert(0, os.getcwd())
     try:
-        cfg = load_config(args.config_name, args.config_path, args.overrides, schema=schema)
+        cfg = load_checked(args.config_name, args.config_path, args.overrides, schema=schema)
     except ConfigError as exc:
         print(f"roll: config error: {exc}", file=sys.stderr)
         return 2

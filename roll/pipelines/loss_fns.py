@@ -15,12 +15,13 @@ import torch
 from roll.algorithms.aggregation import agg_normalizer
 from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
 from roll.algorithms.masking import masked_mean
+from roll.data import layout
 from roll.data.batch import Batch
 
 
 def loss_mask(mb: Batch) -> torch.Tensor:
-    """Response mask aligned with the log-probs: token t+1 is scored at index t. (B, L-1) float."""
-    return mb["response_mask"][:, 1:].to(torch.float32)
+    """The micro-batch's (B, L-1) float loss mask (:func:`roll.data.layout.loss_mask`)."""
+    return layout.loss_mask(mb["response_mask"])
 
 
 def sft_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch) -> tuple[torch.Tensor, dict]:

@@ -10,24 +10,21 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from roll.agentic.rollout import GroupGenerator
-from roll.algorithms.kl import make_kl_controller
-from roll.algorithms.reward_norm import RunningMeanStd, postprocess_rlvr_rewards
-from roll.config.loader import to_dict
+from roll.agentic.rollout import generation_client
 from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
+from roll.data.files import resolve_data_files
+from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import (colocation_phases, compute_advantages, forward_log_probs, perf_metrics,
-                                   skip_old_log_probs, start_workers, sync_weights)
+from roll.pipelines.common import logprob_mismatch, perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
-from roll.pipelines.loss_fns import SFT_LOSS
 from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
@@ -45,37 +42,20 @@ class PromptGroup:
     correct: list[bool]
     format_ok: list[bool]
     truncated: list[bool]  # generation hit max_new_tokens without an end token
+    log_probs: list[list[float]] = field(default_factory=list)  # the engine's log-prob of each generated token
 
 
-def build_batch(prompts: list[list[int]], responses: list[list[int]], scores: list[float], pad_id: int) -> Batch:
-    """One sample per (prompt, response): ``input_ids`` = prompt + response, right-padded to the longest.
-
-    Tensors: ``input_ids``, ``attention_mask``, ``response_mask`` (1 on response tokens) (B, L);
-    ``scores`` (B,); ``token_level_scores`` (B, L-1) with the score at the last response token, aligned with
-    ``input_ids[:, 1:]`` like the log-probs.
-    """
-    n = len(prompts)
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    response_mask = torch.zeros((n, width), dtype=torch.long)
-    token_level_scores = torch.zeros((n, width - 1), dtype=torch.float32)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        end = len(p) + len(r)
-        input_ids[i, :end] = torch.tensor(p + r, dtype=torch.long)
-        attention_mask[i, :end] = 1
-        response_mask[i, len(p):end] = 1
-        if r:
-            token_level_scores[i, end - 2] = scores[i]  # log-prob index t predicts token t + 1
-    return Batch(tensors={"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-                          "scores": torch.tensor(scores, dtype=torch.float32),
-                          "token_level_scores": token_level_scores})
+def engine_log_probs(groups: list[PromptGroup], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inference engine's log-probs of the responses of :func:`groups_to_batch`'s batch (log-prob frame)."""
+    prompt_lengths = [len(g.prompt_ids) for g in groups for _ in g.response_ids]
+    log_probs = [lps for g in groups for lps in (g.log_probs or [[]] * len(g.response_ids))]
+    return response_log_probs(prompt_lengths, log_probs, width)
 
 
 def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_id: int) -> Batch:
     """The training batch of a step; ``group_id`` (meta) = position of the prompt in the step (0..G-1)."""
     prompts = [g.prompt_ids for g in groups for _ in g.response_ids]
-    batch = build_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
+    batch = prompt_response_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
                         pad_id)
     batch["group_id"] = [k for k, g in enumerate(groups) for _ in g.response_ids]
     batch["tag"] = [examples[g.index].tag for g in groups for _ in g.response_ids]
@@ -145,40 +125,30 @@ class RLVRPipeline(Pipeline):
         (``run_id``: continue that tracker run, when resuming)."""
         from roll.models.loading import load_tokenizer
         from roll.rewards.workers import RewardWorkerPool
-        from roll.tracking import make_tracker
 
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        train = self._load(list(cfg.actor_train.data_args.file_name))
-        val = self._load(list(cfg.validation.file_name)) if cfg.validation.file_name else []
+        train = self._load(resolve_data_files(cfg.actor_train.data_args.file_name))
+        val = self._load(resolve_data_files(cfg.validation.file_name)) if cfg.validation.file_name else []
         if cfg.validation.max_samples:
             val = val[:cfg.validation.max_samples]
         model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
         if cfg.tiny_model is not None:
-            from roll.models.tiny import ensure_tiny_model
-
-            if not cfg.pretrain:
-                raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
-            ensure_tiny_model(cfg.pretrain, corpus=data_corpus(train + val, cfg), **vars(cfg.tiny_model))
+            self.build_tiny_model(corpus=data_corpus(train + val, cfg))
         self.tokenizer = load_tokenizer(model_path)
         self.dumps = TrajectoryDumps(self.log_dir, cfg.rollout_dump_steps, cfg.rollout_dump_max, self.tokenizer,
                                      "rlvr")
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
-        self.groups = start_workers(cfg)
-        self.phases = colocation_phases(cfg)
-        self.generator = GroupGenerator(self.groups["actor_infer"])
+        self.start_roles()
+        self.generator = generation_client(self.roles.actor_infer)
         self.switch_s = self.generate_s = 0.0  # per step: phase switches and generate calls
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
                                         tag_to_reward=dict(cfg.rewards.tag_to_reward))
         self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)
-        self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
-        self.running = RunningMeanStd()
-        kwargs = {"headline_keys": HEADLINE_KEYS, **dict(cfg.tracker_kwargs)}
-        self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
-                                    config=to_dict(cfg), tracker_kwargs=kwargs, run_id=run_id)
+        self.start_tracker(run_id, headline_keys=HEADLINE_KEYS)
 
     # ------------------------------------------------------------------ phases
     def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
@@ -202,7 +172,7 @@ class RLVRPipeline(Pipeline):
             groups.append(PromptGroup(
                 i, prompts[i], [o.token_ids for o in outs[part]], texts[part], [r.score for r in results[part]],
                 [r.correct for r in results[part]], [r.format_ok for r in results[part]],
-                [o.finish_reason == "length" for o in outs[part]]))
+                [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]]))
         return groups
 
     def warm_start(self) -> dict[str, float]:
@@ -212,23 +182,16 @@ class RLVRPipeline(Pipeline):
         random.Random(sft.seed).shuffle(order)
         order = order[:sft.max_examples or None]
         eos = [self.tokenizer.eos_token_id]
-        train, start, losses = self.groups["actor_train"], time.perf_counter(), []
-        for step in range(sft.steps):
-            picked = [order[(step * sft.batch_size + j) % len(order)] for j in range(sft.batch_size)]
-            answers = [sft.answer_template.format(answer=self.train_examples[i].ground_truth) for i in picked]
-            responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
-            batch = build_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
-                                self.tokenizer.pad_token_id)
-            parts = train.call_dp("train_step", batch, loss_fn=SFT_LOSS, lr=sft.learning_rate)
-            losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
-            if (step + 1) % max(1, sft.steps // 10) == 0:
-                print(f"[sft warm start] step {step + 1}/{sft.steps} loss {losses[-1]:.4f}", flush=True)
-        synced = self.sync_infer()
-        for role in ("reference", "critic"):  # KL is measured to, and values are learned on, the warm-started model
-            if role in self.groups:
-                sync_weights(train, self.groups[role])
-        return {"sft/first_loss": losses[0], "sft/final_loss": losses[-1], "time/sft": time.perf_counter() - start,
-                "time/sft_sync": synced["time/sync"]}
+
+        def batches():
+            for step in range(sft.steps):
+                picked = [order[(step * sft.batch_size + j) % len(order)] for j in range(sft.batch_size)]
+                answers = [sft.answer_template.format(answer=self.train_examples[i].ground_truth) for i in picked]
+                responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
+                yield prompt_response_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
+                                            self.tokenizer.pad_token_id)
+
+        return self.train_sft(batches(), sft.steps, sft.learning_rate, reset_optimizer=False)
 
     def validate(self, step: int) -> dict[str, float]:
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
@@ -242,7 +205,7 @@ class RLVRPipeline(Pipeline):
 
     def train_step(self, step: int) -> dict[str, float]:
         """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights."""
-        cfg, groups, timings = self.cfg, self.groups, {}
+        cfg, timings = self.cfg, {}
         t0 = time.perf_counter()
         n = cfg.num_return_sequences_in_group
         self.switch_s = self.generate_s = 0.0
@@ -257,29 +220,15 @@ class RLVRPipeline(Pipeline):
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
-        self.phases.activate(groups, {"actor_train", "reference", "critic"})
+        self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] = self.switch_s + time.perf_counter() - t
         timings["time/rollout_generate"] = self.generate_s
-        t = time.perf_counter()
-        if not skip_old_log_probs(cfg, len(batch), step):  # else the update's forward provides them (the same values)
-            batch["old_log_probs"] = forward_log_probs(groups["actor_train"], batch)
-            check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
-        if "reference" in groups:
-            batch["ref_log_probs"] = forward_log_probs(groups["reference"], batch)
-            check_batch_if(cfg.strict_data_check, batch, "ref_log_probs", required=("ref_log_probs",))
-        if "critic" in groups:
-            from roll.pipelines.common import forward_values
-
-            batch["values"] = forward_values(groups["critic"], batch)
-        timings["time/log_probs"] = time.perf_counter() - t
-        group_ids = torch.tensor(batch["group_id"], dtype=torch.long)
-        scores = postprocess_rlvr_rewards(batch["scores"], group_ids, reward_norm=cfg.reward_norm,
-                                          reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
-                                          reward_clip=cfg.reward_clip, running=self.running)
-        metrics.update(compute_advantages(cfg, batch, scores, group_ids, self.kl_ctl.value))
+        self.trainer.log_probs(step, batch, timings)
+        metrics.update(self.trainer.advantages(batch))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
-        self.update(step, batch, metrics, timings)
-        metrics.update(perf_metrics(groups, batch, timings, cfg.ppo_epochs))
+        self.trainer.update(step, batch, metrics, timings)
+        metrics.update(logprob_mismatch(*engine_log_probs(prompt_groups, batch["input_ids"].shape[1]), batch))
+        metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)
@@ -290,11 +239,11 @@ class RLVRPipeline(Pipeline):
 
     def driver_state(self) -> dict:
         """The prompt stream position and the running reward statistics."""
-        return {"sampler": self.sampler.state_dict(), "running_reward": self.running.state_dict()}
+        return {"sampler": self.sampler.state_dict(), "running_reward": self.trainer.normalizer.state_dict()}
 
     def load_driver_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
-        self.running.load_state_dict(state["running_reward"])
+        self.trainer.normalizer.load_state_dict(state["running_reward"])
 
     def finish(self) -> None:
         self.rewards.shutdown()

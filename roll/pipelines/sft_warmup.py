@@ -10,14 +10,19 @@ import random
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
 
 
-def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str,
-                    answer_template: str = "<answer>{action}</answer>") -> Trajectory | None:
-    """Play the env's ``solution()`` from ``reset(seed)`` as a conversation; None if there is no solution."""
+def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str) -> Trajectory | None:
+    """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
+    action format (``env.parser.render``); None if there is no solution within ``max_actions_per_traj``.
+
+    Raises:
+        ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
+    """
     obs, info = env.reset(seed=seed)
     plan = env.solution()
     if not plan or len(plan) > spec.max_actions_per_traj:
@@ -26,9 +31,13 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
     text = spec.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
     prompt = formatter.first_prompt(text)
     for action in plan:
-        reply = formatter.encode(answer_template.format(action=action)) + [formatter.eos_id]
+        written = env.parser.render(action)
+        reply = formatter.encode(written) + [formatter.eos_id]
         traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
-        obs, reward, terminated, truncated, info = env.step(answer_template.format(action=action))
+        obs, reward, terminated, truncated, info = env.step(written)
+        if not info.get("action_is_valid", True):
+            raise ValueError(f"sft_warmup: env {spec.env_type!r} rejected its own solution action {action!r} written "
+                             f"as {written!r} (action_format={env.action_format!r})")
         traj.turns[-1].reward = float(reward)
         if terminated or truncated:
             traj.success = bool(info.get("success"))

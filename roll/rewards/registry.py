@@ -6,7 +6,10 @@ Every entry shares the :class:`RewardFn` signature, so callers (the reward worke
 from __future__ import annotations
 
 from dataclasses import dataclass
+import inspect
 from typing import Callable, Protocol
+
+from roll.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -35,41 +38,38 @@ class RewardFn(Protocol):
         ...
 
 
-_REWARDS: dict[str, RewardFn] = {}
+#: ``needs_ground_truth``: the reward compares the response with the row's ground truth (rule rewards); one that
+#: scores the response alone declares False, so data without a ground-truth column can use it.
+REWARDS: Registry[RewardFn] = Registry("reward", "register_reward", capabilities={"needs_ground_truth": True})
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Register a reward function under ``name`` (a tag or domain such as ``"math"``).
+def register_reward(name: str, **capabilities: bool) -> Callable[[RewardFn], RewardFn]:
+    """Register a reward function under ``name`` (a tag or domain such as ``"math"``), declaring ``capabilities``.
 
     Raises:
         ValueError: if ``name`` is already registered.
     """
-
-    def decorator(fn: RewardFn) -> RewardFn:
-        if name in _REWARDS:
-            raise ValueError(
-                f"reward {name!r} is already registered (by {_REWARDS[name]!r}); pick another name"
-            )
-        _REWARDS[name] = fn
-        return fn
-
-    return decorator
+    return REWARDS.register(name, **capabilities)
 
 
 def get_reward_fn(name: str) -> RewardFn:
-    """Return the reward function registered as ``name``.
+    """Return the reward function registered as ``name`` (or ``"package.module:name"``, importing it first).
 
     Raises:
         KeyError: naming the unknown reward and listing the registered ones.
     """
-    if name not in _REWARDS:
-        raise KeyError(
-            f"unknown reward {name!r}; registered rewards: {sorted(_REWARDS)}. "
-            "Register one with @register_reward(name) or fix the tag."
-        )
-    return _REWARDS[name]
+    return REWARDS.get(name)
 
 
 def registered_rewards() -> list[str]:
     """Names of all registered reward functions, sorted."""
-    return sorted(_REWARDS)
+    return REWARDS.names()
+
+
+def reward_option_names(name: str) -> list[str] | None:
+    """The keyword options reward ``name`` accepts (None: any, it takes ``**options``)."""
+    params = inspect.signature(get_reward_fn(name)).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind is p.KEYWORD_ONLY or
+            (p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("response", "ground_truth"))]

@@ -7,7 +7,8 @@ import traceback
 from typing import Any, Mapping
 
 from roll.rewards import math_answer  # noqa: F401  (registers the built-in "math" reward)
-from roll.rewards.registry import RewardFn, RewardResult, get_reward_fn, register_reward, registered_rewards
+from roll.rewards.registry import (REWARDS, RewardFn, RewardResult, get_reward_fn, register_reward,
+                                   registered_rewards)
 
 __all__ = ["RewardWorker", "RewardWorkerPool", "register_reward"]
 
@@ -51,10 +52,9 @@ class RewardWorker:
         for name, fn in (user_rewards or {}).items():
             if name not in registered_rewards():
                 register_reward(name)(fn)
-        self.reward_options = {name: dict(opts) for name, opts in (reward_options or {}).items()}
-        self.tag_to_reward = dict(tag_to_reward or {})
-        for name in [*self.reward_options, *self.tag_to_reward.values()]:
-            get_reward_fn(name)  # fail at construction, listing the valid names, not mid-training
+        # names as registered (a "package.module:name" is imported here and keyed by its name)
+        self.reward_options = {REWARDS.resolve(name): dict(opts) for name, opts in (reward_options or {}).items()}
+        self.tag_to_reward = {tag: REWARDS.resolve(name) for tag, name in (tag_to_reward or {}).items()}
 
     def compute(self, responses: list[str], ground_truths: list[str], tags: list[str]) -> list[RewardResult]:
         """Score ``responses[i]`` against ``ground_truths[i]`` with the reward for ``tags[i]``; order is kept.

@@ -33,6 +33,7 @@ class StrategyContext:
     seed: int = 42
     max_grad_norm: float = 1.0  # 0 disables clipping
     total_steps: int = 0  # optimizer steps the learning-rate schedule spans
+    max_running_requests: int | None = None  # most generation requests in flight per inference worker (None: any)
 
 
 @dataclass

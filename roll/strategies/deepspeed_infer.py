@@ -2,8 +2,8 @@
 
 ZeRO stage 0 keeps a full model copy per worker (a plain engine); stage 3 is ZeRO-Inference: parameters are
 partitioned over the role's workers (optionally offloaded to CPU) and gathered layer by layer during the forward
-pass, so a reference larger than one device fits. ``strategy_config`` keys: ``zero_stage`` (0 or 3, default 0),
-``offload_param`` ("cpu" or "none", stage 3 only).
+pass, so a reference larger than one device fits. ``strategy_config``:
+:class:`~roll.config.strategies.DeepSpeedInferOptions` (``zero_stage`` 0 or 3, ``offload_param``).
 """
 
 from __future__ import annotations
@@ -12,34 +12,20 @@ from typing import Any, Iterable
 
 import torch
 
+from roll.config.strategies import DeepSpeedInferOptions, parse_options
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import Strategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
 
-KNOWN_KEYS = frozenset({"zero_stage", "offload_param"})
-
-
-def build_infer_ds_config(strategy_config: dict[str, Any], *, micro_batch: int, world_size: int,
-                          dtype: str) -> dict[str, Any]:
-    """The DeepSpeed config of an inference engine: batch sizes (required by DeepSpeed, unused without an
-    optimizer), ZeRO stage 0 or 3, precision."""
-    unknown = set(strategy_config) - KNOWN_KEYS
-    if unknown:
-        raise ValueError(f"deepspeed_infer: unknown strategy_config keys {sorted(unknown)}; known: "
-                         f"{sorted(KNOWN_KEYS)}")
-    stage = int(strategy_config.get("zero_stage", 0))
-    if stage not in (0, 3):
-        raise ValueError(f"deepspeed_infer: zero_stage={stage}; allowed: 0 (full copy per worker) or 3 "
-                         "(parameters partitioned over the workers); stages 1/2 only partition optimizer state")
-    zero: dict[str, Any] = {"stage": stage}
-    offload = strategy_config.get("offload_param", "none")
-    if offload not in ("cpu", "none", None):
-        raise ValueError(f"deepspeed_infer: offload_param={offload!r}; allowed: cpu, none")
-    if offload == "cpu":
-        if stage != 3:
-            raise ValueError("deepspeed_infer: offload_param=cpu needs zero_stage=3")
+def build_infer_ds_config(options: DeepSpeedInferOptions | dict[str, Any], *, micro_batch: int, world_size: int,
+                          dtype: str, key: str = "deepspeed_infer.strategy_config") -> dict[str, Any]:
+    """The DeepSpeed config of an inference engine (:class:`~roll.config.strategies.DeepSpeedInferOptions`): batch
+    sizes (required by DeepSpeed, unused without an optimizer), ZeRO stage 0 or 3, precision."""
+    opts = parse_options(DeepSpeedInferOptions, options, key)
+    zero: dict[str, Any] = {"stage": opts.zero_stage}
+    if opts.offload_param == "cpu":
         zero["offload_param"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     return {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
             "train_batch_size": micro_batch * world_size, "zero_optimization": zero,
@@ -55,7 +41,7 @@ class DeepSpeedInferStrategy(Strategy):
 
         init_deepspeed_distributed(ctx.seed)
         margs = self.config.model_args
-        self.ds_config = build_infer_ds_config(dict(self.config.strategy_args.strategy_config),
+        self.ds_config = build_infer_ds_config(self.config.strategy_args.strategy_config,
                                                micro_batch=self.config.infer_batch_size,
                                                world_size=self.world_size, dtype=margs.dtype)
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)

@@ -1,8 +1,9 @@
 """``deepspeed_train``: DeepSpeed ZeRO 0-3 training (gloo on CPU, NCCL on GPU).
 
-``strategy_config`` is a DeepSpeed config dict (as in ROLL's ``deepspeed_zero*`` fragments; ``"auto"`` values are
-filled from the worker block), plus shorthands: ``zero_stage`` (int), ``offload_optimizer`` and ``offload_param``
-("cpu" or "none"). The optimizer is torch AdamW, so no DeepSpeed op has to be compiled for it.
+``strategy_config`` is :class:`~roll.config.strategies.DeepSpeedTrainOptions`: the sections of a DeepSpeed config
+(as in ROLL's ``deepspeed_zero*`` fragments; ``"auto"`` values are filled from the worker block), plus shorthands:
+``zero_stage`` (int), ``offload_optimizer`` and ``offload_param`` ("cpu" or "none"). The optimizer is torch AdamW,
+so no DeepSpeed op has to be compiled for it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from roll.config.strategies import DeepSpeedTrainOptions, parse_options
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
@@ -22,42 +24,44 @@ from roll.strategies.build_locks import prepare_deepspeed_comm
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
-SHORTHANDS = ("zero_stage", "offload_optimizer", "offload_param")
+#: DeepSpeed config keys roll passes through when they are set (None / empty means: DeepSpeed's default).
+PASSTHROUGH = ("zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer", "activation_checkpointing",
+               "communication_data_type", "prescale_gradients")
 
 
-def build_ds_config(strategy_config: dict[str, Any], *, micro_batch: int, grad_accum: int, world_size: int,
-                    max_grad_norm: float, dtype: str) -> dict[str, Any]:
-    """A complete DeepSpeed config: shorthands folded in, ``auto`` values resolved from the worker block."""
-    cfg = copy.deepcopy(dict(strategy_config))
-    zero = dict(cfg.get("zero_optimization") or {})
-    if "zero_stage" in cfg:
-        zero["stage"] = int(cfg.pop("zero_stage"))
-    for key in ("offload_optimizer", "offload_param"):
-        if key in cfg:
-            device = cfg.pop(key)
-            if device not in ("cpu", "none", None):
-                raise ValueError(f"deepspeed_train: {key}={device!r}; allowed: cpu, none")
-            if device == "cpu":
-                zero[key] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+def build_ds_config(options: DeepSpeedTrainOptions | dict[str, Any], *, micro_batch: int, grad_accum: int,
+                    world_size: int, max_grad_norm: float, dtype: str,
+                    key: str = "deepspeed_train.strategy_config") -> dict[str, Any]:
+    """A complete DeepSpeed config from the typed options: shorthands folded into ``zero_optimization``, ``auto``
+    values resolved from the worker block, precision from ``dtype``."""
+    opts = parse_options(DeepSpeedTrainOptions, options, key)
+    zero = copy.deepcopy(dict(opts.zero_optimization))
+    if opts.zero_stage is not None:
+        zero["stage"] = opts.zero_stage
+    for name in ("offload_optimizer", "offload_param"):
+        if getattr(opts, name) == "cpu":
+            zero[name] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     zero.setdefault("stage", 0)
-    if zero["stage"] not in (0, 1, 2, 3):
-        raise ValueError(f"deepspeed_train: zero_optimization.stage={zero['stage']}; allowed: 0, 1, 2, 3")
-    cfg["zero_optimization"] = {k: v for k, v in zero.items() if v != "auto"}
+    cfg: dict[str, Any] = {"zero_optimization": {k: v for k, v in zero.items() if v != "auto"}}
     resolved = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-                "train_batch_size": micro_batch * grad_accum * world_size,
-                "gradient_clipping": max_grad_norm}
-    for key, value in resolved.items():
-        if cfg.get(key, "auto") == "auto":
-            cfg[key] = value
-        elif cfg[key] != value:
-            raise ValueError(f"deepspeed_train: strategy_config.{key}={cfg[key]} disagrees with the worker block "
-                             f"({value}); set it to 'auto' or remove it")
-    cfg["bf16"] = {"enabled": dtype == "bf16"}
-    cfg["fp16"] = {"enabled": dtype == "fp16"}
-    cfg.pop("optimizer", None)  # the optimizer is built from training_args
-    cfg.pop("scheduler", None)
-    cfg.setdefault("steps_per_print", 10 ** 9)
-    cfg.setdefault("wall_clock_breakdown", False)
+                "train_batch_size": micro_batch * grad_accum * world_size, "gradient_clipping": max_grad_norm}
+    for name, value in resolved.items():
+        given = getattr(opts, name)
+        if given != "auto" and given != value:
+            raise ValueError(f"deepspeed_train: {key}.{name}={given} disagrees with the worker block ({value}); "
+                             f"set it to 'auto' or remove it")
+        cfg[name] = value
+    for name, wanted in (("bf16", dtype == "bf16"), ("fp16", dtype == "fp16")):
+        given = getattr(opts, name).get("enabled", "auto")
+        if given != "auto" and bool(given) != wanted:
+            raise ValueError(f"deepspeed_train: {key}.{name}.enabled={given} disagrees with model_args.dtype "
+                             f"({dtype}); set it to 'auto' or remove it")
+        cfg[name] = {"enabled": wanted}
+    for name in PASSTHROUGH:
+        value = getattr(opts, name)
+        if value not in (None, {}):
+            cfg[name] = copy.deepcopy(value)
+    cfg["steps_per_print"], cfg["wall_clock_breakdown"] = opts.steps_per_print, opts.wall_clock_breakdown
     return cfg
 
 

@@ -1,8 +1,7 @@
 """``hf_infer``: generation and log-probs with Hugging Face transformers (CPU or one GPU).
 
-strategy_config keys: ``generate_batch_size`` (prompts per ``generate`` call, default 64), ``reuse_kv_cache``
-(keep each sequence's keys and values for its next turn, default true; see :mod:`roll.strategies.turn_cache`)
-and ``kv_cache_mb`` (memory the kept keys and values may take, default 1024).
+``strategy_config``: :class:`~roll.config.strategies.HFInferOptions` (``generate_batch_size``, ``reuse_kv_cache``: keep
+each sequence's keys and values for its next turn, see :mod:`roll.strategies.turn_cache`, ``kv_cache_mb``).
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from typing import Any, Iterable
 
 import torch
 
+from roll.config.strategies import HFInferOptions, parse_options
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer
@@ -20,26 +20,20 @@ from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, spl
 
 
 class HFInferStrategy(InferenceStrategy):
-    """transformers ``generate`` over left-padded batches; token ids in, token ids out."""
-
-    KNOWN_KEYS = {"generate_batch_size", "reuse_kv_cache", "kv_cache_mb"}
-    #: Weights may arrive as CUDA-IPC buckets from a trainer on the same GPU (:meth:`load_weight_bucket`).
-    supports_ipc_weights = True
+    """transformers ``generate`` over left-padded batches; token ids in, token ids out. Registered ability
+    ``ipc_weights``: weights may arrive as CUDA-IPC buckets from a trainer on the same GPU
+    (:meth:`load_weight_bucket`)."""
 
     def initialize(self, ctx: StrategyContext) -> None:
-        unknown = set(self.config.strategy_args.strategy_config) - self.KNOWN_KEYS
-        if unknown:
-            raise ValueError(f"hf_infer: unknown strategy_config keys {sorted(unknown)}; "
-                             f"known: {sorted(self.KNOWN_KEYS)}")
+        options = parse_options(HFInferOptions, self.config.strategy_args.strategy_config,
+                                "hf_infer.strategy_config")
         margs = self.config.model_args
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
                                     margs.trust_remote_code).to(self.device).eval()
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        options = self.config.strategy_args.strategy_config
-        self.generate_batch_size = int(options.get("generate_batch_size", 64))
-        self.turn_cache = (TurnCache(int(float(options.get("kv_cache_mb", 1024)) * 2**20))
-                           if options.get("reuse_kv_cache", True) else None)
+        self.generate_batch_size = min(options.generate_batch_size, ctx.max_running_requests or 2 ** 31)
+        self.turn_cache = TurnCache(int(options.kv_cache_mb * 2**20)) if options.reuse_kv_cache else None
         torch.manual_seed(ctx.seed + 7919 * self.rank)  # sampling draws from the global generator
 
     @torch.no_grad()

@@ -1,13 +1,10 @@
 """``sglang``: generation with an in-process ``sglang.Engine`` (token ids in, token ids out), for ``actor_infer``.
 
-``strategy_config`` is passed to ``sglang.Engine`` (``mem_fraction_static``, ``tp_size``, ``attention_backend``, ...)
-over the defaults in :data:`ENGINE_DEFAULTS`, except the roll keys in :data:`ROLL_KEYS`:
-
-- ``weight_bucket_bytes``: bytes per ``update_weights_from_tensor`` call in a weight sync (default 512 MiB).
-- ``release_tags``: what ``offload_states`` releases (``None`` = all: weights, KV cache, CUDA graphs).
-- ``weight_sync``: how actor_train's weights arrive: ``auto`` (default: ``cuda_ipc`` when every engine GPU holds an
-  actor_train rank, ``nccl`` when actor_infer's GPUs are disjoint from actor_train's under Ray, else ``copy``),
-  ``cuda_ipc``, ``nccl`` or ``copy`` (see :func:`roll.distributed.placement.weight_sync_mode`).
+``strategy_config`` is :class:`~roll.config.strategies.SGLangOptions`: its engine fields (``mem_fraction_static``,
+``tp_size``, ``attention_backend``, ... and ``engine_args`` for any other ``sglang.Engine`` argument) become the
+Engine's keyword arguments (:func:`engine_kwargs`); its roll fields are ``weight_bucket_bytes`` (bytes per
+``update_weights_from_tensor`` call in a weight sync), ``release_tags`` (what ``offload_states`` releases) and
+``weight_sync`` (how actor_train's weights arrive; see :func:`roll.distributed.placement.weight_sync_mode`).
 
 Requests: :meth:`SGLangStrategy.submit` queues requests (each its own SGLang request id), :meth:`poll` drives the
 engine's event loop until one of the given requests finishes, :meth:`abort` aborts requests in flight. SGLang's
@@ -31,44 +28,39 @@ from typing import Any, Iterable
 
 import torch
 
+from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions, parse_options  # noqa: F401
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
-from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, bucket_meta, iter_buckets
+from roll.strategies.weight_buckets import bucket_meta, iter_buckets
 
-#: Engine arguments that work on the lent H100/H200 bundles (FA3 kernels absent: triton attention).
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "mem_fraction_static": 0.5, "attention_backend": "triton", "sampling_backend": "pytorch",
-    "enable_memory_saver": True, "disable_prefill_cuda_graph": True, "log_level": "warning",
-}
-ROLL_KEYS = frozenset({"weight_bucket_bytes", "release_tags", "weight_sync"})
-#: Values of the ``weight_sync`` roll key (see :func:`roll.distributed.placement.weight_sync_mode`).
-WEIGHT_SYNC_CHOICES = ("auto", "nccl", "cuda_ipc", "copy")
-#: Engine arguments roll sets itself; setting them in strategy_config is an error.
-RESERVED_KEYS = frozenset({"model_path", "skip_tokenizer_init", "random_seed"})
+#: Typed engine arguments of :class:`SGLangOptions` (roll's own keys are not passed to the Engine). The defaults
+#: (``mem_fraction_static``, ``attention_backend="triton"``, ...) work on the lent H100/H200 bundles.
+ENGINE_FIELDS = ("mem_fraction_static", "attention_backend", "sampling_backend", "enable_memory_saver",
+                 "disable_prefill_cuda_graph", "log_level", "context_length", "max_running_requests",
+                 "chunked_prefill_size", "disable_cuda_graph", "load_format")
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: Request id separator: sample k of request ``rid`` is ``f"{rid}#{k}"``.
 SAMPLE_SEP = "#"
 
 
-def engine_kwargs(model_path: str, dtype: str, strategy_config: dict[str, Any], seed: int,
-                  tp_size: int = 1) -> dict[str, Any]:
-    """``sglang.Engine`` keyword arguments: defaults, then ``strategy_config`` (roll keys removed), then roll's own."""
-    bad = RESERVED_KEYS & set(strategy_config)
-    if bad:
-        raise ValueError(f"sglang: strategy_config sets {sorted(bad)}, which roll sets itself (model_path from "
-                         f"model_args.model_name_or_path, random_seed from seed); remove them")
-    kwargs = {**ENGINE_DEFAULTS, "tp_size": tp_size,
-              **{k: v for k, v in strategy_config.items() if k not in ROLL_KEYS}}
+def engine_kwargs(model_path: str, dtype: str, options: SGLangOptions | dict[str, Any], seed: int,
+                  tp_size: int = 1, key: str = "sglang.strategy_config") -> dict[str, Any]:
+    """``sglang.Engine`` keyword arguments: the typed engine fields that are set, then ``engine_args``, then roll's
+    own (``model_path``, ``skip_tokenizer_init``, ``random_seed``); ``dtype`` from the options or the model's."""
+    opts = parse_options(SGLangOptions, options, key)
+    kwargs = {name: getattr(opts, name) for name in ENGINE_FIELDS if getattr(opts, name) is not None}
+    kwargs.update(tp_size=opts.tp_size or tp_size, **opts.engine_args)
     kwargs.update(model_path=model_path, skip_tokenizer_init=True, random_seed=seed)
-    kwargs.setdefault("dtype", DTYPE_NAMES.get(dtype, "auto"))
+    kwargs.setdefault("dtype", opts.dtype or DTYPE_NAMES.get(dtype, "auto"))
     return kwargs
 
 
 def engine_tp_size(config: Any) -> int:
     """Tensor-parallel size of one engine of a worker block: ``strategy_config.tp_size``, default
     ``num_gpus_per_worker``. Each engine holds that many ranks of a weight group."""
-    return int(config.strategy_args.strategy_config.get("tp_size", config.num_gpus_per_worker))
+    return parse_options(SGLangOptions, config.strategy_args.strategy_config, "sglang.strategy_config").tp_size \
+        or config.num_gpus_per_worker
 
 
 def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_id: int | None) -> dict[str, Any]:
@@ -163,15 +155,11 @@ class RequestTracker:
 
 
 class SGLangStrategy(InferenceStrategy):
-    """``sglang.Engine`` in this process; requests tracked by :class:`RequestTracker`."""
+    """``sglang.Engine`` in this process; requests tracked by :class:`RequestTracker`.
 
-    #: Callers may send requests one at a time (:meth:`submit` / :meth:`poll` / :meth:`abort`).
-    supports_submit = True
-    #: Weights may arrive by broadcast in a weight group (:meth:`init_weight_group`, then
-    #: :meth:`update_weights_distributed` every sync).
-    supports_weight_group = True
-    #: Weights may arrive as CUDA-IPC buckets from a trainer on the same GPUs (:meth:`load_weight_bucket`).
-    supports_ipc_weights = True
+    Registered abilities (:mod:`roll.strategies.registry`): ``submit`` (:meth:`submit` / :meth:`poll` /
+    :meth:`abort`), ``weight_group`` (:meth:`init_weight_group`, then :meth:`update_weights_distributed` every
+    sync), ``ipc_weights`` (:meth:`load_weight_bucket`)."""
 
     @staticmethod
     def weight_group_ranks(config: Any) -> int:
@@ -184,13 +172,15 @@ class SGLangStrategy(InferenceStrategy):
         except ImportError as exc:
             raise ImportError(f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
                               f"machine, or use strategy_name: hf_infer") from exc
-        sc = dict(self.config.strategy_args.strategy_config)
+        options = parse_options(SGLangOptions, self.config.strategy_args.strategy_config, "sglang.strategy_config")
         margs = self.config.model_args
-        self.bucket_bytes = int(sc.get("weight_bucket_bytes", DEFAULT_BUCKET_BYTES))
-        self.release_tags = sc.get("release_tags")
+        self.bucket_bytes = options.weight_bucket_bytes
+        self.release_tags = options.release_tags
         self.model_path = margs.model_name_or_path
-        kwargs = engine_kwargs(self.model_path, margs.dtype, sc, ctx.seed + 7919 * self.rank,
+        kwargs = engine_kwargs(self.model_path, margs.dtype, options, ctx.seed + 7919 * self.rank,
                                tp_size=engine_tp_size(self.config))
+        if options.max_running_requests is None and ctx.max_running_requests is not None:
+            kwargs["max_running_requests"] = ctx.max_running_requests
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig

@@ -46,7 +46,7 @@ PHASES = ("train", "val")
 
 
 class TurnLike(Protocol):
-    """What a dump reads from one turn (``roll.agentic.trajectory.Turn``)."""
+    """What a dump reads from one turn (``roll.data.trajectory.Turn``)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -61,7 +61,7 @@ class TurnLike(Protocol):
 
 
 class TrajectoryLike(Protocol):
-    """What a dump reads from one episode (``roll.agentic.trajectory.Trajectory``)."""
+    """What a dump reads from one episode (``roll.data.trajectory.Trajectory``)."""
 
     traj_id: str
     env_id: int

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from roll.agentic.batching import BatchedClient
 from roll.config.worker import GeneratingArgs
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import list_envs, register_env
@@ -86,10 +87,12 @@ if "flaky_test" not in list_envs():
     register_env("flaky_test", FlakyEnv)
 
 
-class ScriptedGenerator:
-    """Replies with fixed text (canonically tokenized) + end-of-turn; counts calls and prompts per call."""
+class ScriptedGenerator(BatchedClient):
+    """Replies with fixed text (canonically tokenized) + end-of-turn; counts calls and prompts per call. A batched
+    client over itself: every poll generates all pending requests in one :meth:`generate` call."""
 
     def __init__(self, tokenizer: Any, text: str = "<answer>go</answer>", cut_every: int = 0):
+        super().__init__(self)
         self.ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         self.eos = tokenizer.eos_token_id
         self.cut_every = cut_every  # every n-th reply is cut by length (no end-of-turn token)

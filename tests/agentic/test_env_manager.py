@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from roll.agentic.env_manager import EnvManager, group_seed, plan_groups
-from roll.agentic.trajectory import trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
 from roll.models.loading import load_tokenizer
 from tests.agentic.conftest import make_cfg
 from tests.agentic.helpers import FlakyEnv, ScriptedGenerator

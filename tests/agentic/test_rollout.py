@@ -9,7 +9,8 @@ import pytest
 
 from roll.agentic.batching import BatchingGenerator, GroupGenerator
 from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups
-from roll.agentic.trajectory import Trajectory, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory
 from roll.strategies.base import GenerationOutput, StrategyContext
 from tests.agentic.conftest import make_cfg
 from tests.agentic.helpers import FlakyEnv
@@ -75,9 +76,12 @@ def infer_group(tiny_model_dir):
     worker = WorkerConfig()
     worker.model_args.model_name_or_path = tiny_model_dir
     worker.strategy_args.strategy_name = "hf_infer"
-    group = LocalWorkerGroup("actor_infer", worker, num_threads=1)
-    group.call("initialize", StrategyContext(seed=0))
-    return group
+    from roll.distributed.roles import InferProxy
+    from roll.strategies.registry import strategy_spec
+
+    infer = InferProxy(LocalWorkerGroup("actor_infer", worker, num_threads=1), strategy_spec("hf_infer"))
+    infer.initialize(StrategyContext(seed=0))
+    return infer
 
 
 class _Counting(GroupGenerator):
@@ -138,3 +142,24 @@ def test_local_mode_reraises_env_errors_by_default(infer_group, tiny_model_dir):
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     with pytest.raises(RuntimeError, match="injected env failure"):
         sched.rollout(1, 4)
+
+
+def test_max_traj_per_env_caps_the_rounds_of_a_step(infer_group, tiny_model_dir):
+    """16 trajectories from 8 envs take two rounds (two trajectories per env); max_traj_per_env=1 stops after one
+    round (a short batch), and also stops refills after env failures."""
+    cfg = make_cfg(group_size=4, env_groups=2, max_actions=1, max_tokens=4, batch=16, max_traj_per_env=2)
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    trajs, _ = sched.rollout(1, 16)
+    assert len(trajs) == 16 and {t.traj_id.rsplit("-", 1)[0] for t in trajs} == {f"train-{1000 + r}-g{g}-e{e}"
+                                                                                  for r in (0, 1) for g in (0, 1)
+                                                                                  for e in range(4)}
+    cfg.train_env_manager.max_traj_per_env = 1
+    capped = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    trajs, metrics = capped.rollout(1, 16)
+    assert len(trajs) == 8 and metrics["rollout/refill_rounds"] == 0
+    FlakyEnv.reset_log()
+    flaky = make_cfg({"fail_every": 5}, group_size=4, env_groups=2, max_actions=1, max_tokens=4, batch=8,
+                     max_refill_rounds=3, raise_env_errors=False, max_traj_per_env=1)
+    trajs, metrics = RolloutScheduler(flaky, flaky.train_env_manager, "train", tiny_model_dir, infer_group,
+                                      use_ray=False).rollout(1, 8)
+    assert metrics["rollout/env_failures"] > 0 and metrics["rollout/refill_rounds"] == 0 and len(trajs) < 8

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roll.algorithms.masking import masked_mean, masked_sum, masked_var, masked_whiten
-from roll.algorithms.registry import Registry
+from roll.registry import Registry
 
 NAN = float("nan")
 # Masked values are 1, 2, 4, 6 (padding holds 3 and nan, which must not leak in).
@@ -57,3 +57,16 @@ def test_registry_duplicates_and_lookup():
         reg.get("b")
     with pytest.raises(ValueError):
         reg.register()
+
+
+def test_registry_capabilities_and_user_modules():
+    reg: Registry[int] = Registry("widget", "register_widget", capabilities={"needs_x": False})
+    reg.register("plain")(1)
+    reg.register("special", needs_x=True)(2)
+    assert reg.capabilities("plain") == {"needs_x": False} and reg.capabilities("special") == {"needs_x": True}
+    with pytest.raises(ValueError, match=r"unknown capabilities \['needs_y'\]; a widget may declare \['needs_x'\]"):
+        reg.register("typo", needs_y=True)
+    with pytest.raises(ImportError, match="no_such_module_xyz"):
+        reg.get("no_such_module_xyz:thing")
+    with pytest.raises(KeyError, match="'package.module:missing'"):
+        reg.get("json:missing")  # the module imports, but registers nothing of that name

@@ -29,6 +29,14 @@ def test_every_field_has_help(schema):
     assert not missing, f"fields without a help text (add help= to fld(...)): {missing}"
 
 
+def test_every_strategy_option_has_help():
+    from roll.strategies.registry import list_strategies, strategy_spec
+
+    for name in list_strategies():
+        cls = strategy_spec(name).options_class()
+        assert not fields_without_help(cls), (name, fields_without_help(cls))
+
+
 def test_docs_up_to_date():
     text = GEN.render()
     on_disk = (REPO / "docs" / "config.md").read_text()

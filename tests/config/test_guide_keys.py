@@ -8,13 +8,14 @@ import pytest
 
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
-from roll.config.loader import load_config
 from roll.config.validation import parse_device_mapping, validate
 from roll.config.worker import StrategyArgs, WorkerConfig
+from roll.pipelines.launch import load_checked
+from roll.pipelines.preflight import preflight
 
 
 def load(overrides: list[str] | None = None) -> AgenticConfig:
-    return load_config("agentic_sokoban", "roll_style", overrides or [], AgenticConfig)
+    return load_checked("agentic_sokoban", "roll_style", overrides or [], AgenticConfig)
 
 
 def get(cfg: object, dotted: str) -> object:
@@ -159,7 +160,7 @@ def test_unimplemented_backends_rejected_naming_backend(base_cfg, role, name, wo
     cfg = copy.deepcopy(base_cfg)
     setattr(cfg, role, WorkerConfig(strategy_args=StrategyArgs(strategy_name=name)))
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        preflight(cfg)
     assert str(err.value).startswith(f"{role}.strategy_args.strategy_name='{name}'")
     for word in words:
         assert word in str(err.value)
@@ -208,3 +209,21 @@ def test_keys_no_pipeline_acts_on_are_rejected_unless_off(base_cfg, dotted, valu
     setattr(get(cfg, ".".join(path)) if path else cfg, leaf, value)
     with pytest.raises(ConfigError, match=f"^{dotted}={value!r}: not implemented in roll yet"):
         validate(cfg)
+
+
+def test_keys_roll_does_not_act_on_warn_with_key_reason_and_fix(base_cfg, capsys):
+    cfg = copy.deepcopy(base_cfg)
+    cfg.generate_opt_level, cfg.is_num_return_sequences_expand = 0, False
+    cfg.actor_train.strategy_args.strategy_config = {"zero_stage": 2, "optimizer": {"type": "AdamW"}}
+    warnings = preflight(cfg)
+    assert [w.split(" is ignored")[0] for w in warnings] == [
+        "generate_opt_level=0", "is_num_return_sequences_expand=False",
+        "actor_train.strategy_args.strategy_config.optimizer"]
+    assert "set it to 1" in warnings[0] and "training_args" in warnings[2]
+    assert capsys.readouterr().err.count("roll: config warning: ") == 3
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_max_traj_per_env_must_be_minus_one_or_positive(value):
+    with pytest.raises(ConfigError, match=f"max_traj_per_env={value}: must be -1"):
+        load([f"train_env_manager.max_traj_per_env={value}"])

@@ -8,7 +8,7 @@ import numpy as np
 from PIL import Image
 
 from roll.agentic.render_dump import dump_episode, dump_val_renders, pick_render_mode
-from roll.agentic.trajectory import Trajectory, Turn
+from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
 from roll.envs import make_env
 from roll.envs.frozen_lake import FrozenLakeTextEnv

@@ -63,4 +63,4 @@ def unregister() -> None:
     """Remove them again, so later tests see the registries as they were."""
     env_registry._ENVS.pop(ENV_NAME, None)
     gymnasium.registry.pop(env_registry.gym_id(ENV_NAME), None)
-    reward_registry._REWARDS.pop(REWARD_NAME, None)
+    reward_registry.REWARDS.unregister(REWARD_NAME)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.data.batch import Batch
 from roll.data.checks import ENV_VAR, BatchCheckError, check_batch, check_batch_if, strict_enabled
 
@@ -153,7 +154,8 @@ def _strict_cfg(strict: bool):
 
 
 def test_pipeline_hand_offs_check_when_strict(monkeypatch):
-    from roll.pipelines.common import compute_advantages, train_actor
+    from roll.pipelines.common import train_actor
+    from roll.pipelines.ppo import compute_advantages
 
     monkeypatch.delenv(ENV_VAR, raising=False)
     batch = valid_batch()
@@ -167,7 +169,7 @@ def test_pipeline_hand_offs_check_when_strict(monkeypatch):
     class NoWorkers:  # the check must fire before any worker is called
         world_size = 1
 
-        def call_dp(self, *args, **kwargs):
+        def train_step(self, *args, **kwargs):
             raise AssertionError("train_step reached the workers")
 
     good = valid_batch()

@@ -17,8 +17,10 @@ import pytest
 from roll.agentic.rollout import RolloutScheduler
 from roll.config.agentic import AgenticConfig
 from roll.config.loader import load_config
+from roll.distributed.roles import InferProxy
 from roll.rewards.workers import RewardWorkerPool
 from roll.strategies.base import StrategyContext
+from roll.strategies.registry import strategy_spec
 from tests.debug import broken_user_code as user
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,8 +59,8 @@ def test_env_error_in_local_mode_points_at_user_line(tiny_model_dir):
     from roll.distributed.group import LocalWorkerGroup
 
     cfg = rollout_config(tiny_model_dir)
-    infer = LocalWorkerGroup("actor_infer", cfg.actor_infer, num_threads=1)
-    infer.call("initialize", StrategyContext(seed=cfg.seed))
+    infer = InferProxy(LocalWorkerGroup("actor_infer", cfg.actor_infer, num_threads=1), strategy_spec("hf_infer"))
+    infer.initialize(StrategyContext(seed=cfg.seed))
     scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=False)
     with pytest.raises(RuntimeError, match="deliberate bug in BrokenSokoban.step") as info:
         scheduler.rollout(1, 4)
@@ -106,12 +108,13 @@ def test_env_error_under_ray_is_recorded_and_counted(ray_session, tiny_model_dir
     from roll.distributed.group import RayWorkerGroup
 
     cfg = rollout_config(tiny_model_dir)
-    infer = RayWorkerGroup("actor_infer", cfg.actor_infer, timeout_s=300)
+    group = RayWorkerGroup("actor_infer", cfg.actor_infer, timeout_s=300)
+    infer = InferProxy(group, strategy_spec("hf_infer"))
     try:
-        infer.call("initialize", StrategyContext(seed=cfg.seed))
+        infer.initialize(StrategyContext(seed=cfg.seed))
         scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=True)
         trajs, metrics = scheduler.rollout(1, 4)
     finally:
-        infer.shutdown()
+        group.shutdown()
     assert metrics["rollout/env_failures"] >= 1, metrics
     assert all(t.failure is None for t in trajs)  # failed trajectories are not trained on

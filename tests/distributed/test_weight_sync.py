@@ -11,12 +11,12 @@ import torch
 
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
-from roll.config.validation import check_weight_sync
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
 from roll.distributed.weight_group import WeightGroup
 from roll.distributed.weight_sync import GROUP_NAME, WeightSync
 from roll.distributed.worker import Worker
+from roll.pipelines.preflight import check_strategy_options, check_weight_sync
 from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
 
 
@@ -100,8 +100,9 @@ def test_config_checks_of_weight_sync():
     check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="cuda_ipc"))
     with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, cuda_ipc, copy"):
         check_weight_sync(_cfg(weight_sync="fast"))
-    with pytest.raises(ConfigError, match="hf_infer has no weight_sync setting"):
-        check_weight_sync(_cfg("hf_infer", weight_sync="copy"))
+    with pytest.raises(ConfigError, match="weight_sync='copy': not a key of HFInferOptions; allowed: "
+                                          "generate_batch_size"):
+        check_strategy_options(_cfg("hf_infer", weight_sync="copy"))  # it always receives weights by copy
 
 
 def test_config_check_of_sglang_tp_size():
@@ -288,8 +289,11 @@ def test_worker_refuses_what_its_strategy_cannot_do():
         receiver_only.update_weights_distributed([], GROUP_NAME)
     with pytest.raises(TypeError, match="cannot send weights by broadcast"):
         receiver_only.init_weight_group("127.0.0.1", 1, 0, 2, GROUP_NAME)
-    with pytest.raises(TypeError, match="cannot take single requests"):
-        receiver_only.poll([])
+    from roll.distributed.worker import check_strategy_class
+
+    with pytest.raises(TypeError, match=r"actor_infer: strategy object lacks \['generate', 'load_weights', 'submit', "
+                                        r"'poll', 'abort'\], which its role and registered abilities \(submit\)"):
+        check_strategy_class(object, "actor_infer", frozenset({"submit"}))  # checked when the worker is built
     with pytest.raises(RuntimeError, match="call init_weight_group first"):
         _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
 

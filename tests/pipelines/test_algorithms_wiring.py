@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.algorithms.advantages import AdvantageInputs, compute_advantage, whiten_and_clip_advantages
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
@@ -25,8 +26,10 @@ from roll.algorithms.reward_norm import normalize_scores
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.validation import validate
-from roll.pipelines.agentic_pipeline import advantage_step, turn_metadata
-from roll.pipelines.common import actor_loss_config, group_keys
+from roll.pipelines.launch import load_checked
+from roll.pipelines.preflight import check_algorithms, preflight
+from roll.pipelines.common import actor_loss_config
+from roll.pipelines.ppo import advantage_step, group_keys
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +53,7 @@ def algo_cfg(name: str, overrides: dict | None = None):
             obj = getattr(obj, part)
         setattr(obj, leaf, value)
     validate(cfg)
+    preflight(cfg)
     return cfg
 
 
@@ -90,12 +94,11 @@ def test_contradictory_settings_are_config_errors(name, overrides, key):
 
 def test_config_errors_through_the_loader():
     with pytest.raises(ConfigError, match="kl_penalty='full'"):
-        load_config("algo_ppo", overrides=["kl_penalty=full"])
+        load_checked("algo_ppo", overrides=["kl_penalty=full"])
     from roll.config.rlvr import RLVRConfig
-    from roll.config.validation import check_algorithm
 
     with pytest.raises(ConfigError, match="multi-turn"):  # RLVR samples have no turns
-        check_algorithm(RLVRConfig(adv_estimator="gigpo"))
+        check_algorithms(RLVRConfig(adv_estimator="gigpo"))
 
 
 # ---------------------------------------------------------------- a small real batch
@@ -115,8 +118,6 @@ def make_batch():
     trajs = [_traj(0, 0, [("S0", 0.0), ("S1", 1.0)]), _traj(0, 1, [("S0", 0.0), ("S2", 0.0)], eos_on_first=True),
              _traj(1, 0, [("S0", 0.0), ("S3", 0.0)]), _traj(1, 1, [("S0", 0.0), ("S3", 0.0)])]
     batch = trajectories_to_batch(trajs, pad_id=0)
-    for key, value in turn_metadata(trajs).items():
-        batch[key] = value
     gen = torch.Generator().manual_seed(0)
     shape = batch["token_level_scores"].shape
     batch["old_log_probs"] = -torch.rand(shape, generator=gen) * 2

@@ -30,7 +30,7 @@ def test_worker_in_process_with_options_and_tag_mapping():
 
 
 def test_worker_errors():
-    with pytest.raises(KeyError, match="registered rewards"):
+    with pytest.raises(KeyError, match="unknown reward .gsm.; valid names"):
         RewardWorker(tag_to_reward={"gsm8k": "gsm"})
     with pytest.raises(ValueError, match="lengths 1, 2, 1"):
         RewardWorker().compute(["a"], ["1", "2"], ["math"])

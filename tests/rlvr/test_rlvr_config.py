@@ -7,21 +7,23 @@ from pathlib import Path
 import pytest
 
 from roll.config.errors import ConfigError
-from roll.config.loader import load_config
 from roll.config.rlvr import RLVRConfig
+from roll.pipelines.launch import load_checked
+from roll.pipelines.preflight import data_files
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def load(name="rlvr_tiny", *overrides):
-    return load_config(name, overrides=list(overrides), schema=RLVRConfig)
+    return load_checked(name, overrides=list(overrides), schema=RLVRConfig)
 
 
 def test_tiny_config_loads_and_resolves_data_paths():
     cfg = load()
     assert cfg.num_return_sequences_in_group == 8 and cfg.adv_estimator == "grpo"
-    assert cfg.actor_train.data_args.file_name == [str(REPO / "data/math_tiny/train.jsonl")]
-    assert cfg.validation.file_name == [str(REPO / "data/math_tiny/test.jsonl")]
+    assert cfg.actor_train.data_args.file_name == ["data/math_tiny/train.jsonl"]  # as written; resolved at launch:
+    assert data_files(cfg) == {"train": [str(REPO / "data/math_tiny/train.jsonl")],
+                               "validation": [str(REPO / "data/math_tiny/test.jsonl")]}
     assert cfg.validation.generating_args.do_sample is False
     assert cfg.tiny_model is not None and cfg.sft_warmup.enabled
 
@@ -35,7 +37,7 @@ def test_gpu_config_loads():
         with pytest.raises(ConfigError) as err:
             load("rlvr_qwen05b_gpu")
         assert err.value.key == "actor_infer.strategy_args.strategy_name" and "sglang" in str(err.value)
-        overrides = ["actor_infer.strategy_args.strategy_name=hf_infer", "actor_infer.strategy_args.strategy_config={}"]
+        overrides = ["actor_infer.strategy_args.strategy_name=hf_infer", "~actor_infer.strategy_args.strategy_config"]
     cfg = load("rlvr_qwen05b_gpu", *overrides)
     assert cfg.num_gpus_per_node == 1 and cfg.pretrain == "Qwen/Qwen2.5-0.5B-Instruct"
     assert cfg.actor_train.device_mapping == [0] and cfg.actor_infer.device_mapping == [0]
@@ -119,7 +121,8 @@ def test_validation_max_new_tokens_follows_response_length_unless_set():
     ("actor_infer.generating_args.max_new_tokens=9", "actor_infer.generating_args.max_new_tokens",
      "response_length=8"),
     ("sequence_length=70", "sequence_length", "prompt_length (64) + response_length (8)"),
-    ("num_return_sequences_in_group=1", "num_return_sequences_in_group", "grpo compares"),
+    ("num_return_sequences_in_group=1 actor_train.training_args.per_device_train_batch_size=16 "
+     "actor_train.training_args.gradient_accumulation_steps=1", "num_return_sequences_in_group", "grpo compares"),
     ("num_return_sequences_in_group=3", "actor_train.training_args.gradient_accumulation_steps", "48 samples"),
     ("dynamic_sampling.enabled=false", "is_use_additional_prompts", "dynamic_sampling.enabled"),
     ("dynamic_sampling.mean_low=0.9 dynamic_sampling.mean_high=0.1", "dynamic_sampling.mean_low", "<= mean_high"),

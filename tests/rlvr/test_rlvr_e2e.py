@@ -49,6 +49,8 @@ def test_two_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
         assert row["dynamic_sampling/batch_groups"] == 4
         assert row["dynamic_sampling/prompts_drawn"] <= 4 + 4
         assert 0 <= row["val/accuracy"] <= 1
+        # hf_infer sampled with the weights the trainer scored them with (fp32): the same log-probs up to kernels
+        assert 0 <= row["rollout/logprob_mismatch"] <= row["rollout/logprob_mismatch_max"] < 1e-3, row
     dumps = tmp_path / "logs" / "trajectories"
     dump = [json.loads(line) for line in (dumps / "train" / "step_00001.jsonl").read_text().splitlines()]
     assert len(dump) == 16 and sorted({d["group"] for d in dump}) == [0, 1, 2, 3]  # 4 prompts x 4 responses

@@ -9,7 +9,7 @@ import pytest
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
-from roll.pipelines.launch import parse_args
+from roll.pipelines.launch import load_checked, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "start_agentic_pipeline.py"
@@ -48,7 +48,7 @@ def test_config_path_relative_to_examples():
 ])
 def test_bad_values_name_the_key(override, key, words):
     with pytest.raises(ConfigError) as err:
-        load_config("sokoban_tiny", None, [override], AgenticConfig)
+        load_checked("sokoban_tiny", None, [override], AgenticConfig)
     message = str(err.value)
     assert key in message and "\n" not in message
     for word in words:

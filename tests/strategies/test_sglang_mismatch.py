@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
-from roll.pipelines.agentic_pipeline import logprob_mismatch, rollout_log_probs
+from roll.data.layout import prompt_response_batch, response_log_probs, rollout_log_probs, trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
+from roll.pipelines.common import logprob_mismatch
 
 
 def _trajs():
@@ -36,7 +37,27 @@ def test_mismatch_metric_hand_computed():
     old[0, 1], old[0, 2], old[0, 4], old[1, 2] = -0.1, -0.4, -0.3, -1.0  # |diffs| = 0, 0.2, 0, 0.5
     old[0, 5] = -9.0  # not a generated token with an engine log-prob: ignored
     batch["old_log_probs"] = old
-    m = logprob_mismatch(trajs, batch)
+    m = logprob_mismatch(*rollout_log_probs(trajs, 7), batch)
     assert m["rollout/logprob_mismatch"] == pytest.approx(0.7 / 4)
     assert m["rollout/logprob_mismatch_max"] == pytest.approx(0.5)
     assert batch["rollout_log_probs"].shape == (2, 6)
+
+
+def test_single_turn_log_probs_and_mismatch():
+    # prompts [1, 2, 3] and [4]; responses [5, 6] and [7, 8, 9]: width 5. Response tokens of sample 0 sit at
+    # positions 3, 4 -> log-prob indices 2, 3; of sample 1 at 1, 2, 3 -> indices 0, 1, 2.
+    batch = prompt_response_batch([[1, 2, 3], [4]], [[5, 6], [7, 8, 9]], [1.0, 0.0], pad_id=0)
+    values, mask = response_log_probs([3, 1], [[-0.1, -0.2], [-0.3, -0.4, -0.5]], width=5)
+    assert mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 0]]
+    assert torch.equal(mask, batch["response_mask"][:, 1:].float())  # exactly the loss mask
+    assert values[0].tolist() == pytest.approx([0, 0, -0.1, -0.2])
+    batch["old_log_probs"] = torch.tensor([[0, 0, -0.1, -0.5], [-0.3, -0.4, -0.1, 0]])  # |diffs| 0, 0.3, 0, 0, 0.4
+    m = logprob_mismatch(values, mask, batch)
+    assert m["rollout/logprob_mismatch"] == pytest.approx(0.7 / 5)
+    assert m["rollout/logprob_mismatch_max"] == pytest.approx(0.4)
+
+
+def test_no_engine_log_probs_gives_no_metric():
+    batch = prompt_response_batch([[1]], [[2]], [0.0], pad_id=0)
+    batch["old_log_probs"] = torch.zeros(1, 1)
+    assert logprob_mismatch(*response_log_probs([1], [[]], width=2), batch) == {}

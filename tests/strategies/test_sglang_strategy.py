@@ -13,8 +13,9 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import get_strategy_class, strategy_roles
-from roll.strategies.sglang import (ENGINE_DEFAULTS, WEIGHT_SYNC_CHOICES, RequestTracker, SGLangStrategy,
-                                    engine_kwargs, engine_tp_size, parse_output, sampling_params)
+from roll.config.strategies import SGLangOptions
+from roll.strategies.sglang import (WEIGHT_SYNC_CHOICES, RequestTracker, SGLangStrategy, engine_kwargs,
+                                    engine_tp_size, parse_output, sampling_params)
 
 
 def test_registered_for_actor_infer_only():
@@ -24,14 +25,18 @@ def test_registered_for_actor_infer_only():
 
 def test_engine_kwargs_pass_through_and_roll_keys():
     kw = engine_kwargs("/m", "bf16", {"mem_fraction_static": 0.3, "tp_size": 2, "weight_bucket_bytes": 8,
-                                      "release_tags": None, "attention_backend": "flashinfer"}, seed=5)
+                                      "release_tags": None, "attention_backend": "flashinfer",
+                                      "engine_args": {"base_gpu_id": 1}}, seed=5)
     assert kw["model_path"] == "/m" and kw["skip_tokenizer_init"] is True and kw["random_seed"] == 5
     assert kw["mem_fraction_static"] == 0.3 and kw["tp_size"] == 2 and kw["attention_backend"] == "flashinfer"
-    assert kw["dtype"] == "bfloat16" and kw["sampling_backend"] == ENGINE_DEFAULTS["sampling_backend"]
+    assert kw["dtype"] == "bfloat16" and kw["sampling_backend"] == SGLangOptions().sampling_backend
+    assert kw["base_gpu_id"] == 1 and "context_length" not in kw  # typed engine fields left at None are not sent
     assert "weight_bucket_bytes" not in kw and "release_tags" not in kw
     assert engine_kwargs("/m", "fp32", {}, 0)["attention_backend"] == "triton"
     with pytest.raises(ValueError, match=r"\['model_path'\]"):
-        engine_kwargs("/m", "bf16", {"model_path": "/other"}, 0)
+        engine_kwargs("/m", "bf16", {"engine_args": {"model_path": "/other"}}, 0)
+    with pytest.raises(ValueError, match="base_gpu_id.*not a key of SGLangOptions; allowed: weight_sync"):
+        engine_kwargs("/m", "bf16", {"base_gpu_id": 1}, 0)  # other Engine arguments go in engine_args
 
 
 def test_sampling_params_mapping():

@@ -11,10 +11,12 @@ import pytest
 from types import SimpleNamespace
 
 from roll.agentic.env_manager import EnvManager, plan_groups
+from roll.agentic.batching import BatchedClient
 from roll.agentic.rollout import SubmitGenerator
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
+from roll.distributed.roles import InferProxy
 from roll.strategies.base import GenerationOutput
 
 ACTIONS = ["Up", "Down", "Left", "Right"]
@@ -39,8 +41,6 @@ class Scripted:
 
 class ScriptedSubmit(Scripted):
     """The same replies, but handed back a few at a time in random order; records what was aborted."""
-
-    supports_submit = True
 
     def __init__(self, tokenizer, seed=0):
         super().__init__(tokenizer)
@@ -77,7 +77,7 @@ def _summary(result):
 def test_submit_path_matches_lockstep(tiny_model_dir):
     manager = _manager(tiny_model_dir)
     tok = manager.tokenizer
-    lockstep = manager.rollout(3, Scripted(tok))
+    lockstep = manager.rollout(3, BatchedClient(Scripted(tok)))  # every poll generates all pending turns
     gen = ScriptedSubmit(tok, seed=5)
     per_env = manager.rollout(3, gen)
     assert _summary(per_env) == _summary(lockstep)
@@ -116,7 +116,7 @@ class _FakeStrategy:
 
 def test_submit_generator_routes_a_trajectory_to_one_rank():
     workers = [_FakeStrategy() for _ in range(3)]  # stand-ins for Workers: same submit/poll/abort signatures
-    gen = SubmitGenerator(LocalWorkerGroup.of("actor_infer", workers))
+    gen = SubmitGenerator(InferProxy(LocalWorkerGroup.of("actor_infer", workers)))
     rids = [f"train-0-g{g}-e0-t0/turn{k}" for g in range(6) for k in range(2)]
     gen.submit([(r, [1] * (i + 1)) for i, r in enumerate(rids)], GeneratingArgs())
     for g in range(6):  # both turns of a trajectory went to the same rank

@@ -11,7 +11,8 @@ import torch
 from transformers import AutoTokenizer
 
 from roll.agentic.render_dump import env_descriptions
-from roll.agentic.trajectory import Trajectory, Turn, trajectories_to_batch
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.data.rlvr_dataset import RLVRExample
 from roll.envs.sokoban import SYMBOLS
 from roll.pipelines.rlvr_pipeline import PromptGroup, groups_to_batch

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from roll.agentic.trajectory import Trajectory, Turn
+from roll.data.trajectory import Trajectory, Turn
 from roll.cli import main as roll_main
 from roll.tracking import make_tracker
 from roll.tracking.dumps import TrajectoryDumps

@@ -1,16 +1,15 @@
-"""Turns and trajectories of multi-turn episodes, and their conversion to a training :class:`Batch`.
+"""Turns and trajectories of multi-turn episodes: what a rollout produces and what becomes a training sample.
+
+Plain dataclasses (no torch): the env managers fill them, :mod:`roll.data.layout` turns them into token layouts
+and batches, the pipelines and the SFT warm start read them.
 
 Ids: ``traj_id = "{phase}-{step}-g{group_id}-e{env_index}-t{k}"`` (k-th trajectory of that env in the step);
-``env_id`` is the env's index within its manager's groups; ``group_id`` is the global group index.
+``env_id`` is the env's index within its group; ``group_id`` is the global group index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-
-from roll.data.batch import Batch
 
 
 @dataclass
@@ -27,6 +26,11 @@ class Turn:
     reward: float = 0.0
     finish_reason: str = "stop"
     appended_eos: bool = False  # an end-of-turn token was added after a length-cut reply (not trained on)
+
+    @property
+    def generated(self) -> int:
+        """How many of ``response_ids`` the model generated (all but an appended end-of-turn token)."""
+        return len(self.response_ids) - (1 if self.appended_eos else 0)
 
 
 @dataclass
@@ -68,46 +72,3 @@ class Trajectory:
     def pending_ids(self, next_prompt: list[int]) -> list[int]:
         """The ids to generate from when ``next_prompt`` is appended."""
         return self.token_ids() + next_prompt
-
-
-def trajectories_to_batch(trajectories: list[Trajectory], pad_id: int) -> Batch:
-    """One sample per trajectory, right-padded.
-
-    ``response_mask`` is 1 on generated tokens of every turn (not on prompts, observations or an appended
-    end-of-turn token); ``token_level_scores`` (B, L-1) holds the episode score at the last response token,
-    aligned with ``input_ids[:, 1:]`` like the log-probs.
-    """
-    seqs, masks = [], []
-    for traj in trajectories:
-        ids, mask = [], []
-        for turn in traj.turns:
-            ids += turn.prompt_ids
-            mask += [0] * len(turn.prompt_ids)
-            gen = len(turn.response_ids) - (1 if turn.appended_eos else 0)
-            ids += turn.response_ids
-            mask += [1] * gen + [0] * (len(turn.response_ids) - gen)
-        seqs.append(ids)
-        masks.append(mask)
-    width = max(len(s) for s in seqs)
-    n = len(seqs)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    response_mask = torch.zeros((n, width), dtype=torch.long)
-    token_level_scores = torch.zeros((n, width - 1), dtype=torch.float32)
-    scores = torch.tensor([t.score for t in trajectories], dtype=torch.float32)
-    for i, (ids, mask) in enumerate(zip(seqs, masks)):
-        input_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[i, :len(ids)] = 1
-        response_mask[i, :len(mask)] = torch.tensor(mask, dtype=torch.long)
-        positions = response_mask[i].nonzero().flatten()
-        if len(positions):
-            token_level_scores[i, positions[-1] - 1] = scores[i]  # log-prob index t predicts token t + 1
-    return Batch(
-        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-                 "scores": scores, "token_level_scores": token_level_scores},
-        meta={"traj_id": [t.traj_id for t in trajectories], "env_id": [t.env_id for t in trajectories],
-              "group_id": [t.group_id for t in trajectories], "tag": [t.tag for t in trajectories],
-              "step_rewards": [[turn.reward for turn in t.turns] for t in trajectories],
-              "truncated_by_length": [t.truncated_by_length for t in trajectories],
-              "success": [t.success for t in trajectories]},
-    )

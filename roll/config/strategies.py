@@ -1,0 +1,209 @@
+"""Typed backend options: one dataclass per strategy's ``strategy_args.strategy_config``.
+
+A worker block's ``strategy_config`` is written as a mapping (YAML, ROLL's fragments); the strategy registry names
+the options class of each backend (``register_strategy(..., options="roll.config.strategies:SGLangOptions")``) and
+:func:`parse_options` turns the mapping into that class: an unknown key, a wrong type or a bad choice is a one-line
+:class:`ConfigError` naming ``<role>.strategy_args.strategy_config.<key>``. Defaults live only in these classes; a
+backend reads its typed options, never ``strategy_config.get(key, default)``.
+
+A backend in another file registers its own options class the same way (a dataclass with ``fld`` fields and, for
+rules across its fields, a ``check(key)`` method).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Type, TypeVar
+
+from roll.config.errors import ConfigError
+from roll.config.fields import fld
+
+T = TypeVar("T")
+
+
+@dataclass
+class DeepSpeedTrainOptions:
+    """``deepspeed_train``: roll's shorthands plus the sections of a DeepSpeed config (ROLL's ``deepspeed_zero*``
+    fragments), which go to DeepSpeed as written; ``auto`` values are filled from the worker block."""
+
+    zero_stage: Optional[int] = fld(None, "Shorthand for zero_optimization.stage (None = the section's stage, or 0).",
+                                    choices=[None, 0, 1, 2, 3])
+    offload_optimizer: Optional[str] = fld(None, "Shorthand: 'cpu' offloads the optimizer states "
+                                                 "(zero_optimization.offload_optimizer).", choices=[None, "cpu", "none"])
+    offload_param: Optional[str] = fld(None, "Shorthand: 'cpu' offloads the parameters (ZeRO-3; "
+                                             "zero_optimization.offload_param).", choices=[None, "cpu", "none"])
+    zero_optimization: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's zero_optimization section "
+                                                                       "(stage, buckets, offload_*), passed through.")
+    train_batch_size: Any = fld("auto", "DeepSpeed's; 'auto' = per_device_train_batch_size x "
+                                        "gradient_accumulation_steps x world_size (another value must equal it).")
+    train_micro_batch_size_per_gpu: Any = fld("auto", "DeepSpeed's; 'auto' = per_device_train_batch_size.")
+    gradient_accumulation_steps: Any = fld("auto", "DeepSpeed's; 'auto' = training_args.gradient_accumulation_steps.")
+    gradient_clipping: Any = fld("auto", "DeepSpeed's; 'auto' = max_grad_norm.")
+    bf16: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's bf16 section; enabled follows "
+                                                          "model_args.dtype ('auto' or the matching value).")
+    fp16: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's fp16 section; enabled follows "
+                                                          "model_args.dtype ('auto' or the matching value).")
+    zero_force_ds_cpu_optimizer: Optional[bool] = fld(None, "DeepSpeed's; false lets ZeRO offload run with roll's "
+                                                            "torch AdamW (None = DeepSpeed's default).")
+    zero_allow_untested_optimizer: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
+    activation_checkpointing: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's section, passed through.")
+    communication_data_type: Optional[str] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
+    prescale_gradients: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
+    steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).")
+    wall_clock_breakdown: bool = fld(False, "DeepSpeed's timing breakdown.")
+    optimizer: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll builds torch AdamW from "
+                                                               "training_args (a warning says so when set).")
+    scheduler: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll schedules the learning rate from "
+                                                               "training_args (a warning says so when set).")
+
+    def check(self, key: str) -> None:
+        """The stage named by the shorthand or the section is 0-3."""
+        stage = self.zero_optimization.get("stage", 0)
+        if self.zero_stage is None and stage not in (0, 1, 2, 3):
+            raise ConfigError(f"{key}.zero_optimization.stage", stage, "must be one of 0, 1, 2, 3")
+
+    def ignored(self) -> list[tuple[str, str]]:
+        """``(key, why and what to use)`` for set keys roll does not use."""
+        out = []
+        if self.optimizer:
+            out.append(("optimizer", "roll builds torch AdamW from training_args; set learning_rate, weight_decay, "
+                                     "adam_beta1/adam_beta2 there"))
+        if self.scheduler:
+            out.append(("scheduler", "roll schedules the learning rate from training_args; set warmup_steps and "
+                                     "lr_scheduler_type there"))
+        return out
+
+
+@dataclass
+class DeepSpeedInferOptions:
+    """``deepspeed_infer``: a DeepSpeed engine without optimizer (reference log-probs)."""
+
+    zero_stage: int = fld(0, "0 = a full model copy per worker; 3 = parameters partitioned over the role's workers "
+                             "(ZeRO-Inference). Stages 1/2 only partition optimizer state.", choices=[0, 3])
+    offload_param: str = fld("none", "'cpu' keeps the partitioned parameters in CPU memory (zero_stage 3 only).",
+                             choices=["cpu", "none"])
+
+    def check(self, key: str) -> None:
+        """CPU offload needs partitioned parameters."""
+        if self.offload_param == "cpu" and self.zero_stage != 3:
+            raise ConfigError(f"{key}.offload_param", self.offload_param, "needs zero_stage: 3")
+
+
+@dataclass
+class HFInferOptions:
+    """``hf_infer``: transformers ``generate`` and forward passes (CPU or one GPU)."""
+
+    generate_batch_size: int = fld(64, "Prompts per generate call (a larger request is generated in chunks; at most "
+                                       "the pipeline's max_running_requests).")
+    reuse_kv_cache: bool = fld(True, "Keep each sequence's keys and values for its next turn "
+                                     "(roll.strategies.turn_cache).")
+    kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB.")
+
+    def check(self, key: str) -> None:
+        """Sizes are positive."""
+        if self.generate_batch_size < 1:
+            raise ConfigError(f"{key}.generate_batch_size", self.generate_batch_size, "must be >= 1")
+        if self.kv_cache_mb <= 0:
+            raise ConfigError(f"{key}.kv_cache_mb", self.kv_cache_mb, "must be > 0 (or set reuse_kv_cache: false)")
+
+
+#: Values of :attr:`SGLangOptions.weight_sync` (see :func:`roll.distributed.placement.weight_sync_mode`).
+WEIGHT_SYNC_CHOICES = ("auto", "nccl", "cuda_ipc", "copy")
+#: Bytes per weight bucket unless configured (``weight_bucket_bytes``).
+DEFAULT_BUCKET_BYTES = 512 * 2 ** 20
+
+
+@dataclass
+class SGLangOptions:
+    """``sglang``: roll's keys (weight sync, memory release) and ``sglang.Engine`` arguments. Typed engine arguments
+    that are None are left to SGLang; any other Engine argument goes in ``engine_args``."""
+
+    weight_sync: str = fld("auto", "How actor_train's weights arrive: auto (cuda_ipc when every engine GPU holds an "
+                                   "actor_train rank, nccl when actor_infer's GPUs are disjoint under Ray, else "
+                                   "copy), cuda_ipc, nccl or copy.", choices=list(WEIGHT_SYNC_CHOICES))
+    weight_bucket_bytes: int = fld(DEFAULT_BUCKET_BYTES, "Bytes per weight bucket of a sync (one "
+                                                         "update_weights_from_tensor call or broadcast).")
+    release_tags: Optional[List[str]] = fld(None, "What offload_states releases (None = all: weights, kv_cache, "
+                                                  "cuda_graph).")
+    tp_size: Optional[int] = fld(None, "Tensor-parallel size of one engine (None = num_gpus_per_worker).")
+    mem_fraction_static: float = fld(0.5, "Fraction of the GPU for weights and KV cache.")
+    attention_backend: str = fld("triton", "SGLang attention backend (FA3 kernels are absent from the lent bundles).")
+    sampling_backend: str = fld("pytorch", "SGLang sampling backend.")
+    enable_memory_saver: bool = fld(True, "Needed to release and resume memory when colocated with a trainer.")
+    disable_prefill_cuda_graph: bool = fld(True, "SGLang's flag.")
+    log_level: str = fld("warning", "SGLang's log level.")
+    dtype: Optional[str] = fld(None, "Engine dtype (None = from model_args.dtype).")
+    context_length: Optional[int] = fld(None, "Engine context length (None = the model's).")
+    max_running_requests: Optional[int] = fld(None, "Engine's most requests in flight (None = the pipeline's "
+                                                    "max_running_requests, else SGLang's default).")
+    chunked_prefill_size: Optional[int] = fld(None, "SGLang's (None = its default).")
+    disable_cuda_graph: Optional[bool] = fld(None, "SGLang's (None = its default).")
+    load_format: Optional[str] = fld(None, "SGLang's (None = its default).")
+    engine_args: Dict[str, Any] = fld(default_factory=dict, help="Other sglang.Engine keyword arguments, passed "
+                                                                 "through as written.")
+
+    #: Engine arguments roll sets itself (model_path from model_args, random_seed from seed).
+    RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
+
+    def check(self, key: str) -> None:
+        """Sizes are positive; reserved engine arguments are not set."""
+        if self.weight_bucket_bytes < 1:
+            raise ConfigError(f"{key}.weight_bucket_bytes", self.weight_bucket_bytes, "must be >= 1")
+        if self.tp_size is not None and self.tp_size < 1:
+            raise ConfigError(f"{key}.tp_size", self.tp_size, "must be >= 1")
+        bad = sorted(set(self.RESERVED) & set(self.engine_args))
+        if bad:
+            raise ConfigError(f"{key}.engine_args", bad, "roll sets these itself (model_path from "
+                                                         "model_args.model_name_or_path, random_seed from seed); "
+                                                         "remove them")
+
+
+def parse_options(cls: Type[T], raw: Any, key: str) -> T:
+    """``raw`` (a mapping, or already a ``cls``) as a ``cls`` instance.
+
+    Raises:
+        ConfigError: unknown key (the allowed keys are listed), wrong type, bad choice, or a rule of ``cls.check``;
+            ``key`` is the mapping's dotted path (``actor_train.strategy_args.strategy_config``).
+    """
+    if isinstance(raw, cls):
+        options = raw
+    else:
+        options = _build(cls, raw, key)
+    for f in dataclasses.fields(cls):
+        choices = f.metadata.get("choices")
+        value = getattr(options, f.name)
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{key}.{f.name}", value, f"must be one of {', '.join(map(str, choices))}")
+    check = getattr(options, "check", None)
+    if check is not None:
+        check(key)
+    return options
+
+
+def _build(cls: Type[T], raw: Any, key: str) -> T:
+    """Construct ``cls`` from a mapping with OmegaConf's type checks, naming the offending key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if raw is None:
+        raw = {}
+    if not hasattr(raw, "items"):
+        raise ConfigError(key, raw, f"expected a mapping of {cls.__name__} keys")
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(str(k) for k in raw if k not in allowed)
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]],
+                          f"not a key of {cls.__name__}; allowed: {', '.join(allowed)}")
+    plain = OmegaConf.to_container(OmegaConf.create(dict(raw)), resolve=True) if raw else {}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), plain))
+    except OmegaConfBaseException as exc:
+        leaf = getattr(exc, "full_key", None) or "?"
+        value = getattr(exc, "value", None)
+        raise ConfigError(f"{key}.{leaf}", value if value is not None else "?", str(exc).splitlines()[0]) from None
+
+
+def options_as_dict(options: Any) -> dict[str, Any]:
+    """A typed options object as a plain dict (every field, defaults included)."""
+    return dataclasses.asdict(options)

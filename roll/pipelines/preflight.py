@@ -1,0 +1,255 @@
+"""Preflight: the checks of a loaded config that need more than the config itself, run once at launch before any
+worker starts (:func:`roll.pipelines.launch.run_pipeline`), with the same one-line :class:`ConfigError` (exit code
+2) as the pure rules of :mod:`roll.config.validation`.
+
+What each check asks:
+
+- strategies: the strategy registry (the name, the roles it serves, its backend installed, its typed
+  ``strategy_config`` options, the weight-sync mode its abilities and the placement allow);
+- algorithms: the registries of :mod:`roll.algorithms` (the estimator, policy loss, KL types, aggregation mode and
+  score normalization exist, and what the estimator declares it needs is configured: a critic, groups, turns);
+- envs (agentic): the env registry (every tag's ``env_type`` exists and accepts its ``env_config``);
+- data and rewards (RLVR): the data files exist and parse, every reward named exists and accepts its options, and
+  every data tag has a reward.
+
+Names may be ``"package.module:name"``: the module is imported here, in the driver, so a user estimator, loss,
+reward or env fails fast with the import error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any
+
+from roll.config.agentic import AgenticConfig
+from roll.config.errors import ConfigError
+from roll.config.rlvr import RLVRConfig
+from roll.config.validation import ROLES, ignored_settings
+
+
+def preflight(cfg: Any) -> list[str]:
+    """Run every check that applies to ``cfg``; print and return the warnings (keys accepted but not used).
+
+    Raises:
+        ConfigError: the first failed check (one line: key, value, what is allowed).
+    """
+    warnings: list[str] = ignored_settings(cfg)
+    check_strategies(cfg)
+    warnings += check_strategy_options(cfg)
+    check_weight_sync(cfg)
+    check_algorithms(cfg)
+    if isinstance(cfg, AgenticConfig):
+        check_envs(cfg)
+    if isinstance(cfg, RLVRConfig):
+        check_rewards(cfg, check_data(cfg))
+    for line in warnings:
+        print(f"roll: config warning: {line}", file=sys.stderr, flush=True)
+    return warnings
+
+
+def _lookup(registry: Any, key: str, name: str) -> dict[str, Any]:
+    """``registry.capabilities(name)``, or a ConfigError naming ``key`` (unknown name, or a user module that does
+    not import)."""
+    try:
+        return registry.capabilities(name)
+    except KeyError as exc:
+        raise ConfigError(key, name, str(exc.args[0])) from None
+    except ImportError as exc:
+        raise ConfigError(key, name, str(exc)) from None
+
+
+# ---------------------------------------------------------------------------- strategies
+def _roles(cfg: Any) -> dict[str, Any]:
+    return {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+
+
+def check_strategies(cfg: Any) -> None:
+    """Each role's strategy is registered, its backend is installed, and it serves that role.
+
+    The install check runs only when this process starts the workers (no ``ray_address``): a driver that joins a
+    cluster may lack packages its workers have."""
+    from roll.strategies.registry import list_strategies, strategy_spec
+
+    for role, worker in _roles(cfg).items():
+        name, key = worker.strategy_args.strategy_name, f"{role}.strategy_args.strategy_name"
+        try:
+            spec = strategy_spec(name)
+        except ValueError as exc:
+            raise ConfigError(key, name, str(exc)) from None
+        if spec.module and not cfg.ray_address and not _importable(spec.module):
+            raise ConfigError(key, name, f"the {name} backend (python module {spec.module}) is not installed; "
+                                         f"install it with `pip install '{spec.requires or spec.module}'`, or pick "
+                                         f"another strategy")
+        if role not in spec.roles:
+            valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
+            raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` (possibly dotted) can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package of a dotted module is missing
+        return False
+
+
+def check_strategy_options(cfg: Any) -> list[str]:
+    """Each role's ``strategy_config`` parses into its strategy's options class; returns warnings for keys that
+    are accepted but not used."""
+    from roll.strategies.registry import strategy_options
+
+    warnings = []
+    for role, worker in _roles(cfg).items():
+        key = f"{role}.strategy_args.strategy_config"
+        options = strategy_options(worker, key)
+        check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
+        if check_worker is not None:
+            check_worker(worker, key)
+        for name, why in getattr(options, "ignored", lambda: [])():
+            warnings.append(f"{key}.{name} is ignored: {why}")
+    return warnings
+
+
+def check_weight_sync(cfg: Any) -> None:
+    """actor_infer's ``weight_sync`` option fits the placement, and on GPU an engine's TP size equals its worker's
+    ``num_gpus_per_worker`` (its TP ranks run on those GPUs); see :func:`roll.distributed.placement.weight_sync_mode`."""
+    from roll.distributed.placement import ipc_sync_blocker, nccl_sync_blocker, role_mappings
+    from roll.strategies.registry import get_strategy_class, strategy_options, strategy_spec
+
+    infer = getattr(cfg, "actor_infer", None)
+    if getattr(cfg, "actor_train", None) is None or infer is None:
+        return
+    key = "actor_infer.strategy_args.strategy_config"
+    spec = strategy_spec(infer.strategy_args.strategy_name)
+    receives = spec.can("weight_group")
+    if not receives:
+        return  # such a strategy has no weight_sync option: it always receives weights by copy (or CUDA IPC)
+    requested = strategy_options(infer, key).weight_sync
+    mappings = role_mappings(cfg)
+    blocker = nccl_sync_blocker(mappings, cfg.distributed, receives)
+    if requested == "nccl" and blocker:
+        raise ConfigError(f"{key}.weight_sync", requested, f"NCCL sync is impossible: {blocker}; use auto or copy")
+    ipc_blocker = ipc_sync_blocker(mappings, cfg.distributed, spec.can("ipc_weights"), receives)
+    if requested == "cuda_ipc" and ipc_blocker:
+        raise ConfigError(f"{key}.weight_sync", requested, f"CUDA IPC sync is impossible: {ipc_blocker}; use auto "
+                                                           f"or copy")
+    ranks = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(infer)
+    if infer.device_mapping and ranks != infer.num_gpus_per_worker:
+        raise ConfigError(f"{key}.tp_size", ranks, f"must equal actor_infer.num_gpus_per_worker "
+                                                   f"({infer.num_gpus_per_worker}): an engine's TP ranks run on its "
+                                                   f"worker's GPUs")
+
+
+# ---------------------------------------------------------------------------- algorithms
+def check_algorithms(cfg: Any) -> None:
+    """Every algorithm name is registered, and what the estimator declares it needs is configured."""
+    from roll.algorithms.advantages import ADVANTAGES
+    from roll.algorithms.aggregation import AGG_MODES
+    from roll.algorithms.kl import KL_TYPES
+    from roll.algorithms.policy_losses import POLICY_LOSSES
+    from roll.algorithms.reward_norm import SCORE_NORMS
+
+    name = cfg.adv_estimator
+    needs = _lookup(ADVANTAGES, "adv_estimator", name)
+    if needs["needs_critic"] and cfg.critic is None:
+        raise ConfigError("adv_estimator", name, f"{name} needs a critic (its values): add a `critic:` worker block, "
+                                                 f"or use a critic-free estimator such as grpo")
+    if cfg.critic is not None and not needs["needs_critic"]:
+        raise ConfigError("critic", "<worker block>", f"adv_estimator={name} does not use critic values; remove the "
+                                                      f"`critic:` block or use an estimator that needs one (gae)")
+    if needs["needs_turns"] and not isinstance(cfg, AgenticConfig):
+        raise ConfigError("adv_estimator", name, f"{name} compares turns that act in the same env state and needs "
+                                                 f"multi-turn trajectories (agentic pipeline); use grpo here")
+    if needs["needs_groups"] and isinstance(cfg, RLVRConfig) and cfg.num_return_sequences_in_group < 2:
+        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group,
+                          f"{name} compares responses of one prompt: use >= 2 (e.g. 8)")
+    for key in ("kl_penalty", "kl_loss_type"):
+        if _lookup(KL_TYPES, key, getattr(cfg, key))["needs_logits"]:
+            raise ConfigError(key, getattr(cfg, key), "this KL type needs the actor's and the reference's full "
+                                                      "logits (B x L x V) in one process, which roll's workers do "
+                                                      "not exchange; use low_var_kl (k3), kl, abs or mse")
+    _lookup(POLICY_LOSSES, "policy_loss", cfg.policy_loss)
+    _lookup(AGG_MODES, "loss_agg_mode", cfg.loss_agg_mode)
+    if isinstance(cfg, AgenticConfig):
+        _lookup(SCORE_NORMS, "reward_normalization.method", cfg.reward_normalization.method)
+
+
+# ---------------------------------------------------------------------------- envs (agentic)
+def check_envs(cfg: AgenticConfig) -> None:
+    """Every tag an env manager uses names a registered env that accepts its ``env_config``."""
+    from roll.envs.registry import get_env_class, list_envs, make_env
+
+    managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
+    for tag in dict.fromkeys(t for m in managers for t in m.tags):
+        spec = cfg.custom_envs[tag]
+        try:
+            get_env_class(spec.env_type)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
+                              f"unknown env ({exc}); registered: {', '.join(list_envs())}") from None
+        try:
+            make_env(spec.env_type, dict(spec.env_config))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"custom_envs.{tag}.env_config", dict(spec.env_config), str(exc)) from None
+
+
+# ---------------------------------------------------------------------------- data and rewards (RLVR)
+def data_files(cfg: RLVRConfig) -> dict[str, list[str]]:
+    """The absolute paths of the train and validation data files (``{"train": [...], "validation": [...]}``)."""
+    from roll.data.files import resolve_data_files
+
+    out = {}
+    for what, key, files in (("train", "actor_train.data_args.file_name", cfg.actor_train.data_args.file_name),
+                             ("validation", "validation.file_name", cfg.validation.file_name)):
+        try:
+            out[what] = resolve_data_files(list(files or []))
+        except ValueError as exc:
+            name, _, why = str(exc).partition(": ")
+            raise ConfigError(key, name, why) from None
+    return out
+
+
+def check_data(cfg: RLVRConfig) -> set[str]:
+    """The data files exist and every row is well formed (malformed rows are listed with their row numbers);
+    returns the data's tags."""
+    from roll.data.rlvr_dataset import DatasetValidationError, load_rlvr_dataset
+
+    args, tags = cfg.actor_train.data_args, set()
+    for what, files in data_files(cfg).items():
+        if not files:
+            continue
+        try:
+            examples = load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
+                                         ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key,
+                                         default_tag=cfg.default_tag)
+        except DatasetValidationError as exc:
+            key = "actor_train.data_args.file_name" if what == "train" else "validation.file_name"
+            raise ConfigError(key, files, str(exc)) from None
+        tags |= {ex.tag for ex in examples}
+    return tags
+
+
+def check_rewards(cfg: RLVRConfig, tags: set[str]) -> None:
+    """Every reward named in ``rewards`` is registered and accepts its options; every data tag (``tags``) has one."""
+    from roll.rewards import math_answer  # noqa: F401  (registers the built-in rewards)
+    from roll.rewards.registry import REWARDS, reward_option_names
+
+    rewards = cfg.rewards
+    for tag, name in rewards.tag_to_reward.items():
+        _lookup(REWARDS, f"rewards.tag_to_reward.{tag}", name)
+    for name, options in rewards.reward_options.items():
+        _lookup(REWARDS, f"rewards.reward_options.{name}", name)
+        accepted = reward_option_names(REWARDS.resolve(name))
+        unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
+        if unknown:
+            raise ConfigError(f"rewards.reward_options.{name}.{unknown[0]}", options[unknown[0]],
+                              f"not an option of reward {name!r}; it accepts {accepted}")
+    for tag in sorted(tags):
+        name = rewards.tag_to_reward.get(tag, tag)
+        try:
+            REWARDS.get(name)
+        except (KeyError, ImportError):
+            raise ConfigError("rewards.tag_to_reward", dict(rewards.tag_to_reward),
+                              f"data tag {tag!r} has no reward: map it to one of {REWARDS.names()} (e.g. "
+                              f"{{{tag}: math}}), or register a reward named {tag!r}") from None

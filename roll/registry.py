@@ -1,0 +1,118 @@
+"""A small name -> entry registry, filled by a decorator; one instance per extension point.
+
+Entries declare what they need as *capabilities* (``@register_advantage("gae", needs_critic=True)``); each registry
+names the capabilities it knows and their defaults, so a typo is an error and config validation asks the registry
+(``ADVANTAGES.capabilities("gae")["needs_critic"]``) instead of keeping a list of names.
+
+A name written ``"package.module:name"`` is a user extension: :meth:`Registry.get` imports ``package.module`` (whose
+decorators register its entries) and then looks up ``name``, so a config can use an entry defined outside roll.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+def import_user_module(name: str) -> str:
+    """For ``"package.module:entry"``, import ``package.module`` and return ``"entry"``; other names unchanged.
+
+    Raises:
+        ImportError: the module cannot be imported (the message names the module and the entry).
+    """
+    if ":" not in name:
+        return name
+    module, _, entry = name.partition(":")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"cannot import module {module!r} named by {name!r}: {exc}; make it importable "
+                          f"(installed, or on the path of the launch directory)") from exc
+    return entry
+
+
+class Registry(Generic[T]):
+    """Maps names (and aliases) to entries of one extension point, with the capabilities each entry declares.
+
+    Args:
+        kind: what the entries are, used in error messages (e.g. ``"advantage estimator"``).
+        decorator_name: the decorator users call to add an entry, named in error messages.
+        capabilities: the capabilities entries may declare, with their defaults (e.g. ``{"needs_critic": False}``).
+    """
+
+    def __init__(self, kind: str, decorator_name: str, capabilities: Mapping[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.decorator_name = decorator_name
+        self.defaults = dict(capabilities or {})
+        self._entries: dict[str, T] = {}
+        self._caps: dict[str, dict[str, Any]] = {}
+
+    def register(self, *names: str, **capabilities: Any) -> Callable[[T], T]:
+        """Return a decorator that registers its argument under every name in ``names``, declaring
+        ``capabilities`` (keywords among the registry's known ones).
+
+        Raises:
+            ValueError: when no name is given, a name is already taken, or a capability is unknown.
+        """
+        if not names:
+            raise ValueError(f"{self.decorator_name}() needs at least one name, e.g. {self.decorator_name}('my_name')")
+        unknown = sorted(set(capabilities) - set(self.defaults))
+        if unknown:
+            raise ValueError(f"{self.decorator_name}{names!r}: unknown capabilities {unknown}; a {self.kind} may "
+                             f"declare {sorted(self.defaults) or 'none'}")
+
+        def decorator(entry: T) -> T:
+            for name in names:
+                if name in self._entries:
+                    raise ValueError(
+                        f"{self.kind} {name!r} is already registered (by {self._entries[name]!r}); "
+                        f"pick another name for {entry!r}"
+                    )
+            for name in names:
+                self._entries[name] = entry
+                self._caps[name] = {**self.defaults, **capabilities}
+            return entry
+
+        return decorator
+
+    def resolve(self, name: str) -> str:
+        """The registered name of ``name``; for ``"module:entry"``, ``entry``, importing the module first unless
+        ``entry`` is registered already (the module was imported, or its entry was registered by value, e.g. in a
+        Ray worker)."""
+        entry = name.partition(":")[2] if ":" in name else name
+        if entry not in self._entries:
+            entry = import_user_module(name)
+        if entry not in self._entries:
+            raise KeyError(
+                f"unknown {self.kind} {name!r}; valid names: {self.names()}. "
+                f"Use one of these, register a new one with @{self.decorator_name}({entry!r}), or name it as "
+                f"'package.module:{entry}'"
+            ) from None
+        return entry
+
+    def get(self, name: str) -> T:
+        """Return the entry registered as ``name`` (or ``"package.module:name"``, importing the module first).
+
+        Raises:
+            KeyError: when ``name`` is unknown; the message lists the valid names.
+            ImportError: when a ``"package.module:name"`` module cannot be imported.
+        """
+        return self._entries[self.resolve(name)]
+
+    def capabilities(self, name: str) -> dict[str, Any]:
+        """What entry ``name`` declared, with the registry's defaults for the rest (looked up like :meth:`get`)."""
+        return dict(self._caps[self.resolve(name)])
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` if registered (tests that register entries for their own duration)."""
+        self._entries.pop(name, None)
+        self._caps.pop(name, None)
+
+    def names(self) -> list[str]:
+        """Return all registered names (aliases included), sorted."""
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries

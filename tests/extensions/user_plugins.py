@@ -1,0 +1,90 @@
+"""A user module, as a project outside roll would write one: an advantage estimator, a policy loss, a reward and an
+env, each registered with roll's decorator. Configs name them as ``"tests.extensions.user_plugins:<name>"``; importing
+this module (roll does it when it meets the name) registers them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll.algorithms.advantages import AdvantageInputs, AdvantageOutputs, register_advantage
+from roll.algorithms.aggregation import agg_loss
+from roll.algorithms.policy_losses import register_policy_loss
+from roll.envs.base import TextEnv, Transition
+from roll.envs.registry import register_env
+from roll.rewards.registry import RewardResult, register_reward
+
+MODULE = "tests.extensions.user_plugins"
+
+
+@register_advantage("fixed_baseline")
+@torch.no_grad()
+def fixed_baseline(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """``A_i = R_i - 0.5`` on every response token (a constant baseline; no critic, no groups)."""
+    mask = inputs.response_mask
+    episode = (inputs.token_level_rewards * mask).sum(-1)  # (B,)
+    adv = (episode - 0.5)[:, None] * mask
+    return AdvantageOutputs(advantages=adv, returns=adv.clone())
+
+
+@register_advantage("needs_a_critic", needs_critic=True)
+@torch.no_grad()
+def needs_a_critic(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """``A = R - V`` per token: declares that it needs critic values."""
+    adv = (inputs.token_level_rewards - inputs.values) * inputs.response_mask
+    return AdvantageOutputs(advantages=adv, returns=inputs.token_level_rewards.clone())
+
+
+@register_policy_loss("vanilla_pg")
+def vanilla_pg(log_probs, old_log_probs, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None,
+               loss_agg_mode="token-mean", norm_len=None):
+    """REINFORCE with the importance ratio and no clip: ``l = -A exp(logp - old_logp)``."""
+    loss = agg_loss(-advantages * torch.exp(log_probs - old_log_probs), mask, loss_agg_mode, norm_len)
+    return loss, {"actor/pg_loss": loss.detach().item()}
+
+
+@register_reward("exact_text", needs_ground_truth=True)
+def exact_text(response: str, ground_truth: str, *, bonus: float = 1.0) -> RewardResult:
+    """``bonus`` if the stripped response equals the ground truth, else 0."""
+    correct = response.strip() == ground_truth.strip()
+    return RewardResult(score=bonus if correct else 0.0, correct=correct, extracted=response.strip(), format_ok=True)
+
+
+@register_env("count_up")
+class CountUp(TextEnv):
+    """Say the next number.
+
+    Action space: an integer in ``<answer>...</answer>``.
+    Observation space: ``"Say {n}."``.
+    Starting state: n = 1 + (a number from the seed) % 3.
+    Rewards: 1 for the right number, 0 for a wrong one, ``format_penalty`` for a non-number.
+    Episode end: truncated after ``max_steps`` answers.
+    Info: the base keys.
+
+    Args:
+        max_steps, format_penalty, action_format, render_mode: see ``TextEnv``.
+    """
+
+    def __init__(self, max_steps: int = 2, **kwargs: Any) -> None:
+        super().__init__(max_steps=max_steps, **kwargs)
+        self.n = 1
+
+    def instruction(self) -> str:
+        return "Say the number you are asked to say, like <answer>2</answer>."
+
+    def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> str:
+        self.n = 1 + int(rng.integers(0, 3))
+        return self._observation()
+
+    def _canonical_action(self, parsed: str) -> str | None:
+        return parsed.strip() if parsed.strip().isdigit() else None
+
+    def _apply(self, action: str) -> Transition:
+        correct = int(action) == self.n
+        self.n += 1
+        return Transition(self._observation(), float(correct), False, success=correct)
+
+    def _observation(self) -> str:
+        return f"Say {self.n}."
