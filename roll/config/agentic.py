@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
+from roll.config.worker import check_rules
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
                                     model_parallel_size)
 
@@ -78,6 +79,17 @@ class TinyModelConfig:
                                         "0.02 a model this small sits at a uniform policy for hundreds of steps.")
     seed: int = fld(0, "Seed of the initial weights.")
 
+    def check(self, key: str) -> None:
+        """Sizes are positive and the heads divide evenly (``key``: ``tiny_model``)."""
+        sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "vocab_size", "max_position_embeddings")
+        check_rules(key, self, [(name, getattr(self, name) >= 1, "must be >= 1") for name in sizes] + [
+            ("hidden_size", self.hidden_size % self.num_attention_heads == 0,
+             f"must be a multiple of num_attention_heads ({self.num_attention_heads})"),
+            ("num_attention_heads", self.num_attention_heads % self.num_key_value_heads == 0,
+             f"must be a multiple of num_key_value_heads ({self.num_key_value_heads})"),
+            ("initializer_range", self.initializer_range > 0, "must be > 0 (about 1/sqrt(hidden_size))")])
+
 
 @dataclass
 class SFTWarmupConfig:
@@ -92,6 +104,13 @@ class SFTWarmupConfig:
     reset_optimizer: bool = fld(True, "Start RL with fresh Adam moments (the warm start's would shrink the "
                                       "first RL updates).")
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
+
+    def check(self, key: str) -> None:
+        """Sizes and the learning rate are in range (``key``: ``sft_warmup``)."""
+        check_rules(key, self, [("num_demos", self.num_demos >= 1, "must be >= 1"),
+                                ("steps", self.steps >= 0, "must be >= 0"),
+                                ("batch_size", self.batch_size >= 1, "must be >= 1"),
+                                ("learning_rate", self.learning_rate > 0, "must be > 0 (e.g. 3e-3)")])
 
 
 @dataclass
@@ -110,6 +129,21 @@ class AgenticConfig(BaseConfig):
     trajectory_dump_steps: int = fld(0, "Write rollouts (tokens, advantages, masks) as JSONL every N steps, and "
                                         "validation rollouts at every validation (0 = never); `roll view` shows them.")
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
+
+    #: Keys of the RLVR pipeline, named when they appear in an agentic config (see the loader's unknown-key error).
+    ELSEWHERE = {  # not a field (no annotation)
+        "validation": "RLVR's block; agentic validation runs val_env_manager every eval_steps",
+        "rewards": "RLVR's rule rewards; agentic rewards come from the envs (custom_envs.<tag>)",
+        "dynamic_sampling": "RLVR only",
+        "rollout_dump_steps": "RLVR's; the agentic equivalent is trajectory_dump_steps",
+        "rollout_dump_max": "RLVR's; the agentic equivalent is trajectory_dump_max",
+        "ground_truth_key": "RLVR data only", "tag_key": "RLVR data only", "default_tag": "RLVR data only"}
+
+    def unused_settings(self) -> list[str]:
+        """Warnings for shared keys set to a value the agentic pipeline does not read, with where the equivalent
+        lives (printed by the launch's preflight)."""
+        return [f"{key}={getattr(self, key)!r} is not used by the agentic pipeline: {where}"
+                for key, where in UNUSED_AGENTIC.items() if getattr(self, key) != _shared_default(key)]
 
     def check_pipeline(self) -> None:
         """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
@@ -132,6 +166,9 @@ class AgenticConfig(BaseConfig):
             if getattr(self, key) < 0:
                 raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
         sft = self.sft_warmup
+        if sft.enabled:
+            sft.check("sft_warmup")
+        check_unused(self)
         if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
         check_train_batch(self, "actor_train", self.rollout_batch_size)
@@ -146,6 +183,31 @@ class AgenticConfig(BaseConfig):
                                   f"x gradient_accumulation_steps x data-parallel size = {unit}")
         if self.critic is not None:
             check_train_batch(self, "critic", self.rollout_batch_size)
+
+
+#: Keys of the shared block the agentic pipeline does not read: key -> where its equivalent lives.
+UNUSED_AGENTIC = {
+    "prompt_length": "the agentic pipeline does not cut prompts; a whole sample is bounded by sequence_length",
+    "response_length": "the agentic pipeline limits each turn instead: use custom_envs.<tag>.max_tokens_per_step",
+    "num_return_sequences_in_group": "the agentic group size is train_env_manager.group_size (envs sharing a seed)",
+    "reward_norm": "agentic scores are normalized by reward_normalization.grouping / .method",
+    "reward_shift": "agentic scores are normalized by reward_normalization.method (e.g. mean)",
+    "reward_scale": "agentic scores are normalized by reward_normalization.method (e.g. mean_std)",
+    "is_use_additional_prompts": "RLVR only (dynamic sampling); the agentic batch refills with "
+                                 "train_env_manager.max_refill_rounds",
+}
+
+
+def _shared_default(key: str) -> Any:
+    return BaseConfig.__dataclass_fields__[key].default
+
+
+def check_unused(cfg: "AgenticConfig") -> None:
+    """A key of :data:`UNUSED_AGENTIC` with a value no pipeline could run is an error that names where its
+    equivalent lives (another value is a warning: :meth:`AgenticConfig.unused_settings`)."""
+    for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(key, getattr(cfg, key), f"must be >= 1, and is not used: {UNUSED_AGENTIC[key]}")
 
 
 def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:

@@ -103,6 +103,17 @@ class RLVRConfig(BaseConfig):
                                      "shows them.")
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
+    #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).
+    ELSEWHERE = {  # not a field (no annotation)
+        "custom_envs": "agentic only; an RLVR response is limited by response_length "
+                       "(actor_infer.generating_args.max_new_tokens)",
+        "train_env_manager": "agentic only; RLVR prompts come from actor_train.data_args.file_name, "
+                             "num_return_sequences_in_group responses each",
+        "val_env_manager": "agentic only; RLVR validation data is validation.file_name",
+        "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
+        "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
+        "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max"}
+
     def check_pipeline(self) -> None:
         """The RLVR rules (:func:`check_rlvr`)."""
         check_rlvr(self)
@@ -143,6 +154,10 @@ def _check_warmup(cfg: RLVRConfig) -> None:
     sft, worker = cfg.sft_warmup, cfg.actor_train
     if "{answer}" not in sft.answer_template:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
+    if sft.learning_rate <= 0:
+        raise ConfigError("sft_warmup.learning_rate", sft.learning_rate, "must be > 0 (e.g. 3e-3)")
+    if sft.max_examples < 0:
+        raise ConfigError("sft_warmup.max_examples", sft.max_examples, "must be >= 0 (0 = all)")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
     ta, strategy = worker.training_args, worker.strategy_args
@@ -169,6 +184,7 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         cfg.validation.file_name = []
     if cfg.validation.generating_args.max_new_tokens is None:
         cfg.validation.generating_args.max_new_tokens = cfg.response_length
+    cfg.validation.generating_args.check("validation.generating_args")
     if not args.file_name:
         raise ConfigError("actor_train.data_args.file_name", args.file_name,
                           "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")

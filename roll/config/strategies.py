@@ -48,7 +48,6 @@ class DeepSpeedTrainOptions:
                                                             "torch AdamW (None = DeepSpeed's default).")
     zero_allow_untested_optimizer: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     activation_checkpointing: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's section, passed through.")
-    communication_data_type: Optional[str] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     prescale_gradients: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).")
     wall_clock_breakdown: bool = fld(False, "DeepSpeed's timing breakdown.")
@@ -57,11 +56,56 @@ class DeepSpeedTrainOptions:
     scheduler: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll schedules the learning rate from "
                                                                "training_args (a warning says so when set).")
 
+    communication_data_type: Optional[str] = fld(None, "DeepSpeed's (None = DeepSpeed's default).",
+                                                 choices=[None, "fp16", "bf16", "fp32"])
+
+    #: The batch keys ``auto`` fills from the worker block, with the field of ``training_args`` each equals.
+    BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+    @property
+    def stage(self) -> Any:
+        """The ZeRO stage in effect: the shorthand, else the section's (default 0)."""
+        return self.zero_stage if self.zero_stage is not None else self.zero_optimization.get("stage", 0)
+
     def check(self, key: str) -> None:
-        """The stage named by the shorthand or the section is 0-3."""
-        stage = self.zero_optimization.get("stage", 0)
-        if self.zero_stage is None and stage not in (0, 1, 2, 3):
-            raise ConfigError(f"{key}.zero_optimization.stage", stage, "must be one of 0, 1, 2, 3")
+        """The stage is 0-3 and the offloads fit it; ``auto`` values are ``auto`` or in range."""
+        if self.stage not in (0, 1, 2, 3):
+            raise ConfigError(f"{key}.zero_optimization.stage", self.stage, "must be one of 0, 1, 2, 3")
+        if self.offload_param == "cpu" and self.stage != 3:
+            raise ConfigError(f"{key}.offload_param", "cpu", f"needs ZeRO stage 3 (the stage is {self.stage})")
+        if self.offload_optimizer == "cpu" and self.stage == 0:
+            raise ConfigError(f"{key}.offload_optimizer", "cpu", "needs ZeRO stage 1, 2 or 3 (the stage is 0)")
+        for name in self.BATCH_KEYS:
+            value = getattr(self, name)
+            if value != "auto" and not (isinstance(value, int) and value >= 1):
+                raise ConfigError(f"{key}.{name}", value, "must be 'auto' (from the worker block) or an integer >= 1")
+        clip = self.gradient_clipping
+        if clip != "auto" and not (isinstance(clip, (int, float)) and clip >= 0):
+            raise ConfigError(f"{key}.gradient_clipping", clip, "must be 'auto' (= max_grad_norm) or a number >= 0")
+        for name in ("bf16", "fp16"):
+            enabled = getattr(self, name).get("enabled", "auto")
+            if enabled != "auto" and not isinstance(enabled, bool):
+                raise ConfigError(f"{key}.{name}.enabled", enabled, "must be 'auto' (from model_args.dtype) or a bool")
+        if self.steps_per_print < 1:
+            raise ConfigError(f"{key}.steps_per_print", self.steps_per_print, "must be >= 1")
+
+    def check_worker(self, worker: Any, key: str) -> None:
+        """Values given instead of ``auto`` agree with the worker block (batch sizes, world size, dtype)."""
+        ta = worker.training_args
+        resolved = {"train_micro_batch_size_per_gpu": ta.per_device_train_batch_size,
+                    "gradient_accumulation_steps": ta.gradient_accumulation_steps,
+                    "train_batch_size": ta.per_device_train_batch_size * ta.gradient_accumulation_steps
+                    * worker.world_size}
+        for name, value in resolved.items():
+            if getattr(self, name) not in ("auto", value):
+                raise ConfigError(f"{key}.{name}", getattr(self, name), f"disagrees with the worker block ({value}: "
+                                                                       f"training_args and world_size); set 'auto'")
+        dtype = worker.model_args.dtype
+        for name in ("bf16", "fp16"):
+            enabled = getattr(self, name).get("enabled", "auto")
+            if enabled != "auto" and enabled != (dtype == name):
+                raise ConfigError(f"{key}.{name}.enabled", enabled, f"disagrees with model_args.dtype ({dtype}); set "
+                                                                    f"'auto' (dtype decides the precision)")
 
     def ignored(self) -> list[tuple[str, str]]:
         """``(key, why and what to use)`` for set keys roll does not use."""
@@ -132,7 +176,7 @@ class SGLangOptions:
     sampling_backend: str = fld("pytorch", "SGLang sampling backend.")
     enable_memory_saver: bool = fld(True, "Needed to release and resume memory when colocated with a trainer.")
     disable_prefill_cuda_graph: bool = fld(True, "SGLang's flag.")
-    log_level: str = fld("warning", "SGLang's log level.")
+    log_level: str = fld("warning", "SGLang's log level.", choices=["debug", "info", "warning", "error", "critical"])
     dtype: Optional[str] = fld(None, "Engine dtype (None = from model_args.dtype).")
     context_length: Optional[int] = fld(None, "Engine context length (None = the model's).")
     max_running_requests: Optional[int] = fld(None, "Engine's most requests in flight (None = the pipeline's "
@@ -143,6 +187,8 @@ class SGLangOptions:
     engine_args: Dict[str, Any] = fld(default_factory=dict, help="Other sglang.Engine keyword arguments, passed "
                                                                  "through as written.")
 
+    #: What ``release_memory_occupation`` can release.
+    RELEASE_TAGS = ("weights", "kv_cache", "cuda_graph")
     #: Engine arguments roll sets itself (model_path from model_args, random_seed from seed).
     RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
 
@@ -150,8 +196,19 @@ class SGLangOptions:
         """Sizes are positive; reserved engine arguments are not set."""
         if self.weight_bucket_bytes < 1:
             raise ConfigError(f"{key}.weight_bucket_bytes", self.weight_bucket_bytes, "must be >= 1")
-        if self.tp_size is not None and self.tp_size < 1:
-            raise ConfigError(f"{key}.tp_size", self.tp_size, "must be >= 1")
+        for name in ("tp_size", "context_length", "max_running_requests"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{key}.{name}", getattr(self, name), "must be >= 1, or null (SGLang's default)")
+        if not 0 < self.mem_fraction_static < 1:
+            raise ConfigError(f"{key}.mem_fraction_static", self.mem_fraction_static, "must be in (0, 1)")
+        if self.chunked_prefill_size is not None and not (self.chunked_prefill_size >= 1
+                                                          or self.chunked_prefill_size == -1):
+            raise ConfigError(f"{key}.chunked_prefill_size", self.chunked_prefill_size,
+                              "must be >= 1, -1 (no chunking) or null (SGLang's default)")
+        unknown = sorted(set(self.release_tags or []) - set(self.RELEASE_TAGS))
+        if unknown:
+            raise ConfigError(f"{key}.release_tags", self.release_tags,
+                              f"unknown tags {unknown}; allowed: {', '.join(self.RELEASE_TAGS)} (null = all)")
         bad = sorted(set(self.RESERVED) & set(self.engine_args))
         if bad:
             raise ConfigError(f"{key}.engine_args", bad, "roll sets these itself (model_path from "

@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from roll.config.errors import ConfigError
 from roll.config.fields import fld
+
+
+def check_rules(key: str, obj: Any, rules: list[tuple[str, bool, str]]) -> None:
+    """Raise :class:`ConfigError` for the first ``(field, holds, what is allowed)`` rule of ``obj`` that does not
+    hold; ``key`` is the dotted path of ``obj``."""
+    for name, ok, allowed in rules:
+        if not ok:
+            raise ConfigError(f"{key}.{name}", getattr(obj, name), allowed)
 
 
 @dataclass
@@ -37,6 +46,18 @@ class TrainingArgs:
                                  choices=["constant", "linear", "cosine"])
     max_steps: int = fld(0, "Optimizer steps the schedule decays over (linear/cosine); 0 = derive from the pipeline.")
 
+    def check(self, key: str) -> None:
+        """Optimizer settings are in range (``key``: ``<role>.training_args``)."""
+        check_rules(key, self, [
+            ("learning_rate", self.learning_rate > 0, "must be > 0 (e.g. 1e-6)"),
+            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+            ("adam_beta1", 0 <= self.adam_beta1 < 1, "must be in [0, 1)"),
+            ("adam_beta2", 0 <= self.adam_beta2 < 1, "must be in [0, 1)"),
+            ("per_device_train_batch_size", self.per_device_train_batch_size >= 1, "must be >= 1"),
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps >= 1, "must be >= 1"),
+            ("warmup_steps", self.warmup_steps >= 0, "must be >= 0 optimizer steps"),
+            ("max_steps", self.max_steps >= 0, "must be >= 0 (0 = derive from the pipeline)")])
+
 
 @dataclass
 class DataArgs:
@@ -63,6 +84,19 @@ class GeneratingArgs:
     repetition_penalty: float = fld(1.0, "Repetition penalty (1.0 = off).")
     stop_token_ids: List[int] = fld(default_factory=list, help="Extra token ids that end generation.")
     ignore_eos: bool = fld(False, "Generate max_new_tokens even past end tokens (throughput benchmarks).")
+
+    def check(self, key: str) -> None:
+        """Sampling settings are in range (``key``: e.g. ``actor_infer.generating_args``)."""
+        check_rules(key, self, [
+            ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1, "must be >= 1"),
+            ("temperature", self.temperature >= 0, "must be >= 0 (0 = greedy)"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1] (1 = off)"),
+            ("top_k", self.top_k >= -1, "must be >= -1 (0 or -1 = off)"),
+            ("num_beams", self.num_beams == 1, "must be 1: RL samples its responses (beam search is not sampling)"),
+            ("num_return_sequences", self.num_return_sequences >= 1, "must be >= 1"),
+            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 = off)"),
+            ("stop_token_ids", all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+             "must be token ids (integers >= 0)")])
 
 
 @dataclass
