@@ -68,27 +68,25 @@ class RewardNormalizationConfig:
 class TinyModelConfig:
     """Build a tiny Qwen2-architecture model + local tokenizer at ``pretrain`` when that path has no model."""
 
-    hidden_size: int = fld(128, "Hidden size.")
-    intermediate_size: int = fld(512, "MLP size.")
-    num_hidden_layers: int = fld(4, "Transformer layers.")
-    num_attention_heads: int = fld(4, "Query heads.")
-    num_key_value_heads: int = fld(2, "Key/value heads.")
-    vocab_size: int = fld(1024, "Tokenizer vocabulary size (BPE trained on env text).")
-    max_position_embeddings: int = fld(2048, "Maximum positions.")
+    hidden_size: int = fld(128, "Hidden size.", allowed=">= 1")
+    intermediate_size: int = fld(512, "MLP size.", allowed=">= 1")
+    num_hidden_layers: int = fld(4, "Transformer layers.", allowed=">= 1")
+    num_attention_heads: int = fld(4, "Query heads.", allowed=">= 1")
+    num_key_value_heads: int = fld(2, "Key/value heads.", allowed=">= 1")
+    vocab_size: int = fld(1024, "Tokenizer vocabulary size (BPE trained on env text).", allowed=">= 1")
+    max_position_embeddings: int = fld(2048, "Maximum positions.", allowed=">= 1")
     initializer_range: float = fld(0.1, "Std of the initial weights. About 1/sqrt(hidden_size): with Hugging Face's "
-                                        "0.02 a model this small sits at a uniform policy for hundreds of steps.")
+                                        "0.02 a model this small sits at a uniform policy for hundreds of steps.",
+                                    allowed="> 0")
     seed: int = fld(0, "Seed of the initial weights.")
 
     def check(self, key: str) -> None:
-        """Sizes are positive and the heads divide evenly (``key``: ``tiny_model``)."""
-        sizes = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "vocab_size", "max_position_embeddings")
-        check_rules(key, self, [(name, getattr(self, name) >= 1, "must be >= 1") for name in sizes] + [
+        """The heads divide evenly (``key``: ``tiny_model``; the sizes' ranges are their ``allowed``)."""
+        check_rules(key, self, [
             ("hidden_size", self.hidden_size % self.num_attention_heads == 0,
              f"must be a multiple of num_attention_heads ({self.num_attention_heads})"),
             ("num_attention_heads", self.num_attention_heads % self.num_key_value_heads == 0,
-             f"must be a multiple of num_key_value_heads ({self.num_key_value_heads})"),
-            ("initializer_range", self.initializer_range > 0, "must be > 0 (about 1/sqrt(hidden_size))")])
+             f"must be a multiple of num_key_value_heads ({self.num_key_value_heads})")])
 
 
 @dataclass
@@ -97,20 +95,14 @@ class SFTWarmupConfig:
 
     enabled: bool = fld(False, "Run the warm start.")
     tag: Optional[str] = fld(None, "Env tag whose solver makes the demonstrations (default: first train tag).")
-    num_demos: int = fld(2000, "Demonstration episodes.")
-    steps: int = fld(200, "Optimizer steps.")
-    batch_size: int = fld(32, "Episodes per optimizer step.")
-    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
+    num_demos: int = fld(2000, "Demonstration episodes.", allowed=">= 1")
+    steps: int = fld(200, "Optimizer steps.", allowed=">= 0")
+    batch_size: int = fld(32, "Episodes per optimizer step.", allowed=">= 1")
+    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.", allowed="> 0")
     reset_optimizer: bool = fld(True, "Start RL with fresh Adam moments (the warm start's would shrink the "
                                       "first RL updates).")
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
 
-    def check(self, key: str) -> None:
-        """Sizes and the learning rate are in range (``key``: ``sft_warmup``)."""
-        check_rules(key, self, [("num_demos", self.num_demos >= 1, "must be >= 1"),
-                                ("steps", self.steps >= 0, "must be >= 0"),
-                                ("batch_size", self.batch_size >= 1, "must be >= 1"),
-                                ("learning_rate", self.learning_rate > 0, "must be > 0 (e.g. 3e-3)")])
 
 
 @dataclass
@@ -166,8 +158,6 @@ class AgenticConfig(BaseConfig):
             if getattr(self, key) < 0:
                 raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
         sft = self.sft_warmup
-        if sft.enabled:
-            sft.check("sft_warmup")
         check_unused(self)
         if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")

@@ -23,7 +23,8 @@ from roll.config.worker import GeneratingArgs
 class ValidationGeneratingArgs(GeneratingArgs):
     """Sampling for validation: greedy, at most ``response_length`` new tokens unless set."""
 
-    max_new_tokens: Optional[int] = fld(None, "Maximum tokens per validation response; None = response_length.")
+    max_new_tokens: Optional[int] = fld(None, "Maximum tokens per validation response; None = response_length.",
+                                         allowed=">= 1")
     temperature: float = fld(0.0, "Sampling temperature; 0 = greedy.")
     do_sample: bool = fld(False, "Sample (True) or decode greedily (False).")
 
@@ -72,8 +73,9 @@ class RLVRWarmupConfig:
     answer_template: str = fld("<answer>{answer}</answer>", "Response text trained on ({answer}).")
     steps: int = fld(50, "Optimizer steps.")
     batch_size: int = fld(32, "Examples per optimizer step.")
-    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
-    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.")
+    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.", allowed="> 0")
+    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.",
+                            allowed=">= 0")
     seed: int = fld(12345, "Seed of the example order.")
 
 
@@ -154,10 +156,6 @@ def _check_warmup(cfg: RLVRConfig) -> None:
     sft, worker = cfg.sft_warmup, cfg.actor_train
     if "{answer}" not in sft.answer_template:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
-    if sft.learning_rate <= 0:
-        raise ConfigError("sft_warmup.learning_rate", sft.learning_rate, "must be > 0 (e.g. 3e-3)")
-    if sft.max_examples < 0:
-        raise ConfigError("sft_warmup.max_examples", sft.max_examples, "must be >= 0 (0 = all)")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
     ta, strategy = worker.training_args, worker.strategy_args

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Type, TypeVar
 
 from roll.config.errors import ConfigError
-from roll.config.fields import fld
+from roll.config.fields import check_field, fld
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ class DeepSpeedTrainOptions:
     zero_allow_untested_optimizer: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     activation_checkpointing: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's section, passed through.")
     prescale_gradients: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
-    steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).")
+    steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).", allowed=">= 1")
     wall_clock_breakdown: bool = fld(False, "DeepSpeed's timing breakdown.")
     optimizer: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll builds torch AdamW from "
                                                                "training_args (a warning says so when set).")
@@ -86,8 +86,6 @@ class DeepSpeedTrainOptions:
             enabled = getattr(self, name).get("enabled", "auto")
             if enabled != "auto" and not isinstance(enabled, bool):
                 raise ConfigError(f"{key}.{name}.enabled", enabled, "must be 'auto' (from model_args.dtype) or a bool")
-        if self.steps_per_print < 1:
-            raise ConfigError(f"{key}.steps_per_print", self.steps_per_print, "must be >= 1")
 
     def check_worker(self, worker: Any, key: str) -> None:
         """Values given instead of ``auto`` agree with the worker block (batch sizes, world size, dtype)."""
@@ -139,17 +137,11 @@ class HFInferOptions:
     """``hf_infer``: transformers ``generate`` and forward passes (CPU or one GPU)."""
 
     generate_batch_size: int = fld(64, "Prompts per generate call (a larger request is generated in chunks; at most "
-                                       "the pipeline's max_running_requests).")
+                                       "the pipeline's max_running_requests).", allowed=">= 1")
     reuse_kv_cache: bool = fld(True, "Keep each sequence's keys and values for its next turn "
                                      "(roll.strategies.turn_cache).")
-    kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB.")
-
-    def check(self, key: str) -> None:
-        """Sizes are positive."""
-        if self.generate_batch_size < 1:
-            raise ConfigError(f"{key}.generate_batch_size", self.generate_batch_size, "must be >= 1")
-        if self.kv_cache_mb <= 0:
-            raise ConfigError(f"{key}.kv_cache_mb", self.kv_cache_mb, "must be > 0 (or set reuse_kv_cache: false)")
+    kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB (turn reuse off with "
+                                   "reuse_kv_cache: false).", allowed="> 0")
 
 
 #: Values of :attr:`SGLangOptions.weight_sync` (see :func:`roll.distributed.placement.weight_sync_mode`).
@@ -167,20 +159,23 @@ class SGLangOptions:
                                    "actor_train rank, nccl when actor_infer's GPUs are disjoint under Ray, else "
                                    "copy), cuda_ipc, nccl or copy.", choices=list(WEIGHT_SYNC_CHOICES))
     weight_bucket_bytes: int = fld(DEFAULT_BUCKET_BYTES, "Bytes per weight bucket of a sync (one "
-                                                         "update_weights_from_tensor call or broadcast).")
+                                                         "update_weights_from_tensor call or broadcast).",
+                                   allowed=">= 1")
     release_tags: Optional[List[str]] = fld(None, "What offload_states releases (None = all: weights, kv_cache, "
                                                   "cuda_graph).")
-    tp_size: Optional[int] = fld(None, "Tensor-parallel size of one engine (None = num_gpus_per_worker).")
-    mem_fraction_static: float = fld(0.5, "Fraction of the GPU for weights and KV cache.")
+    tp_size: Optional[int] = fld(None, "Tensor-parallel size of one engine (None = num_gpus_per_worker).",
+                                 allowed=">= 1")
+    mem_fraction_static: float = fld(0.5, "Fraction of the GPU for weights and KV cache.", allowed="in (0, 1)")
     attention_backend: str = fld("triton", "SGLang attention backend (FA3 kernels are absent from the lent bundles).")
     sampling_backend: str = fld("pytorch", "SGLang sampling backend.")
     enable_memory_saver: bool = fld(True, "Needed to release and resume memory when colocated with a trainer.")
     disable_prefill_cuda_graph: bool = fld(True, "SGLang's flag.")
     log_level: str = fld("warning", "SGLang's log level.", choices=["debug", "info", "warning", "error", "critical"])
     dtype: Optional[str] = fld(None, "Engine dtype (None = from model_args.dtype).")
-    context_length: Optional[int] = fld(None, "Engine context length (None = the model's).")
+    context_length: Optional[int] = fld(None, "Engine context length (None = the model's).", allowed=">= 1")
     max_running_requests: Optional[int] = fld(None, "Engine's most requests in flight (None = the pipeline's "
-                                                    "max_running_requests, else SGLang's default).")
+                                                    "max_running_requests, else SGLang's default).",
+                                              allowed=">= 1")
     chunked_prefill_size: Optional[int] = fld(None, "SGLang's (None = its default).")
     disable_cuda_graph: Optional[bool] = fld(None, "SGLang's (None = its default).")
     load_format: Optional[str] = fld(None, "SGLang's (None = its default).")
@@ -193,14 +188,8 @@ class SGLangOptions:
     RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
 
     def check(self, key: str) -> None:
-        """Sizes are positive; reserved engine arguments are not set."""
-        if self.weight_bucket_bytes < 1:
-            raise ConfigError(f"{key}.weight_bucket_bytes", self.weight_bucket_bytes, "must be >= 1")
-        for name in ("tp_size", "context_length", "max_running_requests"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"{key}.{name}", getattr(self, name), "must be >= 1, or null (SGLang's default)")
-        if not 0 < self.mem_fraction_static < 1:
-            raise ConfigError(f"{key}.mem_fraction_static", self.mem_fraction_static, "must be in (0, 1)")
+        """Chunked prefill is on or -1, release tags are known, reserved engine arguments are not set (the ranges
+        of single fields are their ``allowed``)."""
         if self.chunked_prefill_size is not None and not (self.chunked_prefill_size >= 1
                                                           or self.chunked_prefill_size == -1):
             raise ConfigError(f"{key}.chunked_prefill_size", self.chunked_prefill_size,
@@ -228,10 +217,7 @@ def parse_options(cls: Type[T], raw: Any, key: str) -> T:
     else:
         options = _build(cls, raw, key)
     for f in dataclasses.fields(cls):
-        choices = f.metadata.get("choices")
-        value = getattr(options, f.name)
-        if choices is not None and value not in choices:
-            raise ConfigError(f"{key}.{f.name}", value, f"must be one of {', '.join(map(str, choices))}")
+        check_field(f, getattr(options, f.name), f"{key}.{f.name}")
     check = getattr(options, "check", None)
     if check is not None:
         check(key)

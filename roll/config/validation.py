@@ -16,24 +16,22 @@ import dataclasses
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.fields import check_field
 from roll.config.megatron import MEGATRON_STRATEGIES
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
-#: The roles whose ``training_args`` are used.
-TRAIN_ROLES = ("actor_train", "critic")
 
 
 def check_choices(obj: Any, prefix: str = "") -> None:
-    """Check every field with declared ``choices``, recursively through nested dataclasses and dicts."""
+    """Check every field's declared ``choices`` and ``allowed`` range, recursively through nested dataclasses and
+    dicts."""
     if not dataclasses.is_dataclass(obj):
         return
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         key = f"{prefix}{f.name}"
-        choices = f.metadata.get("choices")
-        if choices is not None and value not in choices:
-            raise ConfigError(key, value, f"must be one of {', '.join(map(str, choices))}")
+        check_field(f, value, key)
         if dataclasses.is_dataclass(value):
             check_choices(value, key + ".")
         elif isinstance(value, dict):
@@ -98,10 +96,6 @@ def check_workers(cfg: Any) -> None:
             if len(mapping) % worker.num_gpus_per_worker:
                 raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker,
                                   f"must divide len(device_mapping) = {len(mapping)}")
-        if worker.num_cpus_per_worker <= 0:
-            raise ConfigError(f"{role}.num_cpus_per_worker", worker.num_cpus_per_worker, "must be > 0 (e.g. 1)")
-        if role in TRAIN_ROLES:
-            worker.training_args.check(f"{role}.training_args")
         if role == "actor_infer":
             worker.generating_args.check(f"{role}.generating_args")
         if worker.infer_batch_size < 1:
@@ -268,37 +262,18 @@ def check_algorithm(cfg: Any) -> None:
     for key in ("gamma", "lambd"):
         if not 0 <= getattr(cfg, key) <= 1:
             raise ConfigError(key, getattr(cfg, key), "must be in [0, 1]")
-    for key in ("entropy_loss_coef", "init_kl_coef", "kl_loss_coef", "step_adv_weight", "episode_adv_weight"):
+    for key in ("entropy_loss_coef", "init_kl_coef", "kl_loss_coef"):
         if getattr(cfg, key) < 0:
             raise ConfigError(key, getattr(cfg, key), "must be >= 0")
     if cfg.kl_horizon < 1:
         raise ConfigError("kl_horizon", cfg.kl_horizon, "must be >= 1 (samples over which the coefficient adapts)")
 
 
-def check_run_control(cfg: Any) -> None:
-    """Run-control, cluster and batch keys shared by the pipelines are in range."""
-    rules = [("max_steps", cfg.max_steps >= 0, "must be >= 0 (0: only the warm start and a validation)"),
-             ("rollout_batch_size", cfg.rollout_batch_size >= 1, "must be >= 1"),
-             ("sequence_length", cfg.sequence_length >= 1, "must be >= 1"),
-             ("val_batch_size", cfg.val_batch_size >= 0, "must be >= 0 (0 = the val env manager's size)"),
-             ("logging_steps", cfg.logging_steps >= 1, "must be >= 1"),
-             ("eval_steps", cfg.eval_steps >= 0, "must be >= 0 (0 = never)"),
-             ("rpc_timeout", cfg.rpc_timeout >= 1, "must be >= 1 second"),
-             ("num_nodes", cfg.num_nodes >= 1, "must be >= 1"),
-             ("num_gpus_per_node", cfg.num_gpus_per_node >= 0, "must be >= 0 (0 = CPU-only run)"),
-             ("ray_num_cpus", cfg.ray_num_cpus is None or cfg.ray_num_cpus >= 1, "must be >= 1, or null (all cores)"),
-             ("max_grad_norm", cfg.max_grad_norm >= 0, "must be >= 0 (0 disables clipping)")]
-    for key, ok, allowed in rules:
-        if not ok:
-            raise ConfigError(key, getattr(cfg, key), allowed)
-    if getattr(cfg, "tiny_model", None) is not None:
-        cfg.tiny_model.check("tiny_model")
-
-
 def validate(cfg: Any) -> None:
     """Run every pure rule that applies to ``cfg`` (the pipeline's own through ``cfg.check_pipeline()``)."""
-    check_choices(cfg)
-    check_run_control(cfg)
+    check_choices(cfg)  # choices and ranges of every field
+    if getattr(cfg, "tiny_model", None) is not None:
+        cfg.tiny_model.check("tiny_model")
     check_workers(cfg)
     check_placement(cfg)
     check_ppo(cfg)
@@ -334,8 +309,6 @@ def check_placement(cfg: Any) -> None:
                 raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
                                   f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
                                   f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node")
-    if cfg.save_steps < 0:
-        raise ConfigError("save_steps", cfg.save_steps, "must be >= 0 (0 = only the final model)")
     if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
         raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
                           "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")
