@@ -10,7 +10,7 @@ from roll.config.errors import ConfigError
 from roll.config.fields import fld
 from roll.config.worker import check_rules
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
-                                    model_parallel_size)
+                                    model_parallel_size, unused_settings)
 
 
 @dataclass
@@ -134,8 +134,7 @@ class AgenticConfig(BaseConfig):
     def unused_settings(self) -> list[str]:
         """Warnings for shared keys set to a value the agentic pipeline does not read, with where the equivalent
         lives (printed by the launch's preflight)."""
-        return [f"{key}={getattr(self, key)!r} is not used by the agentic pipeline: {where}"
-                for key, where in UNUSED_AGENTIC.items() if getattr(self, key) != _shared_default(key)]
+        return unused_settings(self, UNUSED_AGENTIC, "agentic")
 
     def check_pipeline(self) -> None:
         """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
@@ -186,10 +185,6 @@ UNUSED_AGENTIC = {
     "is_use_additional_prompts": "RLVR only (dynamic sampling); the agentic batch refills with "
                                  "train_env_manager.max_refill_rounds",
 }
-
-
-def _shared_default(key: str) -> Any:
-    return BaseConfig.__dataclass_fields__[key].default
 
 
 def check_unused(cfg: "AgenticConfig") -> None:

@@ -14,7 +14,14 @@ from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.validation import check_train_batch, model_parallel_size
+from roll.config.validation import check_train_batch, model_parallel_size, unused_settings
+
+#: Keys of the shared block the RLVR pipeline does not read: key -> where its equivalent lives.
+UNUSED_RLVR = {
+    "val_batch_size": "RLVR validates validation.max_samples prompts (0 = all)",
+    "render_save_dir": "agentic only (frames of env episodes); RLVR validation responses are dumped with "
+                       "rollout_dump_steps",
+}
 from roll.config.worker import GeneratingArgs
 
 
@@ -115,6 +122,10 @@ class RLVRConfig(BaseConfig):
         "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
         "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
         "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max"}
+
+    def unused_settings(self) -> list[str]:
+        """Warnings for shared keys set to a value the RLVR pipeline does not read (printed by the preflight)."""
+        return unused_settings(self, UNUSED_RLVR, "RLVR")
 
     def check_pipeline(self) -> None:
         """The RLVR rules (:func:`check_rlvr`)."""

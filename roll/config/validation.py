@@ -147,6 +147,14 @@ def ignored_settings(cfg: Any) -> list[str]:
     return out
 
 
+def unused_settings(cfg: Any, table: dict[str, str], pipeline: str) -> list[str]:
+    """One warning per key of ``table`` (key -> where its equivalent lives) whose value differs from its default
+    (the declaring dataclass's): ``pipeline`` does not read it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return [f"{key}={getattr(cfg, key)!r} is not used by the {pipeline} pipeline: {where}"
+            for key, where in table.items() if getattr(cfg, key) != defaults[key]]
+
+
 def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
     """Reject a non-default value of a key in ``table`` (dotted paths; a missing block is skipped)."""
     for dotted, default in table.items():

@@ -180,6 +180,15 @@ def test_agentic_warns_for_shared_keys_it_does_not_read(capsys):
            "reward_normalization" in err
 
 
+def test_rlvr_warns_for_shared_keys_it_does_not_read(capsys):
+    _load(f"{RLVR} val_batch_size=4 render_save_dir=/tmp/frames")
+    err = capsys.readouterr().err
+    assert "val_batch_size=4 is not used by the RLVR pipeline: RLVR validates validation.max_samples prompts" in err
+    assert "render_save_dir='/tmp/frames' is not used by the RLVR pipeline: agentic only" in err
+    _load(RLVR)
+    assert "is not used by" not in capsys.readouterr().err  # the defaults warn about nothing
+
+
 @pytest.mark.parametrize("script, case, line", [
     ("start_agentic_pipeline.py", f"{AGENTIC} actor_infer.generating_args.temperature=-1",
      "roll: config error: actor_infer.generating_args.temperature=-1.0: must be >= 0"),
