@@ -7,8 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
-from roll.config.fields import fld
-from roll.config.worker import check_rules
+from roll.config.fields import check_rules, fld
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
                                     model_parallel_size, unused_settings)
 
@@ -102,7 +101,6 @@ class SFTWarmupConfig:
     reset_optimizer: bool = fld(True, "Start RL with fresh Adam moments (the warm start's would shrink the "
                                       "first RL updates).")
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
-
 
 
 @dataclass

@@ -58,6 +58,14 @@ def check_field(f: dataclasses.Field, value: Any, key: str) -> None:
         raise ConfigError(key, value, f"must be {allowed}")
 
 
+def check_rules(key: str, obj: Any, rules: list[tuple[str, bool, str]]) -> None:
+    """Raise :class:`ConfigError` for the first ``(field, holds, what is allowed)`` rule of ``obj`` that does not
+    hold; ``key`` is the dotted path of ``obj``."""
+    for name, ok, allowed in rules:
+        if not ok:
+            raise ConfigError(f"{key}.{name}", getattr(obj, name), allowed)
+
+
 def help_of(cls: type, name: str) -> str:
     """The help text of field ``name`` of dataclass ``cls``."""
     for f in dataclasses.fields(cls):

@@ -2,12 +2,14 @@
 
 A worker block's ``strategy_config`` is written as a mapping (YAML, ROLL's fragments); the strategy registry names
 the options class of each backend (``register_strategy(..., options="roll.config.strategies:SGLangOptions")``) and
-:func:`parse_options` turns the mapping into that class: an unknown key, a wrong type or a bad choice is a one-line
-:class:`ConfigError` naming ``<role>.strategy_args.strategy_config.<key>``. Defaults live only in these classes; a
-backend reads its typed options, never ``strategy_config.get(key, default)``.
+:func:`parse_options` turns the mapping into that class: an unknown key, a wrong type, a bad choice or a value
+outside the field's ``allowed`` range is a one-line :class:`ConfigError` naming
+``<role>.strategy_args.strategy_config.<key>``. Defaults live only in these classes; a backend reads its typed
+options, never ``strategy_config.get(key, default)``.
 
 A backend in another file registers its own options class the same way (a dataclass with ``fld`` fields and, for
-rules across its fields, a ``check(key)`` method).
+rules across its fields, a ``check(key)`` method; for rules involving its worker block, ``check_worker(worker,
+key)``, run by the launch's preflight).
 """
 
 from __future__ import annotations

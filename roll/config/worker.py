@@ -6,16 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from roll.config.errors import ConfigError
-from roll.config.fields import fld
-
-
-def check_rules(key: str, obj: Any, rules: list[tuple[str, bool, str]]) -> None:
-    """Raise :class:`ConfigError` for the first ``(field, holds, what is allowed)`` rule of ``obj`` that does not
-    hold; ``key`` is the dotted path of ``obj``."""
-    for name, ok, allowed in rules:
-        if not ok:
-            raise ConfigError(f"{key}.{name}", getattr(obj, name), allowed)
+from roll.config.fields import check_rules, fld
 
 
 @dataclass
