@@ -363,7 +363,20 @@ def check_environment(reqs: RollRequirements, versions: Mapping[str, str | None]
     results = [check_python(reqs.python), check_gpu(gpu, found("torch"), gpu_machine)]
     results += [check_requirement(r, found(r.name), gpu_machine=gpu_machine) for r in reqs.required]
     results += [check_requirement(r, found(r.name), optional=True, gpu_machine=gpu_machine) for r in reqs.optional]
-    return results + check_known_bad(versions)
+    return results + check_known_bad(versions) + check_build_locks()
+
+
+def check_build_locks(root: Path | None = None) -> list[CheckResult]:
+    """One row per torch JIT-build lock that no live process holds (a killed build left it: every later build of
+    that extension waits on it forever), with the command that removes it; one ok row when there is none."""
+    from roll.strategies.build_locks import extensions_root, find_build_locks
+
+    root = extensions_root() if root is None else root
+    stale = [lock for lock in find_build_locks(root) if lock.stale]
+    if not stale:
+        return [CheckResult("build locks", "no stale lock", f"none stale under {root}", Status.OK)]
+    return [CheckResult(f"build lock {lock.path.parent.name}", "no stale lock", str(lock.path), Status.ERROR,
+                        f"rm {lock.path}", lock.message()) for lock in stale]
 
 
 def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:

@@ -3,8 +3,9 @@
     python scripts/gen_config_docs.py            # write docs/config.md
     python scripts/gen_config_docs.py --check    # exit 1 if docs/config.md differs from the generated text
 
-Every key gets its type, default, choices and help. Top-level keys are grouped by the dataclass that declares them
-(PPO keys, pipeline block, agentic keys, RLVR keys); nested blocks (worker blocks, env managers...) follow.
+Every key gets its type, default, choices or checked range (``allowed``), and help. Top-level keys are grouped by the
+dataclass that declares them (PPO keys, pipeline block, agentic keys, RLVR keys); nested blocks (worker blocks, env
+managers...) follow.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ HEADER = """# Configuration reference
 Keys follow ROLL's configuration guide. A config file is YAML composed by Hydra: a `defaults` list may pull in
 fragments (`- ../config/deepspeed_zero2@_here_`), values may interpolate (`${pretrain}`), and top-level keys that
 are only interpolation sources or fragment blocks are YAML variables, dropped after resolution. An unknown key, a
-wrong type or a bad choice is a one-line error naming the key (exit code 2 from the start scripts).
+wrong type, a bad choice or a value outside the "allowed" range of the tables below is a one-line error naming the
+key, the value and what is allowed (exit code 2 from the start scripts), before any worker starts. Rules across
+fields are checked too (batch arithmetic below, lengths, strategy options against the worker block), and at launch
+the device mappings against the GPUs the machine has. A key of the other pipeline is named with its equivalent
+(`response_length` in an agentic config warns: each turn is limited by `custom_envs.<tag>.max_tokens_per_step`).
 
 Batch arithmetic (checked when the config loads): the global train batch is
 `per_device_train_batch_size x gradient_accumulation_steps x world_size` for `deepspeed_train` and
@@ -161,10 +166,11 @@ def _cell(text: str) -> str:
 def table(cls: type, fields: list[dataclasses.Field]) -> list[str]:
     """Markdown table rows for ``fields`` of ``cls``."""
     hints = typing.get_type_hints(cls)
-    rows = ["| key | type | default | choices | meaning |", "|---|---|---|---|---|"]
+    rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for f in fields:
-        choices = f.metadata.get("choices")
+        choices, allowed = f.metadata.get("choices"), f.metadata.get("allowed")
         shown = ", ".join(f"`{c}`" for c in choices) if choices is not None else ""
+        shown = f"`{allowed}`" if allowed is not None else shown
         rows.append(f"| `{f.name}` | `{_cell(_type_name(hints[f.name]))}` | {_cell(_default(f))} | {shown} | "
                     f"{_cell(f.metadata.get('help', ''))} |")
     return rows

@@ -7,9 +7,9 @@ from typing import Any, Dict, List, Optional
 
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
-from roll.config.fields import fld
+from roll.config.fields import check_rules, fld
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
-                                    model_parallel_size)
+                                    model_parallel_size, unused_settings)
 
 
 @dataclass
@@ -67,16 +67,25 @@ class RewardNormalizationConfig:
 class TinyModelConfig:
     """Build a tiny Qwen2-architecture model + local tokenizer at ``pretrain`` when that path has no model."""
 
-    hidden_size: int = fld(128, "Hidden size.")
-    intermediate_size: int = fld(512, "MLP size.")
-    num_hidden_layers: int = fld(4, "Transformer layers.")
-    num_attention_heads: int = fld(4, "Query heads.")
-    num_key_value_heads: int = fld(2, "Key/value heads.")
-    vocab_size: int = fld(1024, "Tokenizer vocabulary size (BPE trained on env text).")
-    max_position_embeddings: int = fld(2048, "Maximum positions.")
+    hidden_size: int = fld(128, "Hidden size.", allowed=">= 1")
+    intermediate_size: int = fld(512, "MLP size.", allowed=">= 1")
+    num_hidden_layers: int = fld(4, "Transformer layers.", allowed=">= 1")
+    num_attention_heads: int = fld(4, "Query heads.", allowed=">= 1")
+    num_key_value_heads: int = fld(2, "Key/value heads.", allowed=">= 1")
+    vocab_size: int = fld(1024, "Tokenizer vocabulary size (BPE trained on env text).", allowed=">= 1")
+    max_position_embeddings: int = fld(2048, "Maximum positions.", allowed=">= 1")
     initializer_range: float = fld(0.1, "Std of the initial weights. About 1/sqrt(hidden_size): with Hugging Face's "
-                                        "0.02 a model this small sits at a uniform policy for hundreds of steps.")
+                                        "0.02 a model this small sits at a uniform policy for hundreds of steps.",
+                                    allowed="> 0")
     seed: int = fld(0, "Seed of the initial weights.")
+
+    def check(self, key: str) -> None:
+        """The heads divide evenly (``key``: ``tiny_model``; the sizes' ranges are their ``allowed``)."""
+        check_rules(key, self, [
+            ("hidden_size", self.hidden_size % self.num_attention_heads == 0,
+             f"must be a multiple of num_attention_heads ({self.num_attention_heads})"),
+            ("num_attention_heads", self.num_attention_heads % self.num_key_value_heads == 0,
+             f"must be a multiple of num_key_value_heads ({self.num_key_value_heads})")])
 
 
 @dataclass
@@ -85,10 +94,10 @@ class SFTWarmupConfig:
 
     enabled: bool = fld(False, "Run the warm start.")
     tag: Optional[str] = fld(None, "Env tag whose solver makes the demonstrations (default: first train tag).")
-    num_demos: int = fld(2000, "Demonstration episodes.")
-    steps: int = fld(200, "Optimizer steps.")
-    batch_size: int = fld(32, "Episodes per optimizer step.")
-    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
+    num_demos: int = fld(2000, "Demonstration episodes.", allowed=">= 1")
+    steps: int = fld(200, "Optimizer steps.", allowed=">= 0")
+    batch_size: int = fld(32, "Episodes per optimizer step.", allowed=">= 1")
+    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.", allowed="> 0")
     reset_optimizer: bool = fld(True, "Start RL with fresh Adam moments (the warm start's would shrink the "
                                       "first RL updates).")
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
@@ -111,6 +120,20 @@ class AgenticConfig(BaseConfig):
                                         "validation rollouts at every validation (0 = never); `roll view` shows them.")
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
 
+    #: Keys of the RLVR pipeline, named when they appear in an agentic config (see the loader's unknown-key error).
+    ELSEWHERE = {  # not a field (no annotation)
+        "validation": "RLVR's block; agentic validation runs val_env_manager every eval_steps",
+        "rewards": "RLVR's rule rewards; agentic rewards come from the envs (custom_envs.<tag>)",
+        "dynamic_sampling": "RLVR only",
+        "rollout_dump_steps": "RLVR's; the agentic equivalent is trajectory_dump_steps",
+        "rollout_dump_max": "RLVR's; the agentic equivalent is trajectory_dump_max",
+        "ground_truth_key": "RLVR data only", "tag_key": "RLVR data only", "default_tag": "RLVR data only"}
+
+    def unused_settings(self) -> list[str]:
+        """Warnings for shared keys set to a value the agentic pipeline does not read, with where the equivalent
+        lives (printed by the launch's preflight)."""
+        return unused_settings(self, UNUSED_AGENTIC, "agentic")
+
     def check_pipeline(self) -> None:
         """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
         the env registry in the preflight."""
@@ -132,6 +155,7 @@ class AgenticConfig(BaseConfig):
             if getattr(self, key) < 0:
                 raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
         sft = self.sft_warmup
+        check_unused(self)
         if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
         check_train_batch(self, "actor_train", self.rollout_batch_size)
@@ -146,6 +170,27 @@ class AgenticConfig(BaseConfig):
                                   f"x gradient_accumulation_steps x data-parallel size = {unit}")
         if self.critic is not None:
             check_train_batch(self, "critic", self.rollout_batch_size)
+
+
+#: Keys of the shared block the agentic pipeline does not read: key -> where its equivalent lives.
+UNUSED_AGENTIC = {
+    "prompt_length": "the agentic pipeline does not cut prompts; a whole sample is bounded by sequence_length",
+    "response_length": "the agentic pipeline limits each turn instead: use custom_envs.<tag>.max_tokens_per_step",
+    "num_return_sequences_in_group": "the agentic group size is train_env_manager.group_size (envs sharing a seed)",
+    "reward_norm": "agentic scores are normalized by reward_normalization.grouping / .method",
+    "reward_shift": "agentic scores are normalized by reward_normalization.method (e.g. mean)",
+    "reward_scale": "agentic scores are normalized by reward_normalization.method (e.g. mean_std)",
+    "is_use_additional_prompts": "RLVR only (dynamic sampling); the agentic batch refills with "
+                                 "train_env_manager.max_refill_rounds",
+}
+
+
+def check_unused(cfg: "AgenticConfig") -> None:
+    """A key of :data:`UNUSED_AGENTIC` with a value no pipeline could run is an error that names where its
+    equivalent lives (another value is a warning: :meth:`AgenticConfig.unused_settings`)."""
+    for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(key, getattr(cfg, key), f"must be >= 1, and is not used: {UNUSED_AGENTIC[key]}")
 
 
 def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:

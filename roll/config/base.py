@@ -23,7 +23,7 @@ class PPOConfig:
     skip_old_log_probs: bool = fld(
         True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
               "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.")
-    max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).")
+    max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).", allowed=">= 0")
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")
     lambd: float = fld(0.95, "GAE lambda.")
@@ -69,8 +69,8 @@ class PPOConfig:
     add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
     difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
-    step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.")
-    episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.")
+    step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.", allowed=">= 0")
+    episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.", allowed=">= 0")
     step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group.",
                              choices=["mean", "mean_std"])
 
@@ -81,7 +81,7 @@ class BaseConfig(PPOConfig):
 
     exp_name: str = fld("roll_exp", "Experiment name (output and tracker naming).")
     seed: int = fld(42, "Global seed (models, sampling, env seeds).")
-    rpc_timeout: int = fld(3600, "Seconds a call to a worker may take before it is an error.")
+    rpc_timeout: int = fld(3600, "Seconds a call to a worker may take before it is an error.", allowed=">= 1")
     output_dir: str = fld("./output", "Checkpoints and the final model are written here.")
     logging_dir: str = fld("./output/logs", "Logs, metrics.jsonl, tensorboard and trajectory dumps.")
     render_save_dir: Optional[str] = fld(None, "Save rendered frames of validation episodes here (None = off).")
@@ -89,8 +89,8 @@ class BaseConfig(PPOConfig):
     track_with: str = fld("stdout", "Tracker; tensorboard and wandb also print to stdout.",
                           choices=["stdout", "tensorboard", "wandb"])
     tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
-    num_nodes: int = fld(1, "Nodes in the Ray cluster.")
-    num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.")
+    num_nodes: int = fld(1, "Nodes in the Ray cluster.", allowed=">= 1")
+    num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.", allowed=">= 0")
     colocated_offload: str = fld(
         "auto", "What roles sharing a GPU do between phases: always = the idle role offloads (trainer states to CPU, "
                 "engine memory released); never = nothing moves (the GPU must hold all); auto = offload until "
@@ -102,21 +102,22 @@ class BaseConfig(PPOConfig):
                                          "turns it on. See docs/debugging.md.")
     ray_address: Optional[str] = fld(None, "Join this Ray cluster (e.g. 'auto' or 'host:6379'); None = start a "
                                            "local Ray instance on loopback.")
-    ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).")
+    ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).", allowed=">= 1")
     ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
     max_steps: int = fld(100, "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
-                                  "validation, then the final export.")
-    save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).")
-    logging_steps: int = fld(1, "Log metrics every N steps.")
-    eval_steps: int = fld(0, "Run validation every N steps (0 = never).")
+                                  "validation, then the final export.", allowed=">= 0")
+    save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
+    logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
+    eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")
     resume_from_checkpoint: Any = fld(False, "true: continue from the newest complete checkpoint in output_dir; "
                                              "or a checkpoint path.")
     checkpoint_config: Dict[str, Any] = fld(default_factory=dict, help="Checkpoint options (e.g. max_to_keep).")
-    rollout_batch_size: int = fld(64, "Samples (agentic: trajectories; RLVR: prompts) per training step.")
-    val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).")
+    rollout_batch_size: int = fld(64, "Samples (agentic: trajectories; RLVR: prompts) per training step.",
+                                  allowed=">= 1")
+    val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).", allowed=">= 0")
     prompt_length: int = fld(1024, "Maximum prompt tokens.")
     response_length: int = fld(512, "Maximum response tokens.")
-    sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).")
+    sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).", allowed=">= 1")
     num_return_sequences_in_group: int = fld(1, "Responses sampled per prompt (RLVR group size); the RLVR train "
                                                 "batch is rollout_batch_size x num_return_sequences_in_group.")
     local_rank: int = fld(-1, "Rank within the node; set by a distributed launcher, -1 when not distributed "

@@ -1,7 +1,10 @@
-"""Field helpers for the typed config: every field carries a help text and, where it applies, its choices.
+"""Field helpers for the typed config: every field carries a help text and, where it applies, its choices or its
+allowed range.
 
 OmegaConf structured configs do not accept ``Literal`` types, so a choice field is a ``str`` whose allowed values
-live in the field's metadata; :func:`roll.config.validation.check_choices` enforces them for every dataclass.
+live in the field's metadata; a numeric field may carry its range as text (``allowed="in (0, 1]; 1 = off"``), which
+is both the rule (:func:`in_range`) and what docs/config.md shows. :func:`roll.config.validation.check_choices`
+enforces both for every dataclass (the strategy options: :func:`roll.config.strategies.parse_options`).
 """
 
 from __future__ import annotations
@@ -9,16 +12,58 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from roll.config.errors import ConfigError
+
 
 def fld(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
-        default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with a one-line ``help`` text and optional ``choices``."""
-    metadata = {"help": help}
+        default_factory: Any = dataclasses.MISSING, allowed: str | None = None) -> Any:
+    """A dataclass field with a one-line ``help`` text and optional ``choices`` or ``allowed`` range
+    (:func:`in_range`; a None value, in an Optional field, is always allowed)."""
+    metadata: dict[str, Any] = {"help": help}
     if choices is not None:
         metadata["choices"] = tuple(choices)
+    if allowed is not None:
+        in_range(0, allowed)  # a malformed range fails at import
+        metadata["allowed"] = allowed
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+_COMPARE = {">": lambda v, n: v > n, ">=": lambda v, n: v >= n, "==": lambda v, n: v == n}
+
+
+def in_range(value: float, allowed: str) -> bool:
+    """Whether ``value`` satisfies ``allowed``: ``"> n"``, ``">= n"``, ``"== n"`` or an interval ``"in (a, b]"``
+    (brackets closed, parentheses open); text after a ``;`` is a note."""
+    rule = allowed.split(";")[0].strip()
+    if rule.startswith("in "):
+        low, high = (float(x) for x in rule[4:-1].split(","))
+        above = value > low if rule[3] == "(" else value >= low
+        below = value < high if rule[-1] == ")" else value <= high
+        if rule[3] not in "([" or rule[-1] not in ")]":
+            raise ValueError(f"malformed range {allowed!r}")
+        return above and below
+    op, number = rule.split()
+    return _COMPARE[op](value, float(number))
+
+
+def check_field(f: dataclasses.Field, value: Any, key: str) -> None:
+    """``value`` is one of the field's declared ``choices`` and within its ``allowed`` range (None always is)."""
+    choices = f.metadata.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(key, value, f"must be one of {', '.join(map(str, choices))}")
+    allowed = f.metadata.get("allowed")
+    if allowed is not None and value is not None and not in_range(value, allowed):
+        raise ConfigError(key, value, f"must be {allowed}")
+
+
+def check_rules(key: str, obj: Any, rules: list[tuple[str, bool, str]]) -> None:
+    """Raise :class:`ConfigError` for the first ``(field, holds, what is allowed)`` rule of ``obj`` that does not
+    hold; ``key`` is the dotted path of ``obj``."""
+    for name, ok, allowed in rules:
+        if not ok:
+            raise ConfigError(f"{key}.{name}", getattr(obj, name), allowed)
 
 
 def help_of(cls: type, name: str) -> str:

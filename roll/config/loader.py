@@ -180,7 +180,14 @@ def _unknown_key(cfg: DictConfig, dotted: str) -> ConfigError:
     allowed = sorted(node.keys()) if isinstance(node, DictConfig) else []
     close = difflib.get_close_matches(parts[-1], allowed, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    return ConfigError(dotted, "<unknown key>", f"not a config key; {hint}Allowed here: {', '.join(allowed)}")
+    return ConfigError(dotted, "<unknown key>", f"not a config key; {_elsewhere(OmegaConf.get_type(cfg), dotted)}"
+                                                f"{hint}Allowed here: {', '.join(allowed)}")
+
+
+def _elsewhere(schema: Any, dotted: str) -> str:
+    """Where the other pipeline's key ``dotted`` has its equivalent (the schema's ``ELSEWHERE``), or ''."""
+    where = getattr(schema, "ELSEWHERE", {}).get(dotted.split(".")[0])
+    return f"{where}; " if where else ""
 
 
 def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
@@ -191,6 +198,8 @@ def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
         leaf = key.rsplit(".", 1)[-1]
         close = difflib.get_close_matches(leaf, allowed, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
+        if parent_type is schema and _elsewhere(schema, key):
+            hint = f"; {_elsewhere(schema, key)[:-2]}."
         return ConfigError(key, "<unknown key>", f"not a key of {parent_type.__name__}{hint} "
                                                   f"Allowed: {', '.join(allowed)}")
     msg = str(exc).splitlines()[0]

@@ -14,20 +14,39 @@ from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.validation import check_train_batch, model_parallel_size
+from roll.config.validation import check_train_batch, model_parallel_size, unused_settings
+
+#: Keys of the shared block the RLVR pipeline does not read: key -> where its equivalent lives.
+UNUSED_RLVR = {
+    "val_batch_size": "RLVR validates validation.max_samples prompts (0 = all)",
+    "render_save_dir": "agentic only (frames of env episodes); RLVR validation responses are dumped with "
+                       "rollout_dump_steps",
+}
 from roll.config.worker import GeneratingArgs
 
 
 
 @dataclass
-class ValidationDataConfig:
-    """Held-out prompts scored every ``eval_steps`` (accuracy per tag)."""
+class ValidationGeneratingArgs(GeneratingArgs):
+    """Sampling for validation: greedy, at most ``response_length`` new tokens unless set."""
 
-    file_name: List[str] = fld(default_factory=list, help="Validation data files (parquet/jsonl); empty = none.")
+    max_new_tokens: Optional[int] = fld(None, "Maximum tokens per validation response; None = response_length.",
+                                         allowed=">= 1")
+    temperature: float = fld(0.0, "Sampling temperature; 0 = greedy.")
+    do_sample: bool = fld(False, "Sample (True) or decode greedily (False).")
+
+
+@dataclass
+class ValidationDataConfig:
+    """Held-out prompts scored every ``eval_steps`` (accuracy per tag). The whole block may be left out or null."""
+
+    file_name: Optional[List[str]] = fld(default_factory=list,
+                                         help="Validation data files (parquet/jsonl); empty or null = none.")
     max_samples: int = fld(0, "Use at most this many validation prompts (0 = all; the first N, file order).")
-    generating_args: GeneratingArgs = field(
-        default_factory=lambda: GeneratingArgs(do_sample=False, temperature=0.0),
-        metadata={"help": "Sampling for validation (greedy by default, one response per prompt)."})
+    generating_args: ValidationGeneratingArgs = field(
+        default_factory=ValidationGeneratingArgs,
+        metadata={"help": "Sampling for validation (greedy, max_new_tokens = response_length by default; one "
+                          "response per prompt)."})
 
 
 @dataclass
@@ -61,8 +80,9 @@ class RLVRWarmupConfig:
     answer_template: str = fld("<answer>{answer}</answer>", "Response text trained on ({answer}).")
     steps: int = fld(50, "Optimizer steps.")
     batch_size: int = fld(32, "Examples per optimizer step.")
-    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.")
-    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.")
+    learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.", allowed="> 0")
+    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.",
+                            allowed=">= 0")
     seed: int = fld(12345, "Seed of the example order.")
 
 
@@ -72,12 +92,14 @@ class RLVRConfig(BaseConfig):
 
     ground_truth_key: str = fld("ground_truth", "Column holding the reference answer.")
     tag_key: str = fld("tag", "Column holding the domain tag (selects the reward).")
+    default_tag: Optional[str] = fld(None, "Tag of rows without one (no tag column, or a null tag), e.g. math; "
+                                           "None = every row must have a tag.")
     truncation: str = fld("error", "What to do with a prompt longer than prompt_length.",
                           choices=["error", "left", "right"])
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than prompt_length (reported) instead.")
     system_prompt: Optional[str] = fld(None, "System message prepended to prompts without one (None = none).")
-    validation: ValidationDataConfig = field(default_factory=ValidationDataConfig,
-                                             metadata={"help": "Validation prompts and sampling."})
+    validation: Optional[ValidationDataConfig] = field(
+        default_factory=ValidationDataConfig, metadata={"help": "Validation prompts and sampling; null = none."})
     rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "Rule rewards and workers."})
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig,
                                                     metadata={"help": "Group filters (DAPO-style)."})
@@ -89,6 +111,21 @@ class RLVRConfig(BaseConfig):
                                      "steps, and validation responses at every validation (0 = never); `roll view` "
                                      "shows them.")
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
+
+    #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).
+    ELSEWHERE = {  # not a field (no annotation)
+        "custom_envs": "agentic only; an RLVR response is limited by response_length "
+                       "(actor_infer.generating_args.max_new_tokens)",
+        "train_env_manager": "agentic only; RLVR prompts come from actor_train.data_args.file_name, "
+                             "num_return_sequences_in_group responses each",
+        "val_env_manager": "agentic only; RLVR validation data is validation.file_name",
+        "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
+        "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
+        "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max"}
+
+    def unused_settings(self) -> list[str]:
+        """Warnings for shared keys set to a value the RLVR pipeline does not read (printed by the preflight)."""
+        return unused_settings(self, UNUSED_RLVR, "RLVR")
 
     def check_pipeline(self) -> None:
         """The RLVR rules (:func:`check_rlvr`)."""
@@ -148,6 +185,15 @@ def check_rlvr(cfg: RLVRConfig) -> None:
     if args.prompt and args.messages:
         raise ConfigError("actor_train.data_args.messages", args.messages,
                           f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null")
+    if cfg.default_tag is not None and not cfg.default_tag.strip():
+        raise ConfigError("default_tag", cfg.default_tag, "must be a non-empty tag (e.g. math) or null")
+    if cfg.validation is None:  # `validation: null`: no validation
+        cfg.validation = ValidationDataConfig()
+    if cfg.validation.file_name is None:  # `validation.file_name: null`: no validation data
+        cfg.validation.file_name = []
+    if cfg.validation.generating_args.max_new_tokens is None:
+        cfg.validation.generating_args.max_new_tokens = cfg.response_length
+    cfg.validation.generating_args.check("validation.generating_args")
     if not args.file_name:
         raise ConfigError("actor_train.data_args.file_name", args.file_name,
                           "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")

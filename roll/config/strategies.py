@@ -2,9 +2,10 @@
 
 A worker block's ``strategy_config`` is written as a mapping (YAML, ROLL's fragments); the strategy registry names
 the options class of each backend (``register_strategy(..., options="roll.config.strategies:SGLangOptions")``) and
-:func:`parse_options` turns the mapping into that class: an unknown key, a wrong type or a bad choice is a one-line
-:class:`ConfigError` naming ``<role>.strategy_args.strategy_config.<key>``. Defaults live only in these classes; a
-backend reads its typed options, never ``strategy_config.get(key, default)``.
+:func:`parse_options` turns the mapping into that class: an unknown key, a wrong type, a bad choice or a value
+outside the field's ``allowed`` range is a one-line :class:`ConfigError` naming
+``<role>.strategy_args.strategy_config.<key>``. Defaults live only in these classes; a backend reads its typed
+options, never ``strategy_config.get(key, default)``.
 
 A backend in another file registers its own options class the same way (a dataclass with ``fld`` fields and, for
 rules across its fields, a ``check(key)`` method). Optional hooks: ``check_worker(worker, key)`` (rules that need
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Type, TypeVar
 
 from roll.config.errors import ConfigError
-from roll.config.fields import fld
+from roll.config.fields import check_field, fld
 
 T = TypeVar("T")
 
@@ -51,20 +52,62 @@ class DeepSpeedTrainOptions:
                                                             "torch AdamW (None = DeepSpeed's default).")
     zero_allow_untested_optimizer: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     activation_checkpointing: Dict[str, Any] = fld(default_factory=dict, help="DeepSpeed's section, passed through.")
-    communication_data_type: Optional[str] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
     prescale_gradients: Optional[bool] = fld(None, "DeepSpeed's (None = DeepSpeed's default).")
-    steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).")
+    steps_per_print: int = fld(10 ** 9, "DeepSpeed's logging interval (roll logs its own metrics).", allowed=">= 1")
     wall_clock_breakdown: bool = fld(False, "DeepSpeed's timing breakdown.")
     optimizer: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll builds torch AdamW from "
                                                                "training_args (a warning says so when set).")
     scheduler: Dict[str, Any] = fld(default_factory=dict, help="Not used: roll schedules the learning rate from "
                                                                "training_args (a warning says so when set).")
 
+    communication_data_type: Optional[str] = fld(None, "DeepSpeed's (None = DeepSpeed's default).",
+                                                 choices=[None, "fp16", "bf16", "fp32"])
+
+    #: The batch keys ``auto`` fills from the worker block, with the field of ``training_args`` each equals.
+    BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+    @property
+    def stage(self) -> Any:
+        """The ZeRO stage in effect: the shorthand, else the section's (default 0)."""
+        return self.zero_stage if self.zero_stage is not None else self.zero_optimization.get("stage", 0)
+
     def check(self, key: str) -> None:
-        """The stage named by the shorthand or the section is 0-3."""
-        stage = self.zero_optimization.get("stage", 0)
-        if self.zero_stage is None and stage not in (0, 1, 2, 3):
-            raise ConfigError(f"{key}.zero_optimization.stage", stage, "must be one of 0, 1, 2, 3")
+        """The stage is 0-3 and the offloads fit it; ``auto`` values are ``auto`` or in range."""
+        if self.stage not in (0, 1, 2, 3):
+            raise ConfigError(f"{key}.zero_optimization.stage", self.stage, "must be one of 0, 1, 2, 3")
+        if self.offload_param == "cpu" and self.stage != 3:
+            raise ConfigError(f"{key}.offload_param", "cpu", f"needs ZeRO stage 3 (the stage is {self.stage})")
+        if self.offload_optimizer == "cpu" and self.stage == 0:
+            raise ConfigError(f"{key}.offload_optimizer", "cpu", "needs ZeRO stage 1, 2 or 3 (the stage is 0)")
+        for name in self.BATCH_KEYS:
+            value = getattr(self, name)
+            if value != "auto" and not (isinstance(value, int) and value >= 1):
+                raise ConfigError(f"{key}.{name}", value, "must be 'auto' (from the worker block) or an integer >= 1")
+        clip = self.gradient_clipping
+        if clip != "auto" and not (isinstance(clip, (int, float)) and clip >= 0):
+            raise ConfigError(f"{key}.gradient_clipping", clip, "must be 'auto' (= max_grad_norm) or a number >= 0")
+        for name in ("bf16", "fp16"):
+            enabled = getattr(self, name).get("enabled", "auto")
+            if enabled != "auto" and not isinstance(enabled, bool):
+                raise ConfigError(f"{key}.{name}.enabled", enabled, "must be 'auto' (from model_args.dtype) or a bool")
+
+    def check_worker(self, worker: Any, key: str) -> None:
+        """Values given instead of ``auto`` agree with the worker block (batch sizes, world size, dtype)."""
+        ta = worker.training_args
+        resolved = {"train_micro_batch_size_per_gpu": ta.per_device_train_batch_size,
+                    "gradient_accumulation_steps": ta.gradient_accumulation_steps,
+                    "train_batch_size": ta.per_device_train_batch_size * ta.gradient_accumulation_steps
+                    * worker.world_size}
+        for name, value in resolved.items():
+            if getattr(self, name) not in ("auto", value):
+                raise ConfigError(f"{key}.{name}", getattr(self, name), f"disagrees with the worker block ({value}: "
+                                                                       f"training_args and world_size); set 'auto'")
+        dtype = worker.model_args.dtype
+        for name in ("bf16", "fp16"):
+            enabled = getattr(self, name).get("enabled", "auto")
+            if enabled != "auto" and enabled != (dtype == name):
+                raise ConfigError(f"{key}.{name}.enabled", enabled, f"disagrees with model_args.dtype ({dtype}); set "
+                                                                    f"'auto' (dtype decides the precision)")
 
     def ignored(self) -> list[tuple[str, str]]:
         """``(key, why and what to use)`` for set keys roll does not use."""
@@ -98,17 +141,11 @@ class HFInferOptions:
     """``hf_infer``: transformers ``generate`` and forward passes (CPU or one GPU)."""
 
     generate_batch_size: int = fld(64, "Prompts per generate call (a larger request is generated in chunks; at most "
-                                       "the pipeline's max_running_requests).")
+                                       "the pipeline's max_running_requests).", allowed=">= 1")
     reuse_kv_cache: bool = fld(True, "Keep each sequence's keys and values for its next turn "
                                      "(roll.strategies.turn_cache).")
-    kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB.")
-
-    def check(self, key: str) -> None:
-        """Sizes are positive."""
-        if self.generate_batch_size < 1:
-            raise ConfigError(f"{key}.generate_batch_size", self.generate_batch_size, "must be >= 1")
-        if self.kv_cache_mb <= 0:
-            raise ConfigError(f"{key}.kv_cache_mb", self.kv_cache_mb, "must be > 0 (or set reuse_kv_cache: false)")
+    kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB (turn reuse off with "
+                                   "reuse_kv_cache: false).", allowed="> 0")
 
 
 #: Values of :attr:`SGLangOptions.weight_sync` (see :func:`roll.distributed.placement.weight_sync_mode`).
@@ -126,35 +163,45 @@ class SGLangOptions:
                                    "actor_train rank, nccl when actor_infer's GPUs are disjoint under Ray, else "
                                    "copy), cuda_ipc, nccl or copy.", choices=list(WEIGHT_SYNC_CHOICES))
     weight_bucket_bytes: int = fld(DEFAULT_BUCKET_BYTES, "Bytes per weight bucket of a sync (one "
-                                                         "update_weights_from_tensor call or broadcast).")
+                                                         "update_weights_from_tensor call or broadcast).",
+                                   allowed=">= 1")
     release_tags: Optional[List[str]] = fld(None, "What offload_states releases (None = all: weights, kv_cache, "
                                                   "cuda_graph).")
-    tp_size: Optional[int] = fld(None, "Tensor-parallel size of one engine (None = num_gpus_per_worker).")
-    mem_fraction_static: float = fld(0.5, "Fraction of the GPU for weights and KV cache.")
+    tp_size: Optional[int] = fld(None, "Tensor-parallel size of one engine (None = num_gpus_per_worker).",
+                                 allowed=">= 1")
+    mem_fraction_static: float = fld(0.5, "Fraction of the GPU for weights and KV cache.", allowed="in (0, 1)")
     attention_backend: str = fld("triton", "SGLang attention backend (FA3 kernels are absent from the lent bundles).")
     sampling_backend: str = fld("pytorch", "SGLang sampling backend.")
     enable_memory_saver: bool = fld(True, "Needed to release and resume memory when colocated with a trainer.")
     disable_prefill_cuda_graph: bool = fld(True, "SGLang's flag.")
-    log_level: str = fld("warning", "SGLang's log level.")
+    log_level: str = fld("warning", "SGLang's log level.", choices=["debug", "info", "warning", "error", "critical"])
     dtype: Optional[str] = fld(None, "Engine dtype (None = from model_args.dtype).")
-    context_length: Optional[int] = fld(None, "Engine context length (None = the model's).")
+    context_length: Optional[int] = fld(None, "Engine context length (None = the model's).", allowed=">= 1")
     max_running_requests: Optional[int] = fld(None, "Engine's most requests in flight (None = the pipeline's "
-                                                    "max_running_requests, else SGLang's default).")
+                                                    "max_running_requests, else SGLang's default).",
+                                              allowed=">= 1")
     chunked_prefill_size: Optional[int] = fld(None, "SGLang's (None = its default).")
     disable_cuda_graph: Optional[bool] = fld(None, "SGLang's (None = its default).")
     load_format: Optional[str] = fld(None, "SGLang's (None = its default).")
     engine_args: Dict[str, Any] = fld(default_factory=dict, help="Other sglang.Engine keyword arguments, passed "
                                                                  "through as written.")
 
+    #: What ``release_memory_occupation`` can release.
+    RELEASE_TAGS = ("weights", "kv_cache", "cuda_graph")
     #: Engine arguments roll sets itself (model_path from model_args, random_seed from seed).
     RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
 
     def check(self, key: str) -> None:
-        """Sizes are positive; reserved engine arguments are not set."""
-        if self.weight_bucket_bytes < 1:
-            raise ConfigError(f"{key}.weight_bucket_bytes", self.weight_bucket_bytes, "must be >= 1")
-        if self.tp_size is not None and self.tp_size < 1:
-            raise ConfigError(f"{key}.tp_size", self.tp_size, "must be >= 1")
+        """Chunked prefill is on or -1, release tags are known, reserved engine arguments are not set (the ranges
+        of single fields are their ``allowed``)."""
+        if self.chunked_prefill_size is not None and not (self.chunked_prefill_size >= 1
+                                                          or self.chunked_prefill_size == -1):
+            raise ConfigError(f"{key}.chunked_prefill_size", self.chunked_prefill_size,
+                              "must be >= 1, -1 (no chunking) or null (SGLang's default)")
+        unknown = sorted(set(self.release_tags or []) - set(self.RELEASE_TAGS))
+        if unknown:
+            raise ConfigError(f"{key}.release_tags", self.release_tags,
+                              f"unknown tags {unknown}; allowed: {', '.join(self.RELEASE_TAGS)} (null = all)")
         bad = sorted(set(self.RESERVED) & set(self.engine_args))
         if bad:
             raise ConfigError(f"{key}.engine_args", bad, "roll sets these itself (model_path from "
@@ -176,10 +223,7 @@ def parse_options(cls: Type[T], raw: Any, key: str) -> T:
     else:
         options = _build(cls, raw, key)
     for f in dataclasses.fields(cls):
-        choices = f.metadata.get("choices")
-        value = getattr(options, f.name)
-        if choices is not None and value not in choices:
-            raise ConfigError(f"{key}.{f.name}", value, f"must be one of {', '.join(map(str, choices))}")
+        check_field(f, getattr(options, f.name), f"{key}.{f.name}")
     check = getattr(options, "check", None)
     if check is not None:
         check(key)

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.fields import check_field
 from roll.config.megatron import MEGATRON_STRATEGIES
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
@@ -23,15 +24,14 @@ ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
 def check_choices(obj: Any, prefix: str = "") -> None:
-    """Check every field with declared ``choices``, recursively through nested dataclasses and dicts."""
+    """Check every field's declared ``choices`` and ``allowed`` range, recursively through nested dataclasses and
+    dicts."""
     if not dataclasses.is_dataclass(obj):
         return
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         key = f"{prefix}{f.name}"
-        choices = f.metadata.get("choices")
-        if choices is not None and value not in choices:
-            raise ConfigError(key, value, f"must be one of {', '.join(map(str, choices))}")
+        check_field(f, value, key)
         if dataclasses.is_dataclass(value):
             check_choices(value, key + ".")
         elif isinstance(value, dict):
@@ -96,6 +96,8 @@ def check_workers(cfg: Any) -> None:
             if len(mapping) % worker.num_gpus_per_worker:
                 raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker,
                                   f"must divide len(device_mapping) = {len(mapping)}")
+        if role == "actor_infer":
+            worker.generating_args.check(f"{role}.generating_args")
         if worker.infer_batch_size < 1:
             raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
         if worker.model_update_frequency < 1:
@@ -143,6 +145,14 @@ def ignored_settings(cfg: Any) -> list[str]:
         if getattr(cfg, key, value) != value:
             out.append(f"{key}={getattr(cfg, key)!r} is ignored: {why}; {fix}")
     return out
+
+
+def unused_settings(cfg: Any, table: dict[str, str], pipeline: str) -> list[str]:
+    """One warning per key of ``table`` (key -> where its equivalent lives) whose value differs from its default
+    (the declaring dataclass's): ``pipeline`` does not read it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return [f"{key}={getattr(cfg, key)!r} is not used by the {pipeline} pipeline: {where}"
+            for key, where in table.items() if getattr(cfg, key) != defaults[key]]
 
 
 def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
@@ -269,14 +279,11 @@ def check_algorithm(cfg: Any) -> None:
 
 def validate(cfg: Any) -> None:
     """Run every pure rule that applies to ``cfg`` (the pipeline's own through ``cfg.check_pipeline()``)."""
-    check_choices(cfg)
+    check_choices(cfg)  # choices and ranges of every field
+    if getattr(cfg, "tiny_model", None) is not None:
+        cfg.tiny_model.check("tiny_model")
     check_workers(cfg)
     check_placement(cfg)
-    if cfg.max_steps < 0:
-        raise ConfigError("max_steps", cfg.max_steps, "must be >= 0 (0: only the warm start and a validation)")
-    for key in ("rollout_batch_size", "sequence_length"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     check_ppo(cfg)
     check_scheduling(cfg)
     check_not_implemented(cfg, NOT_IMPLEMENTED)
@@ -310,8 +317,6 @@ def check_placement(cfg: Any) -> None:
                 raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
                                   f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
                                   f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node")
-    if cfg.save_steps < 0:
-        raise ConfigError("save_steps", cfg.save_steps, "must be >= 0 (0 = only the final model)")
     if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
         raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
                           "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")

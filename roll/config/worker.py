@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from roll.config.fields import fld
+from roll.config.fields import check_rules, fld
 
 
 @dataclass
@@ -26,16 +26,19 @@ class ModelArgs:
 class TrainingArgs:
     """Optimizer and batch settings of a training role."""
 
-    learning_rate: float = fld(1.0e-6, "Peak learning rate of AdamW.")
-    weight_decay: float = fld(0.0, "AdamW weight decay.")
-    adam_beta1: float = fld(0.9, "AdamW beta1.")
-    adam_beta2: float = fld(0.999, "AdamW beta2.")
-    per_device_train_batch_size: int = fld(1, "Micro-batch size per training worker (samples per forward).")
-    gradient_accumulation_steps: int = fld(1, "Micro-batches accumulated before one optimizer step.")
-    warmup_steps: int = fld(0, "Linear learning-rate warmup, in optimizer steps.")
+    learning_rate: float = fld(1.0e-6, "Peak learning rate of AdamW.", allowed="> 0")
+    weight_decay: float = fld(0.0, "AdamW weight decay.", allowed=">= 0")
+    adam_beta1: float = fld(0.9, "AdamW beta1.", allowed="in [0, 1)")
+    adam_beta2: float = fld(0.999, "AdamW beta2.", allowed="in [0, 1)")
+    per_device_train_batch_size: int = fld(1, "Micro-batch size per training worker (samples per forward).",
+                                           allowed=">= 1")
+    gradient_accumulation_steps: int = fld(1, "Micro-batches accumulated before one optimizer step.",
+                                           allowed=">= 1")
+    warmup_steps: int = fld(0, "Linear learning-rate warmup, in optimizer steps.", allowed=">= 0")
     lr_scheduler_type: str = fld("constant", "Learning-rate schedule after warmup.",
                                  choices=["constant", "linear", "cosine"])
-    max_steps: int = fld(0, "Optimizer steps the schedule decays over (linear/cosine); 0 = derive from the pipeline.")
+    max_steps: int = fld(0, "Optimizer steps the schedule decays over (linear/cosine); 0 = derive from the pipeline.",
+                         allowed=">= 0")
 
 
 @dataclass
@@ -53,16 +56,24 @@ class DataArgs:
 class GeneratingArgs:
     """Sampling parameters for generation."""
 
-    max_new_tokens: int = fld(128, "Maximum tokens generated per request (per turn in agentic rollouts).")
-    temperature: float = fld(1.0, "Sampling temperature; 0 = greedy.")
-    top_p: float = fld(1.0, "Nucleus sampling threshold.")
-    top_k: int = fld(0, "Top-k sampling; 0 or -1 disables it.")
+    max_new_tokens: int = fld(128, "Maximum tokens generated per request (per turn in agentic rollouts).",
+                              allowed=">= 1")
+    temperature: float = fld(1.0, "Sampling temperature; 0 = greedy.", allowed=">= 0")
+    top_p: float = fld(1.0, "Nucleus sampling threshold (1 = off).", allowed="in (0, 1]")
+    top_k: int = fld(0, "Top-k sampling; 0 or -1 disables it.", allowed=">= -1")
     do_sample: bool = fld(True, "Sample (True) or decode greedily (False).")
-    num_beams: int = fld(1, "Beam count (1 = no beam search; RL needs 1).")
-    num_return_sequences: int = fld(1, "Samples per prompt returned by one request.")
-    repetition_penalty: float = fld(1.0, "Repetition penalty (1.0 = off).")
+    num_beams: int = fld(1, "Beam count: RL samples its responses, so 1 (no beam search).",
+                         allowed="== 1; RL samples (no beam search)")
+    num_return_sequences: int = fld(1, "Samples per prompt returned by one request.", allowed=">= 1")
+    repetition_penalty: float = fld(1.0, "Repetition penalty (1.0 = off).", allowed="> 0")
     stop_token_ids: List[int] = fld(default_factory=list, help="Extra token ids that end generation.")
     ignore_eos: bool = fld(False, "Generate max_new_tokens even past end tokens (throughput benchmarks).")
+
+    def check(self, key: str) -> None:
+        """Stop tokens are token ids (the ranges of the other fields are their ``allowed``)."""
+        check_rules(key, self, [
+            ("stop_token_ids", all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+             "must be token ids (integers >= 0)")])
 
 
 @dataclass
@@ -91,7 +102,7 @@ class WorkerConfig:
                                     "empty/None on CPU.")
     world_size: int = fld(1, "Number of workers of this role (CPU); on GPU derived from device_mapping.")
     num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).")
-    num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.")
+    num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.", allowed="> 0")
     infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.")
     use_dynamic_batching_in_train: bool = fld(
         False, "Form training micro-batches by a token budget (max_tokens_per_microbatch_in_train) instead of "

@@ -97,7 +97,8 @@ def _check_columns(path: Path, records: list, columns: list[str], problems: _Pro
     if absent and present:
         problems.add(
             str(path), None, f"column(s) {absent} not found (columns present: {sorted(present)}); "
-            "pass prompt_key= / messages_key= / ground_truth_key= / tag_key= to name them"
+            "pass prompt_key= / messages_key= / ground_truth_key= / tag_key= to name them (or default_tag= for "
+            "data without tags)"
         )
         return False
     return True
@@ -147,6 +148,7 @@ def load_rlvr_dataset(
     messages_key: str | None = None,
     ground_truth_key: str = "ground_truth",
     tag_key: str = "tag",
+    default_tag: str | None = None,
 ) -> list[RLVRExample]:
     """Load and validate RLVR examples from one or more parquet / JSONL files.
 
@@ -156,6 +158,7 @@ def load_rlvr_dataset(
         messages_key: column holding chat messages instead of prompt text.
         ground_truth_key: column holding the reference answer.
         tag_key: column holding the domain tag.
+        default_tag: the tag of rows without one (the column absent, or a null value); None: every row needs one.
 
     Raises:
         DatasetValidationError: once, listing every malformed row (file, row, problem; the first
@@ -171,7 +174,8 @@ def load_rlvr_dataset(
         if not p.is_file():
             raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
         records = _read_records(p, problems)
-        if not _check_columns(p, records, [prompt_col, ground_truth_key, tag_key], problems):
+        required = [prompt_col, ground_truth_key] + ([tag_key] if default_tag is None else [])
+        if not _check_columns(p, records, required, problems):
             continue
         for row, (rec, line) in enumerate(records):
             if not rec:
@@ -179,7 +183,10 @@ def load_rlvr_dataset(
             prompt, err_p = _check_prompt(rec.get(prompt_col), messages_key is not None)
             truth, err_t = _check_ground_truth(rec.get(ground_truth_key))
             tag = rec.get(tag_key)
-            err_tag = None if isinstance(tag, str) and tag.strip() else f"missing or empty tag {tag!r}"
+            if _is_missing(tag) and default_tag is not None:
+                tag = default_tag
+            err_tag = None if isinstance(tag, str) and tag.strip() else \
+                f"missing or empty tag {tag!r}" + ("" if default_tag is not None else " (default_tag sets one)")
             errs = [e for e in (err_p, err_t, err_tag) if e]
             if errs:
                 problems.add(str(p), row, "; ".join(errs), line)

@@ -14,11 +14,14 @@ while an async call to it is in flight).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait as wait_futures
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
@@ -32,6 +35,32 @@ Method = Union[str, Callable[..., Any]]
 def method_name(method: Method) -> str:
     """The name of a worker method given as a function or a name."""
     return method if isinstance(method, str) else method.__name__
+
+
+@contextlib.contextmanager
+def start_notice(role: str, timeout_s: float, every_s: float = 60.0) -> Iterator[None]:
+    """Around the start of ``role``'s workers: one line every ``every_s`` seconds while they are still starting
+    (naming any stale torch build lock, the known cause of a silent hang), and a timeout error (a Ray group's
+    ``rpc_timeout``) that says which role did not start, within how long, and where to look."""
+    from roll.strategies.build_locks import find_build_locks
+
+    done, start = threading.Event(), time.monotonic()
+
+    def watch() -> None:
+        while not done.wait(every_s):
+            stale = " ".join(lock.message() for lock in find_build_locks() if lock.stale)
+            print(f"[roll] {role}: workers still starting after {time.monotonic() - start:.0f} s (model load, "
+                  f"process-group rendezvous){'; ' + stale if stale else ''}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=watch, name=f"roll-start-notice-{role}", daemon=True).start()
+    try:
+        yield
+    except TimeoutError as exc:  # ray's GetTimeoutError is one
+        raise TimeoutError(f"{role}: workers did not start within rpc_timeout={timeout_s:g} s; their log lines are "
+                           f"above (Ray prefixes them with the actor's pid); `roll doctor` lists stale build "
+                           f"locks") from exc
+    finally:
+        done.set()
 
 
 class WorkerGroup(ABC):

@@ -18,6 +18,7 @@ from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.common import colocation_phases, start_roles, sync_weights
 from roll.pipelines.loss_fns import SFT_LOSS
 from roll.pipelines.ppo import PPOTrainer
+from roll.tracking.rewind import prune_step_dumps
 
 
 class Pipeline(ABC):
@@ -141,6 +142,8 @@ class Pipeline(ABC):
         resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
         self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
         first = self.resume(resume) + 1 if resume else 1
+        if resume is None:  # a new run in a used logging_dir: older dumps go, as metrics.jsonl starts afresh
+            self.prune_dumps(0)
         if resume is None and cfg.sft_warmup.enabled:
             self.tracker.log(self.warm_start(), step=0)
         validating = self.can_validate() and cfg.eval_steps > 0
@@ -181,11 +184,19 @@ class Pipeline(ABC):
         if state["seed"] != self.cfg.seed:
             raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
                              f"resume with the same seed ({self.seed_determines} derive from it)")
+        # the steps after the checkpoint are replayed: each log and dump keeps them once
+        self.tracker.rewind(int(state["step"]))
+        self.prune_dumps(int(state["step"]))
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.load_driver_state(state)
         self.sync_infer()
         print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
         return int(state["step"])
+
+    def prune_dumps(self, step: int) -> None:
+        """Remove the per-step dumps (trajectories, rollouts, validation renders) of steps after ``step``."""
+        renders = getattr(self.cfg, "render_save_dir", None)  # agentic only
+        prune_step_dumps(self.log_dir, step, [renders] if renders else [])
 
     def plot(self) -> None:
         """``metrics.png`` next to ``metrics.jsonl``; a plot never fails a finished run."""

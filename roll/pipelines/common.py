@@ -15,7 +15,7 @@ from roll.config.base import BaseConfig
 from roll.config.validation import ROLES
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
-from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
+from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.roles import CriticProxy, RoleProxy, Roles, TrainProxy
 from roll.distributed.weight_sync import copy_weights
 from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss
@@ -53,8 +53,9 @@ def start_roles(cfg: BaseConfig) -> Roles:
     ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
                           max_running_requests=cfg.max_running_requests)
     roles = Roles.of(groups, cfg)
-    for _, proxy in roles.items():
-        proxy.initialize(ctx)
+    for role, proxy in roles.items():
+        with start_notice(role, cfg.rpc_timeout):
+            proxy.initialize(ctx)
     return roles
 
 

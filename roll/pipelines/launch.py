@@ -12,7 +12,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from roll.config.errors import ConfigError
-from roll.pipelines.preflight import preflight
+from roll.pipelines.preflight import preflight, visible_gpus
 
 
 def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Namespace:
@@ -31,13 +31,14 @@ def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Name
 
 
 def load_checked(config_name: str, config_path: str | None = None, overrides: Sequence[str] | None = None,
-                 schema: type | None = None) -> Any:
+                 schema: type | None = None, gpus: int | None = None) -> Any:
     """:func:`roll.config.loader.load_config` (the config's own rules), then the :func:`preflight` (registries,
-    packages, envs, data files): everything a launch checks before any worker starts."""
+    packages, envs, data files; device mappings against ``gpus`` GPUs when given): everything a launch checks
+    before any worker starts."""
     from roll.config.loader import load_config
 
     cfg = load_config(config_name, config_path, list(overrides or []), schema=schema)
-    preflight(cfg)
+    preflight(cfg, gpus)
     return cfg
 
 
@@ -49,7 +50,7 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
     if os.getcwd() not in sys.path:  # user modules (custom envs, rewards) import from the launch directory
         sys.path.insert(0, os.getcwd())
     try:
-        cfg = load_checked(args.config_name, args.config_path, args.overrides, schema=schema)
+        cfg = load_checked(args.config_name, args.config_path, args.overrides, schema=schema, gpus=visible_gpus())
     except ConfigError as exc:
         print(f"roll: config error: {exc}", file=sys.stderr)
         return 2

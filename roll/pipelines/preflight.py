@@ -19,6 +19,7 @@ reward or env fails fast with the import error.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -28,13 +29,16 @@ from roll.config.rlvr import RLVRConfig
 from roll.config.validation import ROLES, ignored_settings
 
 
-def preflight(cfg: Any) -> list[str]:
+def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     """Run every check that applies to ``cfg``; print and return the warnings (keys accepted but not used).
+    ``gpus``: the GPUs this machine has (:func:`visible_gpus`; the launch passes it), None = not checked.
 
     Raises:
         ConfigError: the first failed check (one line: key, value, what is allowed).
     """
-    warnings: list[str] = ignored_settings(cfg)
+    warnings: list[str] = ignored_settings(cfg) + getattr(cfg, "unused_settings", list)()
+    if gpus is not None:
+        check_gpus(cfg, gpus)
     check_strategies(cfg)
     warnings += check_strategy_options(cfg)
     check_weight_sync(cfg)
@@ -62,6 +66,28 @@ def _lookup(registry: Any, key: str, name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- strategies
 def _roles(cfg: Any) -> dict[str, Any]:
     return {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+
+
+def visible_gpus() -> int:
+    """The CUDA GPUs this process can use (after ``CUDA_VISIBLE_DEVICES``)."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def check_gpus(cfg: Any, gpus: int) -> None:
+    """A launch that starts its own single-node Ray (no ``ray_address``) maps roles only onto the ``gpus`` GPUs
+    this machine has (a cluster's GPUs are checked against Ray's resources when the placement groups form)."""
+    if cfg.ray_address or cfg.num_nodes > 1:
+        return
+    where = f"this machine has {gpus} visible GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+    for role, worker in _roles(cfg).items():
+        if worker.device_mapping and max(worker.device_mapping) >= gpus:
+            fix = (f"use ids 0..{gpus - 1}" if gpus else
+                   "clear the device mappings and set num_gpus_per_node: 0 for a CPU run")
+            raise ConfigError(f"{role}.device_mapping", worker.device_mapping, f"{where}; {fix}")
+    if cfg.num_gpus_per_node > gpus:
+        raise ConfigError("num_gpus_per_node", cfg.num_gpus_per_node, f"{where}; set it to at most {gpus}")
 
 
 def check_strategies(cfg: Any) -> None:
@@ -225,7 +251,8 @@ def check_data(cfg: RLVRConfig) -> set[str]:
             continue
         try:
             examples = load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                                         ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key)
+                                         ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key,
+                                         default_tag=cfg.default_tag)
         except DatasetValidationError as exc:
             key = "actor_train.data_args.file_name" if what == "train" else "validation.file_name"
             raise ConfigError(key, files, str(exc)) from None

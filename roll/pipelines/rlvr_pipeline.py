@@ -105,7 +105,8 @@ class RLVRPipeline(Pipeline):
     def _load(self, files: list[str]) -> list[RLVRExample]:
         args, cfg = self.cfg.actor_train.data_args, self.cfg
         return load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                                 ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key)
+                                 ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key,
+                                 default_tag=cfg.default_tag)
 
     def _encode(self, examples: list[RLVRExample], what: str) -> tuple[list[RLVRExample], list[list[int]]]:
         cfg = self.cfg

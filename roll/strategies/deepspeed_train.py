@@ -20,6 +20,7 @@ from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
 from roll.strategies.base import StrategyContext
+from roll.strategies.build_locks import prepare_deepspeed_comm
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
@@ -73,6 +74,7 @@ def init_deepspeed_distributed(seed: int) -> None:
     on_gpu = torch.cuda.is_available()
     if on_gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    prepare_deepspeed_comm(on_gpu)  # on CPU: no JIT build of DeepSpeed's shm comm op (roll/strategies/build_locks.py)
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
 
 

@@ -90,6 +90,11 @@ class Tracker(ABC):
     def finish(self) -> None:
         """Flush and close the run. Calling it twice is harmless; logging after it is an error."""
 
+    def rewind(self, step: int) -> None:
+        """Forget what this run logged after ``step``: a resume from the step-``step`` checkpoint replays those
+        steps, and each must be logged once. Trackers whose backend keeps a step history override this (the
+        built-in ones all do); the default keeps everything."""
+
     def __enter__(self) -> Tracker:
         return self
 

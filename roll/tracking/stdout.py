@@ -6,8 +6,10 @@ Line format (headline keys first in their given order, then the other keys sorte
 
 File format: ``<log_dir>/metrics.jsonl`` gets one JSON object per :meth:`StdoutTracker.log` call,
 ``{"step": 3, "timestamp": 1763740000.0, "rollout/success_rate": 0.3125, ...}``; NaN and infinite values are
-written as ``null``. A new run (``run_id=None``) starts the file afresh; a resumed run appends to it, so a step
-may appear twice; readers merge records of one step, later values winning (see :func:`roll.tracking.plot.load_metrics`).
+written as ``null``. A new run (``run_id=None``) starts the file afresh; a resumed run appends to it after
+:meth:`StdoutTracker.rewind` dropped the records of the steps it replays, so each step is logged once (one step may
+have several records, e.g. training and validation metrics; readers merge them, see
+:func:`roll.tracking.plot.load_metrics`).
 Text from :meth:`StdoutTracker.log_text` is printed and appended to ``<log_dir>/texts.jsonl``.
 
 Lines are printed through ``tqdm.write`` so that they appear above an active progress bar instead of breaking it.
@@ -26,6 +28,7 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from roll.tracking.base import Tracker, TrackerOptions, json_safe, new_run_id, register_tracker, to_float_metrics
+from roll.tracking.rewind import truncate_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 TEXTS_FILE = "texts.jsonl"
@@ -134,6 +137,21 @@ class StdoutTracker(Tracker):
         self._texts_file.write(json.dumps({"step": int(step), "key": key, "text": text}) + "\n")
         self._texts_file.flush()
         self._write(f"step {step} | {key}:\n{text}")
+
+    def rewind(self, step: int) -> None:
+        """Drop the records of steps after ``step`` from ``metrics.jsonl`` and ``texts.jsonl`` (and a line torn by
+        a kill), then keep appending."""
+        self._check_open("rewind")
+        for attr, path in (("_metrics_file", self.metrics_path), ("_texts_file", self.texts_path)):
+            handle = getattr(self, attr)
+            if handle is not None:
+                handle.close()
+            dropped = truncate_jsonl(path, step)
+            if dropped:
+                self._write(f"tracking: dropped {dropped} record(s) after step {step} from {path} (replayed now)")
+            if handle is not None:
+                setattr(self, attr, open(path, "a", encoding="utf-8"))
+        self._mode = "a"
 
     def finish(self) -> None:
         """Close ``metrics.jsonl`` and ``texts.jsonl``; later calls do nothing."""

@@ -38,7 +38,9 @@ class TensorboardTracker(Tracker):
     """Writes scalars with ``torch.utils.tensorboard.SummaryWriter`` and also prints / writes ``metrics.jsonl``.
 
     Arguments are those of :class:`~roll.tracking.base.Tracker`; ``options`` is a :class:`TensorboardOptions`.
-    A resumed run (``run_id`` given) writes new event files into the same directory, which TensorBoard merges.
+    A resumed run (``run_id`` given) writes new event files into the same directory, which TensorBoard merges;
+    :meth:`rewind` makes TensorBoard discard the earlier files' events of the replayed steps (``purge_step``). A new
+    run in a directory with event files purges all of theirs (``purge_step=0``), as ``metrics.jsonl`` starts afresh.
     """
 
     options_cls = TensorboardOptions
@@ -63,7 +65,9 @@ class TensorboardTracker(Tracker):
         self.options = options
         self._stdout = StdoutTracker(exp_name=exp_name, log_dir=log_dir, config=config, options=options, run_id=run_id)
         self.event_dir = options.log_dir or log_dir
-        self._writer = SummaryWriter(log_dir=self.event_dir, flush_secs=options.flush_secs)
+        self._summary_writer = SummaryWriter
+        self._writer = SummaryWriter(log_dir=self.event_dir, flush_secs=options.flush_secs,
+                                     purge_step=0 if run_id is None else None)
         if run_id is None and config:
             self._writer.add_text("config", _as_code_block(json.dumps(dict(config), indent=2, default=str)), 0)
 
@@ -83,6 +87,14 @@ class TensorboardTracker(Tracker):
         """Print ``text`` and add it as a TensorBoard text summary (shown as a code block)."""
         self._stdout.log_text(key, text, step)
         self._writer.add_text(key, _as_code_block(text), global_step=step)
+
+    def rewind(self, step: int) -> None:
+        """Drop steps after ``step`` from ``metrics.jsonl``/``texts.jsonl``, and reopen the event writer with
+        ``purge_step=step + 1``: TensorBoard then discards the events of later steps in the older event files."""
+        self._stdout.rewind(step)
+        self._writer.close()
+        self._writer = self._summary_writer(log_dir=self.event_dir, flush_secs=self.options.flush_secs,
+                                            purge_step=step + 1)
 
     def finish(self) -> None:
         """Flush and close the event writer and the stdout tracker."""

@@ -2,7 +2,9 @@
 
 ``wandb`` is imported only when this tracker is created. Set ``WANDB_MODE=offline`` (or
 ``tracker_kwargs: {mode: offline}``) to log locally with no network; upload later with ``wandb sync``.
-Resuming: pass the ``run_id`` saved in the checkpoint and the same W&B run continues (``resume="allow"``).
+Resuming: pass the ``run_id`` saved in the checkpoint and the same W&B run continues (``resume="allow"``). W&B
+keeps a run's steps increasing: a replayed step that the run already holds is ignored (not duplicated), one the
+killed process never sent is recorded.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ class WandbTracker(Tracker):
         """Print ``text`` and log it to W&B as preformatted HTML."""
         self._stdout.log_text(key, text, step)
         self._run.log({key: self._wandb.Html(f"<pre>{html.escape(text)}</pre>")}, step=step)
+
+    def rewind(self, step: int) -> None:
+        """Drop steps after ``step`` from ``metrics.jsonl``/``texts.jsonl``. The W&B run itself is not rewound
+        (W&B's ``resume_from`` is a beta server feature): it ignores replayed steps it already holds."""
+        self._stdout.rewind(step)
 
     def finish(self) -> None:
         """Finish the W&B run (idempotent) and close the stdout tracker."""

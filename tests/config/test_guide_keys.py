@@ -216,11 +216,13 @@ def test_keys_roll_does_not_act_on_warn_with_key_reason_and_fix(base_cfg, capsys
     cfg.generate_opt_level, cfg.is_num_return_sequences_expand = 0, False
     cfg.actor_train.strategy_args.strategy_config = {"zero_stage": 2, "optimizer": {"type": "AdamW"}}
     warnings = preflight(cfg)
-    assert [w.split(" is ignored")[0] for w in warnings] == [
+    assert [w.split(" is ")[0] for w in warnings] == [
         "generate_opt_level=0", "is_num_return_sequences_expand=False",
+        "prompt_length=512", "response_length=128",  # the ROLL-style example sets them; agentic does not read them
         "actor_train.strategy_args.strategy_config.optimizer"]
-    assert "set it to 1" in warnings[0] and "training_args" in warnings[2]
-    assert capsys.readouterr().err.count("roll: config warning: ") == 3
+    assert "set it to 1" in warnings[0] and "training_args" in warnings[4]
+    assert "custom_envs.<tag>.max_tokens_per_step" in warnings[3]
+    assert capsys.readouterr().err.count("roll: config warning: ") == 5
 
 
 @pytest.mark.parametrize("value", [0, -2])

@@ -136,3 +136,20 @@ def test_truncation_modes(tokenizer):
     assert len(kept) == 1 and report.kept == [0] and report.filtered_rows == [("f.jsonl", 7, 9)]
     with pytest.raises(ValueError, match="truncation='middle' is not one of"):
         encode_prompts(examples, tokenizer, prompt_length=6, truncation="middle")
+
+
+def test_default_tag_for_rows_without_one(tmp_path):
+    untagged = _write_jsonl(tmp_path / "untagged.jsonl", [{"prompt": "1 + 1 ?", "ground_truth": "2"},
+                                                          {"prompt": "2 + 2 ?", "ground_truth": 4}])
+    with pytest.raises(DatasetValidationError, match=r"column\(s\) \['tag'\] not found.*default_tag="):
+        load_rlvr_dataset(untagged)
+    assert [e.tag for e in load_rlvr_dataset(untagged, default_tag="math")] == ["math", "math"]
+    mixed = _write_jsonl(tmp_path / "mixed.jsonl", [{"prompt": "a", "ground_truth": "1", "tag": "logic"},
+                                                    {"prompt": "b", "ground_truth": "1", "tag": None},
+                                                    {"prompt": "c", "ground_truth": "1"}])
+    assert [e.tag for e in load_rlvr_dataset(mixed, default_tag="math")] == ["logic", "math", "math"]
+    with pytest.raises(DatasetValidationError, match=r"row 1 \(line 2\): missing or empty tag None \(default_tag"):
+        load_rlvr_dataset(mixed)
+    blank = _write_jsonl(tmp_path / "blank.jsonl", [{"prompt": "a", "ground_truth": "1", "tag": " "}])
+    with pytest.raises(DatasetValidationError, match="missing or empty tag ' '"):  # a blank tag is an error
+        load_rlvr_dataset(blank, default_tag="math")

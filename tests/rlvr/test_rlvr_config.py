@@ -83,6 +83,34 @@ def test_messages_column_and_custom_keys(tmp_path):
         load("rlvr_tiny", f"actor_train.data_args.file_name=[{path}]", "validation.file_name=[]")
 
 
+def test_default_tag_for_data_without_a_tag_column(tmp_path):
+    path = write_jsonl(tmp_path / "untagged.jsonl", [{"prompt": "What is 1 + 1?", "ground_truth": "2"}])
+    with pytest.raises(ConfigError) as err:
+        load("rlvr_tiny", f"actor_train.data_args.file_name=[{path}]")
+    assert err.value.key == "actor_train.data_args.file_name" and "default_tag" in str(err.value)
+    cfg = load("rlvr_tiny", f"actor_train.data_args.file_name=[{path}]", "default_tag=math")
+    assert cfg.default_tag == "math"
+    with pytest.raises(ConfigError, match="default_tag.*non-empty"):
+        load("rlvr_tiny", "default_tag=''")
+
+
+@pytest.mark.parametrize("override", ["validation=null", "~validation", "validation.file_name=null"])
+def test_validation_block_can_be_left_out_or_null(override):
+    """No validation, and no max_new_tokens to set against a small response_length (8 here; the generation
+    default is 128)."""
+    cfg = load("rlvr_tiny", override)
+    assert cfg.validation.file_name == []
+    assert cfg.validation.generating_args.max_new_tokens == cfg.response_length == 8
+    assert cfg.validation.generating_args.do_sample is False
+
+
+def test_validation_max_new_tokens_follows_response_length_unless_set():
+    cfg = load("rlvr_tiny", "~validation.generating_args.max_new_tokens", "response_length=10")
+    assert cfg.validation.generating_args.max_new_tokens == 10 and cfg.validation.file_name
+    assert load("rlvr_tiny", "validation.generating_args.max_new_tokens=5").validation.generating_args \
+        .max_new_tokens == 5
+
+
 @pytest.mark.parametrize("override, key, fragment", [
     ("actor_train.data_args.file_name=[data/nope.jsonl]", "actor_train.data_args.file_name", "no such file"),
     ("actor_train.data_args.file_name=[data/math_tiny/train.csv]", "actor_train.data_args.file_name",

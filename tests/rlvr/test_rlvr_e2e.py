@@ -87,3 +87,21 @@ def test_malformed_data_stops_cli_before_workers(tmp_path):
     assert proc.returncode == 2
     assert "actor_train.data_args.file_name" in proc.stderr and "row 1 (line 2): empty prompt" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_untagged_data_and_no_validation_block(tmp_path, tiny_model_dir):
+    """Data without a tag column runs with ``default_tag``; ``validation: null`` runs no validation."""
+    rows = [json.loads(line) for line in (REPO / "data" / "math_tiny" / "train.jsonl").read_text().splitlines()]
+    untagged = tmp_path / "untagged.jsonl"
+    untagged.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "tag"}) + "\n" for r in rows[:64]))
+    overrides = [o for o in small_run_overrides(tmp_path, tiny_model_dir) if not o.startswith("validation.")]
+    cmd = [sys.executable, SCRIPT, "--config-name", "rlvr_tiny", *overrides, "max_steps=1", "save_steps=0",
+           "distributed=local", f"actor_train.data_args.file_name=[{untagged}]", "default_tag=math",
+           "validation=null"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "rollout/accuracy" in m] == [1]
+    assert "rollout/math/accuracy" in metrics[-1]  # every row got the default tag
+    assert not any(k.startswith("val/") for m in metrics for k in m)

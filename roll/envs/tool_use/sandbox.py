@@ -1,22 +1,30 @@
 """Run untrusted Python snippets in a separate, limited process: :func:`run_python`.
 
-Layers (each covered by an adversarial test in ``tests/envs/test_sandbox.py``):
+Layers (each covered by adversarial tests in ``tests/envs/test_sandbox.py`` and, for reads,
+``tests/envs/test_sandbox_reads.py``):
 
 - a fresh ``python -I -S -u`` process (isolated mode: no site-packages, no ``PYTHON*`` variables, no
   script directory on ``sys.path``) in its own session and process group, with a clean environment
   (minimal ``PATH``, ``HOME``/``TMPDIR`` pointing at the sandbox directory, nothing of the caller's);
 - when ``unshare`` works (detected once, cached): a new network namespace (no interfaces but a down
   loopback) and a new PID namespace, so everything the code starts dies with it;
+- when the kernel has Landlock (detected once, cached; ``_landlock.py``): the kernel confines reads to the
+  sandbox directory and what the interpreter needs (:func:`sandbox_paths`), writes to the sandbox directory,
+  denies TCP and signals to outside processes; without Landlock one loud line says so and the audit hook below
+  is the only read guard;
 - resource limits in the worker: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``,
   ``RLIMIT_CORE=0`` and, if given, ``RLIMIT_NPROC`` (per user, and not enforced for root);
 - an audit hook installed before the user code runs (see ``_bootstrap.py``) that refuses process
-  creation, sockets, ``ctypes``, writes outside the sandbox directory, reading other processes'
-  ``/proc`` entries, signalling other processes and raising the limits;
+  creation, sockets, ``ctypes``, writes outside the sandbox directory, reads and listings outside the paths
+  of :func:`sandbox_paths`, reading other processes' ``/proc`` entries, signalling other processes and raising
+  the limits;
 - the caller reads both pipes incrementally, caps the output, enforces the wall-clock limit and kills
   the whole process group at the end, whatever happened.
 
-This is *not* a security boundary against determined attackers (native code, interpreter bugs, races);
-run untrusted workloads in containers or gVisor as well. See ``docs/tool_use.md``.
+With Landlock the kernel bounds file access, TCP and signals even for native code; the rest (and everything
+without Landlock) rests on the audit hook, which is *not* a security boundary against determined attackers
+(interpreter bugs, introspection, races). Run untrusted workloads in containers or gVisor as well. See
+``docs/tool_use.md``.
 """
 
 from __future__ import annotations
@@ -35,9 +43,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _BOOTSTRAP = str(Path(__file__).with_name("_bootstrap.py"))
-# Must match _bootstrap.EXIT_MEMORY / EXIT_BLOCKED (that file is a script, not imported here).
+_LANDLOCK = str(Path(__file__).with_name("_landlock.py"))
+# Must match _bootstrap.EXIT_MEMORY / EXIT_BLOCKED and _landlock.EXIT_SETUP (scripts, not imported here).
 _EXIT_MEMORY = 86
 _EXIT_BLOCKED = 87
+_EXIT_SETUP = 88
+#: Shared-library directories the interpreter and its extension modules load from (read and execute).
+SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib")
+#: Other files the standard library reads: the loader cache, time zones, random and empty devices.
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo", "/dev/urandom", "/dev/random",
+                "/dev/zero")
+#: Program directories, readable and executable only with ``allow_processes=True``.
+PROGRAM_DIRS = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin")
 #: Seconds the caller may wait beyond ``wall_timeout_s`` (process start, kill, pipe drain).
 GRACE_S = 1.0
 _READ_CHUNK = 65536
@@ -91,6 +108,55 @@ def namespace_prefix() -> tuple[str, ...]:
         if _probe(prefix):
             return tuple(prefix)
     return ()
+
+
+@functools.lru_cache(maxsize=1)
+def interpreter() -> str:
+    """The real Python executable the sandbox runs (a virtualenv's ``python`` resolved: ``-I -S`` uses no
+    site-packages, so the base interpreter runs the same standard library)."""
+    return os.path.realpath(sys.executable)
+
+
+@functools.lru_cache(maxsize=1)
+def interpreter_paths() -> tuple[str, ...]:
+    """What the interpreter reads: its ``-I -S`` ``sys.path`` (standard library, ``lib-dynload``) and its
+    ``libpython`` files (asked once of the interpreter itself, cached)."""
+    probe = ("import glob, json, os, sys, sysconfig\n"
+             "libdir = sysconfig.get_config_var('LIBDIR') or ''\n"
+             "print(json.dumps(sys.path + glob.glob(os.path.join(libdir, 'libpython*'))))")
+    done = subprocess.run([interpreter(), "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30,
+                          check=True)
+    return tuple(json.loads(done.stdout))
+
+
+def sandbox_paths(root: str, work: str, allow_processes: bool = False) -> dict[str, list[str]]:
+    """The paths a sandbox run may use (real paths of those that exist): ``read`` (read and list), ``exec`` (also
+    execute) and ``write`` (full use). Everything else is unreadable: the user's files, the project, ``/etc``
+    (but the loader cache and the local time zone), ``/proc`` and ``/sys``."""
+    def real(paths) -> list[str]:
+        return sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+
+    programs = PROGRAM_DIRS if allow_processes else ()
+    return {"read": real([*interpreter_paths(), root, _BOOTSTRAP, *SYSTEM_FILES]),
+            "exec": real([interpreter(), *SYSTEM_LIBRARY_DIRS, *programs]),
+            "write": real([work, "/dev/null"])}
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version as the sandbox process sees it (0: none), probed once per process; when
+    there is none, one warning line on stderr says that file reads are confined by the audit hook alone."""
+    try:
+        done = subprocess.run([interpreter(), "-I", "-S", _LANDLOCK, "--abi"], capture_output=True, text=True,
+                              timeout=10)
+        abi = int(done.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        abi = 0
+    if abi < 1:
+        print("[roll] WARNING: tool sandbox: this kernel offers no Landlock (needs Linux >= 5.13 with the landlock "
+              "LSM enabled, not filtered by seccomp): file reads of sandboxed code are confined by the Python audit "
+              "hook only, which is not a security boundary (docs/tool_use.md)", file=sys.stderr, flush=True)
+    return abi
 
 
 def _clean_env(work: str) -> dict[str, str]:
@@ -182,6 +248,7 @@ def run_python(
     max_open_files: int = 64,
     use_namespaces: bool = True,
     allow_processes: bool = False,
+    use_landlock: bool = True,
 ) -> SandboxResult:
     """Run ``code`` in a fresh sandboxed Python process and return what happened.
 
@@ -201,7 +268,10 @@ def run_python(
         max_open_files: ``RLIMIT_NOFILE``.
         use_namespaces: use ``unshare`` network/PID namespaces when they work here.
         allow_processes: let the code start processes (trusted code only, e.g. shelling out to a
-            tool); they are still killed with the sandbox's process group / PID namespace.
+            tool); they are still killed with the sandbox's process group / PID namespace. The program
+            directories (:data:`PROGRAM_DIRS`) then become readable and executable.
+        use_landlock: confine file access in the kernel when it offers Landlock (the audit hook confines
+            reads in any case).
 
     Raises:
         ValueError: a limit is not positive.
@@ -213,27 +283,32 @@ def run_python(
             raise ValueError(f"run_python: {name}={value!r} must be > 0.")
     if not isinstance(code, str):
         raise TypeError(f"run_python: code must be str, got {type(code).__name__}.")
-    limits = {"cpu_time_s": int(cpu_time_s), "memory_bytes": int(memory_mb) << 20,
-              "file_size_bytes": int(file_size_mb) << 20, "max_open_files": int(max_open_files),
-              "max_processes": max_processes, "allow_processes": bool(allow_processes)}
     root = tempfile.mkdtemp(prefix="roll-sandbox-")
     try:
         work = os.path.join(root, "work")
         os.mkdir(work, 0o700)
         Path(root, "main.py").write_text(code, encoding="utf-8")
-        return _run(root, work, limits, wall_timeout_s, max_output_bytes, use_namespaces)
+        paths = sandbox_paths(root, work, allow_processes)
+        limits = {"cpu_time_s": int(cpu_time_s), "memory_bytes": int(memory_mb) << 20,
+                  "file_size_bytes": int(file_size_mb) << 20, "max_open_files": int(max_open_files),
+                  "max_processes": max_processes, "allow_processes": bool(allow_processes),
+                  "read_paths": [p for group in paths.values() for p in group]}
+        confine = [interpreter(), "-I", "-S", _LANDLOCK, json.dumps(paths), "--"] \
+            if use_landlock and landlock_abi() else []
+        return _run(root, work, limits, wall_timeout_s, max_output_bytes, use_namespaces, confine)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, use_ns: bool) -> SandboxResult:
-    prefix = list(namespace_prefix()) if use_ns else []
+def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, use_ns: bool,
+         confine: list[str]) -> SandboxResult:
+    prefix = [*(namespace_prefix() if use_ns else ()), *confine]
     status_r, status_w = os.pipe()
     start = time.monotonic()
     deadline = start + wall_timeout_s
     try:
         proc = subprocess.Popen(
-            [*prefix, sys.executable, "-I", "-S", "-u", _BOOTSTRAP, root, work, str(status_w), json.dumps(limits)],
+            [*prefix, interpreter(), "-I", "-S", "-u", _BOOTSTRAP, root, work, str(status_w), json.dumps(limits)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work,
             env=_clean_env(work), start_new_session=True, pass_fds=(status_w,),
         )
@@ -275,6 +350,9 @@ def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, us
         reason = "output truncated"
     if reason is not None:
         return SandboxResult(False, stdout, stderr, reason, None, wall)
+    if not status and proc.returncode == _EXIT_SETUP:  # _landlock.py could not confine: nothing ran
+        return SandboxResult(False, stdout, stderr, f"sandbox setup failed: {stderr.strip()[-200:]}",
+                             _EXIT_SETUP, wall)
     exit_code, error = _classify(status, stderr, limits["cpu_time_s"])
     return SandboxResult(error is None, stdout, stderr, error, exit_code, wall)
 

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, TypeVar
 
-from roll.envs.tool_use.sandbox import run_python
+from roll.envs.tool_use.sandbox import landlock_abi, run_python
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,7 @@ class PythonTool(Tool):
                  max_output_bytes: int = 4096) -> None:
         self.limits = {"wall_timeout_s": wall_timeout_s, "cpu_time_s": cpu_time_s, "memory_mb": memory_mb,
                        "max_output_bytes": max_output_bytes}
+        landlock_abi()  # probed once per process: a kernel without Landlock is announced now, at start
 
     def run(self, arguments: dict[str, Any]) -> ToolResult:
         """Run ``arguments["code"]``; on failure the content is the error plus stdout and stderr."""
