@@ -23,8 +23,19 @@ class CustomEnvConfig:
     system_prompt: str = fld("You are a helpful assistant that solves the task step by step.",
                              "System message of every conversation.")
     first_turn_template: str = fld("{instruction}\n{observation}",
-                                   "User message of the first turn ({instruction}, {observation}).")
-    turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}).")
+                                   "User message of the first turn ({instruction}, {observation}; also {turn_idx}, "
+                                   "{actions_left}, {max_response_length} as in ROLL's agent_template).")
+    turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}, {turn_idx}, "
+                                              "{actions_left}, {max_response_length}).")
+
+    def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0) -> str:
+        """The user message before turn ``turns_done + 1``: the first-turn template at 0, else the turn template;
+        ``turn_idx`` counts from 1, ``actions_left`` = max_actions_per_traj - turns_done, ``max_response_length`` =
+        max_tokens_per_step."""
+        template = self.first_turn_template if turns_done == 0 else self.turn_template
+        return template.format(instruction=instruction, observation=observation, reward=reward,
+                               turn_idx=turns_done + 1, actions_left=self.max_actions_per_traj - turns_done,
+                               max_response_length=self.max_tokens_per_step)
 
 
 @dataclass
