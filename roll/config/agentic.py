@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
+from roll.config.worker import GeneratingArgs
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
                                     model_parallel_size)
 
@@ -62,6 +63,11 @@ class EnvManagerConfig:
     conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
     batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")
     batch_max_wait_ms: float = fld(20.0, "Dynamic batching: most milliseconds a request waits for others to join.")
+    generating_args: Optional[GeneratingArgs] = fld(
+        None, "Sampling of this manager's rollouts (ROLL's per-manager block); None = actor_infer.generating_args. "
+              "On train_env_manager it is merged into actor_infer.generating_args when the config loads (training "
+              "rollouts sample as actor_infer says); on val_env_manager it is validation's own (e.g. a lower "
+              "temperature).")
 
 
 @dataclass

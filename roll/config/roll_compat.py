@@ -59,14 +59,18 @@ IGNORED: dict[str, str] = {
     "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
     "enable_old_logprobs_recompute": "roll decides itself (skip_old_log_probs) when the pass is exact to skip",
     "profiler_memory": "use roll's benchmarks/ and the tracker's memory metrics",
+    "batch_adjust_mode": "roll's samples are whole trajectories (ROLL's step env manager makes one per turn), so "
+                         "a step's batch size is fixed and never adjusted",
+    "<tag>.history_length": "roll keeps the whole conversation in the prompt (token-level history), so a step's "
+                            "prompt holds every earlier turn, not the last N",
+    "<role>.sequence_length_round_in_train": "roll pads a micro-batch to its longest sample",
+    "<role>.sequence_length_round_in_infer": "roll pads a micro-batch to its longest sample",
 }
 #: ROLL keys of features roll does not have: key -> what to use instead (an error unless the value is off).
 UNSUPPORTED: dict[str, str] = {
-    "<tag>.history_length": "roll keeps the whole conversation (token-level history); remove it",
     "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
     "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
     "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
-    "<manager>.generating_args": "sampling is actor_infer.generating_args for train and validation",
     "<manager>.system_envs": "use the top-level system_envs",
     "<role>.model_args.lora_rank": "LoRA is not implemented in roll; train all weights",
     "<role>.model_args.lora_alpha": "LoRA is not implemented in roll",
@@ -80,8 +84,6 @@ UNSUPPORTED: dict[str, str] = {
     "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
     "train_infer_correction": "roll logs rollout/logprob_mismatch; importance-sampling correction is not "
                               "implemented",
-    "reward_normalization.norm_mean_type": "use reward_normalization.method (mean, mean_std, asym_clip, identity)",
-    "reward_normalization.norm_std_type": "use reward_normalization.method (mean, mean_std, asym_clip, identity)",
 }
 #: Values that mean "off" for an unsupported key.
 OFF = (None, False, 0, "", [], {})
@@ -116,6 +118,8 @@ def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list
     for name, env in (tree.get("custom_envs") or {}).items():
         if isinstance(env, dict):
             _env_block(env, f"custom_envs.{name}")
+    _train_sampling(tree, given if given is not None else tree)
+    _norm_types(tree.get("reward_normalization"))
     _walk(tree, "", ignored, tree if given is None else given)
     return ignored
 
@@ -172,6 +176,48 @@ def _env_block(env: dict[str, Any], key: str) -> None:
     config = env.get("env_config")
     if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
         config["action_pattern"] = ACTION_PATTERNS.get(config["action_pattern"], config["action_pattern"])
+
+
+def _train_sampling(tree: dict[str, Any], given: dict[str, Any]) -> None:
+    """ROLL's ``train_env_manager.generating_args`` is the training rollouts' sampling: merged into
+    ``actor_infer.generating_args`` (a key the config sets in both places with different values is an error)."""
+    manager = tree.get("train_env_manager")
+    sampling = manager.pop("generating_args", None) if isinstance(manager, dict) else None
+    if not sampling:
+        return
+    infer = tree.setdefault("actor_infer", {}).setdefault("generating_args", {})
+    written = ((given.get("actor_infer") or {}) if isinstance(given.get("actor_infer"), dict) else {})
+    written = written.get("generating_args") if isinstance(written.get("generating_args"), dict) else {}
+    for key, value in sampling.items():
+        if key in written and written[key] != value:
+            raise ConfigError(f"train_env_manager.generating_args.{key}", value,
+                              f"differs from actor_infer.generating_args.{key}={written[key]!r}, which is the same "
+                              f"setting (training rollouts' sampling); keep one")
+        infer[key] = value
+
+
+#: ROLL's (norm_mean_type, norm_std_type) -> roll's reward_normalization.method. ROLL's "batch" statistics with
+#: a group grouping mix two scopes, which roll does not do.
+NORM_TYPES = {("group", "group"): "mean_std", ("group", None): "mean", (None, None): "identity"}
+
+
+def _norm_types(block: Any) -> None:
+    """ROLL's ``norm_mean_type`` / ``norm_std_type`` as roll's ``method`` (``group`` = the grouping's groups;
+    ``batch`` = the whole batch, i.e. ``grouping: batch``)."""
+    if not isinstance(block, dict) or ("norm_mean_type" not in block and "norm_std_type" not in block):
+        return
+    mean, std = block.pop("norm_mean_type", None), block.pop("norm_std_type", None)
+    if "group" not in (mean, std) and "batch" in (mean, std):
+        block["grouping"] = "batch"  # batch statistics only: the whole batch is the group
+    if block.get("grouping") == "batch":
+        mean, std = ("group" if v == "batch" else v for v in (mean, std))
+    pair = (mean, std)
+    if pair not in NORM_TYPES:
+        raise ConfigError("reward_normalization.norm_mean_type", mean,
+                          f"with norm_std_type={std!r} (mean and std over different scopes) is not supported; use "
+                          f"reward_normalization.method (mean_std, mean, identity, asym_clip) with grouping "
+                          f"(state, batch, inductive)")
+    block["method"] = NORM_TYPES[pair]
 
 
 def is_alias_key(dotted: str) -> bool:

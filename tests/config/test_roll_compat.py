@@ -69,8 +69,10 @@ def test_alias_on_the_command_line():
 @pytest.mark.parametrize("extra, match", [
     (["+train_env_manager.env_groups=2"],
      r"^train_env_manager.num_env_groups=2: ROLL's name for train_env_manager.env_groups, which is set too"),
-    (["+custom_env.SimpleSokoban.history_length=5"],
-     r"^custom_envs.SimpleSokoban.history_length=5: a ROLL key roll does not support: roll keeps the whole"),
+    (["+train_env_manager.generating_args.temperature=0.5"],
+     r"^train_env_manager.generating_args.temperature=0.5: differs from actor_infer.generating_args.temperature"),
+    (["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
+     r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported"),
     (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
     (["+async_generation_ratio=1"], r"^async_generation_ratio=1: .*synchronous"),
     (["+custom_env.SimpleSokoban.turn_template=x"], r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one"),
@@ -82,7 +84,7 @@ def test_conflicts_and_unsupported_keys_are_one_line(extra, match):
 
 
 def test_off_values_of_unsupported_keys_pass():
-    assert _load(extra=["+async_generation_ratio=0", "+custom_env.SimpleSokoban.history_length=null"])
+    assert _load(extra=["+async_generation_ratio=0", "+actor_train.model_args.lora_rank=null"])
 
 
 def test_translate_leaves_roll_names_and_backend_sections_alone():
@@ -112,3 +114,29 @@ def test_start_script_takes_deletion_overrides(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "roll: config error: max_steps=-1: must be >= 0" in proc.stderr
+
+
+def test_per_manager_sampling():
+    """ROLL's train_env_manager.generating_args is the training rollouts' sampling (actor_infer's); the validation
+    manager keeps its own."""
+    cfg = _load(extra=["+train_env_manager.generating_args.repetition_penalty=1.1", "+val_env_manager.generating_args.temperature=0.2"])
+    assert cfg.actor_infer.generating_args.repetition_penalty == 1.1 and cfg.train_env_manager.generating_args is None
+    assert cfg.val_env_manager.generating_args.temperature == 0.2
+
+
+@pytest.mark.parametrize("mean, std, grouping, method, grouping_after", [
+    ("group", "group", "traj_group_id", "mean_std", "state"),
+    ("group", None, "tags", "mean", "inductive"),
+    ("batch", "batch", "traj_group_id", "mean_std", "batch"),
+    (None, None, "traj_group_id", "identity", "state"),
+])
+def test_roll_norm_types_become_a_method(mean, std, grouping, method, grouping_after):
+    tree = {"reward_normalization": {"grouping": grouping, "norm_mean_type": mean, "norm_std_type": std}}
+    translate(tree)
+    assert tree["reward_normalization"] == {"grouping": grouping_after, "method": method}
+
+
+def test_step_variant_keys_are_named_once():
+    tree = {"batch_adjust_mode": "copy", "custom_envs": {"S": {"history_length": 5, "env_manager_cls": "x.Y"}}}
+    assert translate(tree) == ["batch_adjust_mode", "custom_envs.S.history_length", "custom_envs.S.env_manager_cls"]
+    assert tree == {"custom_envs": {"S": {}}}
