@@ -54,7 +54,6 @@ IGNORED: dict[str, str] = {
     "<role>.offload_nccl": "roll's weight groups are created once and kept",
     "<role>.name": "a role's name is its block",
     "<role>.worker_cls": "roll's workers are chosen by the role",
-    "<role>.system_envs": "set them in the top-level system_envs (every worker gets them)",
     "checkpoint_config.type": "roll writes checkpoints to the file system (output_dir)",
     "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
     "enable_old_logprobs_recompute": "roll decides itself (skip_old_log_probs) when the pass is exact to skip",
@@ -71,7 +70,6 @@ UNSUPPORTED: dict[str, str] = {
     "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
     "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
     "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
-    "<manager>.system_envs": "use the top-level system_envs",
     "<role>.model_args.lora_rank": "LoRA is not implemented in roll; train all weights",
     "<role>.model_args.lora_alpha": "LoRA is not implemented in roll",
     "<role>.model_args.lora_target": "LoRA is not implemented in roll",
@@ -119,6 +117,7 @@ def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list
         if isinstance(env, dict):
             _env_block(env, f"custom_envs.{name}")
     _train_sampling(tree, given if given is not None else tree)
+    _block_envs(tree)
     _norm_types(tree.get("reward_normalization"))
     _walk(tree, "", ignored, tree if given is None else given)
     return ignored
@@ -194,6 +193,23 @@ def _train_sampling(tree: dict[str, Any], given: dict[str, Any]) -> None:
                               f"differs from actor_infer.generating_args.{key}={written[key]!r}, which is the same "
                               f"setting (training rollouts' sampling); keep one")
         infer[key] = value
+
+
+def _block_envs(tree: dict[str, Any]) -> None:
+    """ROLL's per-role and per-manager ``system_envs`` join the top-level ``system_envs`` (roll sets one set of
+    variables in every worker); one variable with two values is an error."""
+    merged = tree.setdefault("system_envs", {}) if tree.get("system_envs") is not None else {}
+    for name in (*ROLES, *MANAGERS):
+        block = tree.get(name)
+        extra = block.pop("system_envs", None) if isinstance(block, dict) else None
+        for var, value in (extra or {}).items():
+            if var in merged and str(merged[var]) != str(value):
+                raise ConfigError(f"{name}.system_envs.{var}", value, f"differs from system_envs.{var}="
+                                                                     f"{merged[var]!r}; roll sets one value in "
+                                                                     f"every worker")
+            merged[var] = value
+    if merged:
+        tree["system_envs"] = merged
 
 
 #: ROLL's (norm_mean_type, norm_std_type) -> roll's reward_normalization.method. ROLL's "batch" statistics with

@@ -151,3 +151,12 @@ def test_migration_guide_names_every_key_of_the_table():
         + [k.rpartition(".")[2] for k in rc.UNSUPPORTED] + [v for v in rc.VALUE_ALIASES["reward_normalization.grouping"]]
     missing = [k for k in keys if k not in guide]
     assert not missing, missing
+
+
+def test_block_system_envs_join_the_top_level():
+    tree = {"system_envs": {"A": "1"}, "actor_train": {"system_envs": {"NVTE_FLASH_ATTN": "1"}},
+            "train_env_manager": {"system_envs": {"A": "1"}}}
+    translate(tree)
+    assert tree == {"system_envs": {"A": "1", "NVTE_FLASH_ATTN": "1"}, "actor_train": {}, "train_env_manager": {}}
+    with pytest.raises(ConfigError, match=r"^reference.system_envs.A='2': differs from system_envs.A='1'"):
+        translate({"system_envs": {"A": "1"}, "reference": {"system_envs": {"A": "2"}}})
