@@ -152,8 +152,18 @@ def _walk(node: dict[str, Any], prefix: str, ignored: list[str], given: Any) -> 
         values = _lookup(VALUE_ALIASES, path)
         if values and isinstance(value, str) and value in values:
             node[key] = values[value]
+            if node[key] == "flash_attention_2" and not _has_flash_attn():  # ROLL's fa2 on a machine without it
+                node[key] = None
+                ignored.append(f"{path}={value} (flash-attn is not installed here: transformers' default attention)")
         elif isinstance(value, dict) and not path.endswith(("strategy_config", "system_envs", "tracker_kwargs")):
             _walk(value, path + ".", ignored, written.get(key))
+
+
+def _has_flash_attn() -> bool:
+    """Whether the flash-attn package is installed (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
 
 
 def _is_off(value: Any) -> bool:

@@ -50,6 +50,8 @@ def test_roll_layout_loads_with_roll_meaning(capsys):
                 "custom_envs.SokobanLetters.use_thread_lock"):
         assert key in lines[0]
     assert "model_type" not in lines[0]  # null: nothing set, nothing to name
+    assert "actor_train.model_args.attn_implementation=fa2 (flash-attn is not installed here" in lines[0]
+    assert cfg.actor_train.model_args.attn_implementation is None
 
 
 def test_gigpo_variant_and_grouping_values():
