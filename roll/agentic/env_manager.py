@@ -136,7 +136,7 @@ class EnvManager:
             if not outcome.ok:
                 continue
             obs, info = outcome.value
-            text = x.spec.env.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
+            text = x.spec.env.turn_text(0, obs, instruction=info["env_instruction"])
             role = info.get("message_role", "user")
             x.traj.messages.append({"role": role, "content": text})
             x.next_prompt = self.formatters[x.spec.tag].first_prompt(text, role)
@@ -196,7 +196,7 @@ class EnvManager:
             x.done = True
             return
         role = info.get("message_role", "user")
-        user_text = x.spec.env.turn_template.format(observation=obs, reward=reward)
+        user_text = x.spec.env.turn_text(len(x.traj.turns), obs, reward=reward)
         x.traj.messages.append({"role": role, "content": user_text})
         x.next_prompt = self.formatters[x.spec.tag].turn_delta(user_text, role)
         x.observation = obs

@@ -63,7 +63,8 @@ class RolloutScheduler:
         raise_errors = (not use_ray) if manager.raise_env_errors is None else manager.raise_env_errors
         groups = plan_groups(manager, cfg.custom_envs)
         per = len(groups) // n
-        args = (tokenizer_path, cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, phase, raise_errors)
+        sampling = manager.generating_args or cfg.actor_infer.generating_args
+        args = (tokenizer_path, sampling, cfg.sequence_length, cfg.seed, phase, raise_errors)
         if use_ray:
             import ray
 

@@ -322,6 +322,32 @@ def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=out, returns=out.clone())
 
 
+@register_advantage("step_reinforce", needs_groups=True, needs_turns=True)
+@torch.no_grad()
+def step_reinforce(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """ROLL's ``step_reinforce``: REINFORCE on per-turn returns normalized within the rollout group.
+
+    Per turn k of sample i: ``G_k`` = :func:`discounted_turn_returns` of the turn rewards (``gamma`` per turn);
+    ``A_k`` = ``G_k`` normalized (``step_norm``) among the turns of sample i's group (``group_ids``). Every generated
+    token of turn k gets ``A_k``; shapes (B, T). Returns equal the advantages. (:func:`gigpo` with no episode term
+    and the whole group, not the same-state turns, as the comparison set.)
+    """
+    if inputs.turns is None:
+        raise ValueError("adv_estimator 'step_reinforce' needs per-turn data (AdvantageInputs.turns): only "
+                         "multi-turn (agentic) batches have turns; use reinforce or grpo for single-turn data")
+    mask, turns = inputs.response_mask, inputs.turns
+    groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
+    out = torch.zeros_like(inputs.token_level_rewards)
+    if turns.sample.numel() == 0:
+        return AdvantageOutputs(advantages=out, returns=out.clone())
+    returns = discounted_turn_returns(turns.rewards, turns.sample, inputs.gamma)
+    turn_adv = normalize_scores(returns, groups[turns.sample], inputs.step_norm)
+    for i, start, end, adv in zip(turns.sample.tolist(), turns.start.tolist(), turns.end.tolist(), turn_adv.tolist()):
+        out[i, start:end] = adv
+    out = out * mask
+    return AdvantageOutputs(advantages=out, returns=out.clone())
+
+
 @torch.no_grad()
 def whiten_and_clip_advantages(adv: Tensor, mask: Tensor, whiten: bool, clip: float | None) -> Tensor:
     """Optionally whiten advantages over masked tokens, then clamp them to ``[-clip, clip]``.

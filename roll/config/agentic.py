@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import check_rules, fld
+from roll.config.worker import GeneratingArgs
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
                                     model_parallel_size, unused_settings)
 
@@ -23,8 +24,19 @@ class CustomEnvConfig:
     system_prompt: str = fld("You are a helpful assistant that solves the task step by step.",
                              "System message of every conversation.")
     first_turn_template: str = fld("{instruction}\n{observation}",
-                                   "User message of the first turn ({instruction}, {observation}).")
-    turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}).")
+                                   "User message of the first turn ({instruction}, {observation}; also {turn_idx}, "
+                                   "{actions_left}, {max_response_length} as in ROLL's agent_template).")
+    turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}, {turn_idx}, "
+                                              "{actions_left}, {max_response_length}).")
+
+    def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0) -> str:
+        """The user message before turn ``turns_done + 1``: the first-turn template at 0, else the turn template;
+        ``turn_idx`` counts from 1, ``actions_left`` = max_actions_per_traj - turns_done, ``max_response_length`` =
+        max_tokens_per_step."""
+        template = self.first_turn_template if turns_done == 0 else self.turn_template
+        return template.format(instruction=instruction, observation=observation, reward=reward,
+                               turn_idx=turns_done + 1, actions_left=self.max_actions_per_traj - turns_done,
+                               max_response_length=self.max_tokens_per_step)
 
 
 @dataclass
@@ -51,6 +63,11 @@ class EnvManagerConfig:
     conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
     batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")
     batch_max_wait_ms: float = fld(20.0, "Dynamic batching: most milliseconds a request waits for others to join.")
+    generating_args: Optional[GeneratingArgs] = fld(
+        None, "Sampling of this manager's rollouts (ROLL's per-manager block); None = actor_infer.generating_args. "
+              "On train_env_manager it is merged into actor_infer.generating_args when the config loads (training "
+              "rollouts sample as actor_infer says); on val_env_manager it is validation's own (e.g. a lower "
+              "temperature).")
 
 
 @dataclass

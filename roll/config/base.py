@@ -17,7 +17,7 @@ class PPOConfig:
     """PPO, reward and loss keys (flat at the top level of a config file, as in ROLL)."""
 
     adv_estimator: str = fld("grpo", "Advantage estimator: a name registered with @register_advantage (built in: "
-                                     "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo) or "
+                                     "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo, step_reinforce) or "
                                      "'package.module:name'.")
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
     skip_old_log_probs: bool = fld(
@@ -71,7 +71,8 @@ class PPOConfig:
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
     step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.", allowed=">= 0")
     episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.", allowed=">= 0")
-    step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group.",
+    step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group "
+                                         "(step_reinforce: within the group).",
                              choices=["mean", "mean_std"])
 
 

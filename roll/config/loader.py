@@ -4,7 +4,8 @@ Steps: Hydra composes the YAML (defaults lists, ``@_here_`` fragments, ``key=val
 merged over the schema's defaults and resolved; top-level keys the schema does not know but that other values
 reference by interpolation (``${deepspeed_zero2}``, ``${max_actions}``) are YAML variables and are dropped; the rest
 is merged into the structured schema, where an unknown key or a wrong type is a :class:`ConfigError`; finally the
-dataclass is validated (choices and cross-field rules).
+dataclass is validated (choices and cross-field rules). Before the merge, ROLL's key names and values become roll's
+(:mod:`roll.config.roll_compat`; keys without meaning in roll are named in one warning line).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Type, TypeVar
@@ -23,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from roll.config.errors import ConfigError
+from roll.config.roll_compat import is_alias_key, translate, warning_line
 
 T = TypeVar("T")
 _REF = re.compile(r"\$\{([A-Za-z_][\w-]*)(?=[.}\[])")
@@ -100,8 +103,8 @@ def _fragment_blocks(config_dir: Path, name: str) -> set[str]:
         tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         if not isinstance(tree, dict):
             continue
-        if path != (config_dir / f"{name}.yaml").resolve():
-            blocks.update(k for k, v in tree.items() if k != "defaults" and isinstance(v, dict))
+        if path != (config_dir / f"{name}.yaml").resolve():  # ROLL's env files: every top-level key is a variable
+            blocks.update(k for k in tree if k != "defaults")
         for entry in tree.get("defaults") or []:
             if isinstance(entry, dict) and len(entry) == 1:
                 group, option = next(iter(entry.items()))
@@ -150,7 +153,8 @@ def _prepare_overrides(raw: DictConfig, schema_defaults: DictConfig, overrides: 
         key = ov.split("=", 1)[0]
         if "=" in ov and not key.startswith(("+", "~")) and "@" not in key and "/" not in key:
             if not _key_exists(raw, key):
-                if not _key_exists(schema_defaults, key) and not _under_free_dict(schema_defaults, key):
+                if not _key_exists(schema_defaults, key) and not _under_free_dict(schema_defaults, key) \
+                        and not is_alias_key(key):
                     raise _unknown_key(schema_defaults, key)
                 ov = "+" + ov
         out.append(ov)
@@ -207,6 +211,17 @@ def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
     return ConfigError(key, value if value is not None else "?", msg)
 
 
+def _drop_nulls(node: dict, defaults: dict) -> None:
+    """Remove ``key: null`` where the schema's value is a mapping (ROLL writes ``strategy_config: ~`` for "none"):
+    the block keeps its defaults."""
+    for key in list(node):
+        default = defaults.get(key) if isinstance(defaults, dict) else None
+        if node[key] is None and isinstance(default, dict):
+            del node[key]
+        elif isinstance(node[key], dict) and isinstance(default, dict):
+            _drop_nulls(node[key], default)
+
+
 def load_config(config_name: str, config_path: str | None = None, overrides: list[str] | None = None,
                 schema: Type[T] | None = None) -> T:
     """Load ``<config_path>/<config_name>.yaml`` with ``overrides`` into a validated ``schema`` dataclass.
@@ -249,10 +264,14 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
         resolved = OmegaConf.to_container(untyped, resolve=True)
         for var in variables:
             resolved.pop(var, None)
+        ignored = translate(resolved, raw_tree)  # ROLL's key names and values -> roll's (roll.config.roll_compat)
+        _drop_nulls(resolved, OmegaConf.to_container(schema_skeleton(schema)))
         typed = OmegaConf.merge(schema_defaults, resolved)
         cfg = OmegaConf.to_object(typed)
     except OmegaConfBaseException as exc:
         raise _one_line(exc, schema) from None
+    if ignored:
+        print(f"roll: config warning: {warning_line(ignored)}", file=sys.stderr, flush=True)
     normalize(cfg)
     validate(cfg)
     return cfg

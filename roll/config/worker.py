@@ -45,7 +45,9 @@ class TrainingArgs:
 class DataArgs:
     """Where a worker's prompt data comes from (RLVR and SFT)."""
 
-    template: str = fld("native", "Chat template: 'native' uses the tokenizer's own chat template.")
+    template: str = fld("native", "Chat template name (ROLL's: native, qwen2_5, qwen3, ...). roll formats every "
+                                  "conversation with the tokenizer's own chat template, which is what ROLL's named "
+                                  "templates reproduce for their model families, so any name is accepted.")
     file_name: Any = fld(None, "Data file or list of files (parquet, jsonl or json); a single path becomes a "
                                "one-element list.")
     prompt: Optional[str] = fld(None, "Column used as the prompt text (exclusive with messages).")

@@ -1,6 +1,7 @@
 """Command-line entry shared by the start scripts: parse ROLL/Hydra-style arguments, load, validate, run.
 
-Accepts ``--config-name``/``--config_name``, ``--config-path``/``--config_path`` and ``key=value`` overrides.
+Accepts ``--config-name``/``--config_name``, ``--config-path``/``--config_path`` and Hydra's overrides: ``key=value``,
+``+key=value`` (add), ``++key=value`` (add or replace) and ``~key`` / ``~key=value`` (delete).
 A bad config prints one line naming the key and exits with code 2, before any worker starts.
 """
 
@@ -22,11 +23,11 @@ def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Name
                         help="config file name in the config path (without .yaml)")
     parser.add_argument("--config-path", "--config_path", dest="config_path", default=None,
                         help="config directory (default: examples/config)")
-    parser.add_argument("overrides", nargs="*", help="Hydra-style overrides, e.g. max_steps=3")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, +key=value, ++key=value, ~key")
     args = parser.parse_args(argv)
     for ov in args.overrides:
-        if "=" not in ov:
-            parser.error(f"override {ov!r} is not key=value")
+        if "=" not in ov and not ov.startswith("~"):
+            parser.error(f"override {ov!r} is not key=value, +key=value, ++key=value or ~key")
     return args
 
 

@@ -28,7 +28,7 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
     if not plan or len(plan) > spec.max_actions_per_traj:
         return None
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
-    text = spec.first_turn_template.format(instruction=info["env_instruction"], observation=obs)
+    text = spec.turn_text(0, obs, instruction=info["env_instruction"])
     prompt = formatter.first_prompt(text)
     for action in plan:
         written = env.parser.render(action)
@@ -42,7 +42,7 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
         if terminated or truncated:
             traj.success = bool(info.get("success"))
             break
-        prompt = formatter.turn_delta(spec.turn_template.format(observation=obs, reward=reward))
+        prompt = formatter.turn_delta(spec.turn_text(len(traj.turns), obs, reward=reward))
     return traj if traj.success else None
 
 

@@ -219,3 +219,27 @@ def test_discounted_turn_returns():
     torch.testing.assert_close(discounted_turn_returns(rewards, episodes, 0.5), torch.tensor([1.0, 5.0, 2.0, 2.0]))
     with pytest.raises(ValueError, match="gamma"):
         discounted_turn_returns(rewards, episodes, 2.0)
+
+
+def test_step_reinforce_hand_computed():
+    """ROLL's step_reinforce: per-turn discounted returns normalized among the turns of one group.
+
+    Group 0: sample 0 has turns with rewards 0 and 1 (gamma 0.5: returns 0.5, 1), sample 1 one turn of reward 2;
+    group mean 7/6, so with ``mean`` the advantages are -2/3, -1/6, 5/6. Sample 2 is alone in group 1: 0.
+    """
+    from roll.algorithms.advantages import AdvantageInputs, TurnInputs, compute_advantage
+
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.float32)
+    turns = TurnInputs(sample=torch.tensor([0, 0, 1, 2]), start=torch.tensor([0, 2, 0, 0]),
+                       end=torch.tensor([2, 4, 3, 2]), rewards=torch.tensor([0.0, 1.0, 2.0, 5.0]),
+                       state_ids=torch.tensor([7, 8, 7, 9]))
+    inputs = AdvantageInputs(token_level_rewards=torch.zeros(3, 5), response_mask=mask,
+                             group_ids=torch.tensor([0, 0, 1]),
+                             gamma=0.5, turns=turns, step_norm="mean")
+    adv = compute_advantage("step_reinforce", inputs).advantages
+    expected = torch.tensor([[-2 / 3, -2 / 3, -1 / 6, -1 / 6, 0], [5 / 6, 5 / 6, 5 / 6, 0, 0], [0, 0, 0, 0, 0]])
+    torch.testing.assert_close(adv, expected)
+    inputs.step_norm = "mean_std"  # sample std of (0.5, 1, 2) = sqrt(7/12)
+    std = (7 / 12) ** 0.5
+    adv = compute_advantage("step_reinforce", inputs).advantages
+    torch.testing.assert_close(adv[0, 0], torch.tensor(-2 / 3 / (std + 1e-6)))

@@ -139,3 +139,19 @@ def test_check_env_with_render_modes(monkeypatch):
     check_env(env.unwrapped)
     env = make_env("sokoban", {"dim_room": [6, 6], "num_boxes": 2, "show_border": False})
     assert isinstance(env, SokobanEnv)
+
+
+def test_roll_grid_lookup_and_vocab():
+    """ROLL's env_config.grid_lookup (cell code -> symbol) and grid_vocab (symbol -> legend name)."""
+    from roll.envs.sokoban.env import SokobanEnv
+
+    lookup = {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+    plain, _ = SokobanEnv().reset(seed=3)
+    env = SokobanEnv(grid_lookup=lookup, grid_vocab={"W": "wall", ".": "empty"})
+    obs, info = env.reset(seed=3)
+    assert obs == plain.translate(str.maketrans("#_OX*PS", "W.GBCA@"))
+    assert "Symbols: W wall, . empty." in info["env_instruction"]
+    obs, *_ = env.step("<answer>Right</answer>")
+    assert set(obs) <= set("W.GBCA@\n")
+    with pytest.raises(ValueError, match="must map a code 0-6 to one character"):
+        SokobanEnv(grid_lookup={7: "x"})

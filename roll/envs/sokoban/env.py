@@ -9,7 +9,8 @@ import numpy as np
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.envs.sokoban.generator import generate_room
-from roll.envs.sokoban.room import MOVES, SYMBOLS, Room
+from roll.envs.sokoban.room import (BOX, BOX_ON_TARGET, FLOOR, MOVES, PLAYER, PLAYER_ON_TARGET, SYMBOLS, TARGET, WALL,
+                                     Room)
 from roll.envs.sokoban.solver import solve
 
 #: RGB colour per symbol for ``render_mode="rgb_array"``.
@@ -64,6 +65,9 @@ class SokobanEnv(TextEnv):
         max_solution_length: if set, only rooms whose optimal solution has at most this many moves
             (easy curricula).
         show_border: include the outer wall ring in observations.
+        grid_lookup: ROLL's cell codes -> the symbols observations use instead of roll's (codes 0 wall, 1 floor,
+            2 target, 3 box on target, 4 box, 5 player, 6 player on target), e.g. ``{0: "W", 1: "."}``.
+        grid_vocab: symbol -> name for the instruction's legend (with ``grid_lookup``).
         format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`.
     """
 
@@ -82,6 +86,8 @@ class SokobanEnv(TextEnv):
         search_depth: int = 30,
         max_solution_length: int | None = None,
         show_border: bool = True,
+        grid_lookup: dict[int, str] | None = None,
+        grid_vocab: dict[str, str] | None = None,
         format_penalty: float = -0.1,
         action_format: str = "answer",
         render_mode: str | None = None,
@@ -103,12 +109,14 @@ class SokobanEnv(TextEnv):
         self.search_depth = int(search_depth)
         self.max_solution_length = max_solution_length
         self.show_border = bool(show_border)
+        self.symbols = _symbols(grid_lookup)
+        self.legend = dict(grid_vocab) if grid_vocab else {self.symbols[k]: v for k, v in SYMBOLS.items()}
         self.room: Room | None = None
         self.optimal_solution_length: int | None = None
 
     def instruction(self) -> str:
         """The rules of Sokoban, the symbols and the answer words."""
-        legend = ", ".join(f"{s} {name}" for s, name in SYMBOLS.items())
+        legend = ", ".join(f"{s} {name}" for s, name in self.legend.items())
         return (
             "You are solving Sokoban. Push every box onto a target. You can push a box but not pull it, "
             "and you cannot push two boxes or push into a wall. "
@@ -143,7 +151,8 @@ class SokobanEnv(TextEnv):
         return Transition(self._observation(), round(reward, 10), solved, success=solved)
 
     def _observation(self) -> str:
-        return self._require_room().to_text(self.show_border)
+        text = self._require_room().to_text(self.show_border)
+        return text if self.symbols == _IDENTITY else "".join(self.symbols.get(ch, ch) for ch in text)
 
     def _metrics(self) -> dict[str, float]:
         room = self._require_room()
@@ -171,3 +180,22 @@ class SokobanEnv(TextEnv):
                 inset = 2 if symbol in "OXS*P" else 0
                 tile[inset:TILE_PIXELS - inset, inset:TILE_PIXELS - inset] = TILE_COLORS[symbol]
         return image
+
+
+#: ROLL's Sokoban cell codes, in order, as roll's symbols.
+_ROLL_CODES = (WALL, FLOOR, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET)
+_IDENTITY = {s: s for s in SYMBOLS}
+
+
+def _symbols(grid_lookup: dict[int, str] | None) -> dict[str, str]:
+    """roll's symbol -> the observation's symbol, from ROLL's ``grid_lookup`` (code -> symbol)."""
+    if not grid_lookup:
+        return dict(_IDENTITY)
+    out = dict(_IDENTITY)
+    for code, symbol in grid_lookup.items():
+        if int(code) not in range(len(_ROLL_CODES)) or not isinstance(symbol, str) or len(symbol) != 1:
+            raise ValueError(f"grid_lookup entry {code!r}: {symbol!r} must map a code 0-6 to one character")
+        out[_ROLL_CODES[int(code)]] = symbol
+    if len(set(out.values())) != len(out):
+        raise ValueError(f"grid_lookup={dict(grid_lookup)!r} gives two cells the same symbol")
+    return out

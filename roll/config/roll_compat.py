@@ -1,0 +1,261 @@
+"""ROLL v0.3+ key names in roll configs: one table of aliases, ignored keys and unsupported keys, applied by the
+loader to the composed, resolved config before the dataclasses are built.
+
+Each fact has one owner: roll's dataclasses hold the canonical name; this module holds ROLL's name for it.
+
+- :data:`ALIASES`: ROLL's name -> roll's canonical name, same meaning (``num_env_groups`` -> ``env_groups``). A
+  block that sets both is a one-line :class:`ConfigError`.
+- :data:`VALUE_ALIASES`: ROLL's values of a roll key (``grouping: traj_group_id`` -> ``state``).
+- :data:`IGNORED`: keys that mean nothing in roll (``env_manager_cls``, ``use_thread_lock``): dropped, and
+  named in ONE warning line (:func:`translate` returns them; the loader prints the line).
+- :data:`UNSUPPORTED`: ROLL features roll does not have: a one-line error saying what to use instead (unless the
+  value is off: null, false, 0, empty).
+
+Paths are dotted, with ``<manager>`` for ``train_env_manager`` / ``val_env_manager``, ``<role>`` for a worker
+block and ``<tag>`` for a ``custom_envs`` entry. The env templates need more than a rename (ROLL's
+``agent_template`` serves every turn; roll has a first-turn and a later-turn template): :func:`_env_block`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.config.errors import ConfigError
+
+MANAGERS = ("train_env_manager", "val_env_manager")
+ROLES = ("actor_train", "actor_infer", "reference", "critic")
+
+#: ROLL's name -> roll's name (same meaning), per block pattern.
+ALIASES: dict[str, dict[str, str]] = {
+    "": {"step_reward_weight": "step_adv_weight", "episode_reward_weight": "episode_adv_weight",
+         "step_reward_gamma": "gamma"},
+    "<manager>": {"num_env_groups": "env_groups", "num_groups_partition": "n_groups",
+                  "max_env_num_per_worker": "env_threads"},
+    "<tag>": {"max_steps": "max_actions_per_traj", "agent_system_template": "system_prompt"},
+    "<tag>.env_config": {"action_pattern": "action_format"},
+}
+#: ROLL's values of a roll key -> roll's value.
+VALUE_ALIASES: dict[str, dict[Any, Any]] = {
+    "reward_normalization.grouping": {"traj_group_id": "state", "tags": "inductive", "batch": "batch"},
+    "<role>.model_args.attn_implementation": {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"},
+}
+#: ROLL's action patterns that are roll's named formats (other patterns pass through as regexes).
+ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer",
+                   r"<think>(.*?)</think>\s*<answer>(.*?)</answer>": "think_answer"}
+#: Keys without meaning in roll: dropped with one warning line naming them (why, in the migration guide).
+IGNORED: dict[str, str] = {
+    "<tag>.env_manager_cls": "roll has one env manager (roll.agentic.env_manager); register an env instead",
+    "<tag>.agent_runner_cls": "roll's env manager runs the agent loop itself",
+    "<tag>.use_thread_lock": "roll steps each env in one thread at a time",
+    "<tag>.max_env_step_concurrent": "concurrency is <manager>.env_threads",
+    "<role>.model_args.model_type": "roll loads the model class from its config.json",
+    "<role>.model_args.flash_attn": "use model_args.attn_implementation",
+    "<role>.use_remove_padding": "roll packs sequences with use_sequence_packing",
+    "<role>.offload_nccl": "roll's weight groups are created once and kept",
+    "<role>.name": "a role's name is its block",
+    "<role>.worker_cls": "roll's workers are chosen by the role",
+    "checkpoint_config.type": "roll writes checkpoints to the file system (output_dir)",
+    "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
+    "enable_old_logprobs_recompute": "roll decides itself (skip_old_log_probs) when the pass is exact to skip",
+    "profiler_memory": "use roll's benchmarks/ and the tracker's memory metrics",
+    "batch_adjust_mode": "roll's samples are whole trajectories (ROLL's step env manager makes one per turn), so "
+                         "a step's batch size is fixed and never adjusted",
+    "<tag>.history_length": "roll keeps the whole conversation in the prompt (token-level history), so a step's "
+                            "prompt holds every earlier turn, not the last N",
+    "<role>.sequence_length_round_in_train": "roll pads a micro-batch to its longest sample",
+    "<role>.sequence_length_round_in_infer": "roll pads a micro-batch to its longest sample",
+}
+#: ROLL keys of features roll does not have: key -> what to use instead (an error unless the value is off).
+UNSUPPORTED: dict[str, str] = {
+    "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
+    "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
+    "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
+    "<role>.model_args.lora_rank": "LoRA is not implemented in roll; train all weights",
+    "<role>.model_args.lora_alpha": "LoRA is not implemented in roll",
+    "<role>.model_args.lora_target": "LoRA is not implemented in roll",
+    "<role>.model_args.freeze_module_prefix": "freezing modules is not implemented in roll",
+    "<role>.model_args.ulysses_size": "sequence parallelism is not implemented in roll; use a shorter "
+                                      "sequence_length or Megatron's tensor parallelism",
+    "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
+    "<role>.pg_variant": "roll's policy losses are policy_loss (ppo, gspo) and the registry (docs/algorithms.md)",
+    "async_generation_ratio": "roll's agentic pipeline is synchronous (one rollout, then one update)",
+    "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
+    "train_infer_correction": "roll logs rollout/logprob_mismatch; importance-sampling correction is not "
+                              "implemented",
+}
+#: Values that mean "off" for an unsupported key.
+OFF = (None, False, 0, "", [], {})
+
+
+def _patterns(path: str) -> list[str]:
+    """The table patterns a concrete dotted ``path`` matches (``train_env_manager.x`` -> ``<manager>.x``)."""
+    parts = path.split(".")
+    out = [path]
+    if parts[0] in MANAGERS:
+        out.append(".".join(["<manager>", *parts[1:]]))
+    if parts[0] in ROLES:
+        out.append(".".join(["<role>", *parts[1:]]))
+    if parts[0] == "custom_envs" and len(parts) > 1:
+        out.append(".".join(["<tag>", *parts[2:]]))
+    return out
+
+
+def _lookup(table: dict[str, Any], path: str) -> Any:
+    return next((table[p] for p in _patterns(path) if p in table), None)
+
+
+def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list[str]:
+    """Rewrite ROLL key names and values in a resolved config ``tree`` (in place) to roll's; return the dotted
+    paths of the ignored keys that were dropped (for one warning line). ``given`` is the tree as written (before
+    the schema's defaults were merged in), to tell a key the config sets from a default.
+
+    Raises:
+        ConfigError: a block sets a ROLL name and its roll name; an unsupported ROLL key is set.
+    """
+    ignored: list[str] = []
+    for name, env in (tree.get("custom_envs") or {}).items():
+        if isinstance(env, dict):
+            _env_block(env, f"custom_envs.{name}")
+    _train_sampling(tree, given if given is not None else tree)
+    _block_envs(tree)
+    _norm_types(tree.get("reward_normalization"))
+    _walk(tree, "", ignored, tree if given is None else given)
+    return ignored
+
+
+def _walk(node: dict[str, Any], prefix: str, ignored: list[str], given: Any) -> None:
+    """Translate ``node`` (at dotted ``prefix``); ``given`` is the same block as written (not a mapping where the
+    block came by interpolation, whose resolved form then holds only the config's keys)."""
+    written = given if isinstance(given, dict) else node
+    for key in list(node):
+        path = f"{prefix}{key}"
+        value = node[key]
+        if _lookup(IGNORED, path) is not None:
+            del node[key]
+            if value is not None:
+                ignored.append(path)
+            continue
+        instead = _lookup(UNSUPPORTED, path)
+        if instead is not None:
+            if not _is_off(value):
+                raise ConfigError(path, value, f"a ROLL key roll does not support: {instead}")
+            del node[key]
+            continue
+        block = _lookup(ALIASES, prefix[:-1]) if prefix else ALIASES[""]
+        if block and key in block:
+            canonical = block[key]
+            if canonical in written:
+                raise ConfigError(path, value, f"ROLL's name for {prefix}{canonical}, which is set too; keep one")
+            node[canonical] = node.pop(key)
+            key, path = canonical, f"{prefix}{canonical}"
+            value = node[key]
+        values = _lookup(VALUE_ALIASES, path)
+        if values and isinstance(value, str) and value in values:
+            node[key] = values[value]
+            if node[key] == "flash_attention_2" and not _has_flash_attn():  # ROLL's fa2 on a machine without it
+                node[key] = None
+                ignored.append(f"{path}={value} (flash-attn is not installed here: transformers' default attention)")
+        elif isinstance(value, dict) and not path.endswith(("strategy_config", "system_envs", "tracker_kwargs")):
+            _walk(value, path + ".", ignored, written.get(key))
+
+
+def _has_flash_attn() -> bool:
+    """Whether the flash-attn package is installed (found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def _is_off(value: Any) -> bool:
+    return any(value is off or (type(value) is type(off) and value == off) for off in OFF)
+
+
+def _env_block(env: dict[str, Any], key: str) -> None:
+    """ROLL's env block: ``agent_template`` (every turn; fields ``{turn_idx}``, ``{observation}``,
+    ``{actions_left}``, ``{max_response_length}``) becomes roll's ``turn_template`` and, after the env's
+    instruction, its ``first_turn_template``; ``env_config.action_pattern`` becomes a named format when it is one."""
+    template = env.pop("agent_template", None)
+    if template is not None:
+        for name in ("turn_template", "first_turn_template"):
+            if name in env:
+                raise ConfigError(f"{key}.agent_template", template, f"ROLL's template for every turn, and {key}."
+                                                                     f"{name} is set too; keep one")
+        env["turn_template"] = template
+        env["first_turn_template"] = "{instruction}\n" + template
+    config = env.get("env_config")
+    if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
+        config["action_pattern"] = ACTION_PATTERNS.get(config["action_pattern"], config["action_pattern"])
+
+
+def _train_sampling(tree: dict[str, Any], given: dict[str, Any]) -> None:
+    """ROLL's ``train_env_manager.generating_args`` is the training rollouts' sampling: merged into
+    ``actor_infer.generating_args`` (a key the config sets in both places with different values is an error)."""
+    manager = tree.get("train_env_manager")
+    sampling = manager.pop("generating_args", None) if isinstance(manager, dict) else None
+    if not sampling:
+        return
+    infer = tree.setdefault("actor_infer", {}).setdefault("generating_args", {})
+    written = ((given.get("actor_infer") or {}) if isinstance(given.get("actor_infer"), dict) else {})
+    written = written.get("generating_args") if isinstance(written.get("generating_args"), dict) else {}
+    for key, value in sampling.items():
+        if key in written and written[key] != value:
+            raise ConfigError(f"train_env_manager.generating_args.{key}", value,
+                              f"differs from actor_infer.generating_args.{key}={written[key]!r}, which is the same "
+                              f"setting (training rollouts' sampling); keep one")
+        infer[key] = value
+
+
+def _block_envs(tree: dict[str, Any]) -> None:
+    """ROLL's per-role and per-manager ``system_envs`` join the top-level ``system_envs`` (roll sets one set of
+    variables in every worker); one variable with two values is an error."""
+    merged = tree.setdefault("system_envs", {}) if tree.get("system_envs") is not None else {}
+    for name in (*ROLES, *MANAGERS):
+        block = tree.get(name)
+        extra = block.pop("system_envs", None) if isinstance(block, dict) else None
+        for var, value in (extra or {}).items():
+            if var in merged and str(merged[var]) != str(value):
+                raise ConfigError(f"{name}.system_envs.{var}", value, f"differs from system_envs.{var}="
+                                                                     f"{merged[var]!r}; roll sets one value in "
+                                                                     f"every worker")
+            merged[var] = value
+    if merged:
+        tree["system_envs"] = merged
+
+
+#: ROLL's (norm_mean_type, norm_std_type) -> roll's reward_normalization.method. ROLL's "batch" statistics with
+#: a group grouping mix two scopes, which roll does not do.
+NORM_TYPES = {("group", "group"): "mean_std", ("group", None): "mean", (None, None): "identity"}
+
+
+def _norm_types(block: Any) -> None:
+    """ROLL's ``norm_mean_type`` / ``norm_std_type`` as roll's ``method`` (``group`` = the grouping's groups;
+    ``batch`` = the whole batch, i.e. ``grouping: batch``)."""
+    if not isinstance(block, dict) or ("norm_mean_type" not in block and "norm_std_type" not in block):
+        return
+    mean, std = block.pop("norm_mean_type", None), block.pop("norm_std_type", None)
+    if "group" not in (mean, std) and "batch" in (mean, std):
+        block["grouping"] = "batch"  # batch statistics only: the whole batch is the group
+    if block.get("grouping") == "batch":
+        mean, std = ("group" if v == "batch" else v for v in (mean, std))
+    pair = (mean, std)
+    if pair not in NORM_TYPES:
+        raise ConfigError("reward_normalization.norm_mean_type", mean,
+                          f"with norm_std_type={std!r} (mean and std over different scopes) is not supported; use "
+                          f"reward_normalization.method (mean_std, mean, identity, asym_clip) with grouping "
+                          f"(state, batch, inductive)")
+    block["method"] = NORM_TYPES[pair]
+
+
+def is_alias_key(dotted: str) -> bool:
+    """Whether a command-line override names a ROLL key this module handles (the loader adds it with ``+``)."""
+    parent, _, leaf = dotted.rpartition(".")
+    block = _lookup(ALIASES, parent) if parent else ALIASES[""]
+    return bool(block and leaf in block) or _lookup(IGNORED, dotted) is not None \
+        or _lookup(UNSUPPORTED, dotted) is not None or (dotted.startswith("custom_envs.")
+                                                         and leaf == "agent_template")
+
+
+def warning_line(ignored: list[str]) -> str:
+    """The one warning line naming the dropped keys."""
+    return (f"ROLL keys without meaning in roll, ignored: {', '.join(ignored)} "
+            f"(docs/migrating_from_roll.md says why)")
