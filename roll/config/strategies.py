@@ -242,8 +242,10 @@ def _build(cls: Type[T], raw: Any, key: str) -> T:
     allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(str(k) for k in raw if k not in allowed)
     if unknown:
+        hint = (f"; other engine arguments go under {key}.engine_args ({{{unknown[0]}: ...}})"
+                if "engine_args" in allowed else "")
         raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]],
-                          f"not a key of {cls.__name__}; allowed: {', '.join(allowed)}")
+                          f"not a key of {cls.__name__}; allowed: {', '.join(allowed)}{hint}")
     plain = OmegaConf.to_container(OmegaConf.create(dict(raw)), resolve=True) if raw else {}
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), plain))
