@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from roll.config.loader import apply_system_envs, load_config
+    from roll.config.loader import apply_system_envs
+    from roll.pipelines.launch import load_checked
+    from roll.pipelines.preflight import visible_gpus
 
     if args.from_metrics:
         pipeline, rows = None, step_rows(Path(args.from_metrics))
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
         overrides = [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", *args.overrides]
-        cfg = load_config(args.config_name, args.config_path, overrides, schema=schema)
+        # as a launch: the config's rules, then the preflight (its warnings name ignored keys)
+        cfg = load_checked(args.config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
         apply_system_envs(cfg.system_envs)
         pipeline = pipeline_cls(cfg)
         pipeline.run()
