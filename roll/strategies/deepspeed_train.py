@@ -20,6 +20,7 @@ from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
 from roll.strategies.base import StrategyContext
+from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.build_locks import prepare_deepspeed_comm
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
@@ -257,12 +258,9 @@ class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
             torch.cuda.synchronize()
 
 
-class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
+class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainStrategy):
     """``deepspeed_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) in a DeepSpeed
-    engine. ``train_step`` hands the loss function values (B, L-1) in place of log-probs (entropy None)."""
-
-    metric_prefix = "critic"
-    supports_packing = False  # the value pass runs padded rows
+    engine, trained as :class:`~roll.strategies.critic.ValueHeadCritic` describes."""
 
     def _load_model(self) -> torch.nn.Module:
         from roll.models.value_model import load_value_model
@@ -271,24 +269,8 @@ class DeepSpeedCriticStrategy(DeepSpeedTrainStrategy):
         return load_value_model(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
                                 margs.trust_remote_code)
 
-    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, None]:
-        from roll.models.value_model import sequence_values
+    def _value_module(self) -> torch.nn.Module:
+        return self.engine
 
-        return sequence_values(self.engine, mb["input_ids"], mb["attention_mask"]), None
-
-    def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """``{"values": (B, L-1)}``, aligned with the log-probs (see :func:`sequence_values`)."""
-        return self.forward_batch(batch, "values")
-
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        raise TypeError("the critic has a value head, not token log-probs; call compute_values")
-
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load the backbone from policy weights (e.g. after the warm start); names the critic lacks (the LM
-        head) are skipped, the value head is kept. Raises when no name matches (a different architecture)."""
-        params = dict(self.engine.module.named_parameters())
-        matched = [(n, t) for n, t in named_tensors if n in params]
-        if not matched:
-            raise ValueError("critic.load_weights: none of the given weight names exist in the value model; "
-                             "the critic must share the policy's architecture")
-        super().load_weights(matched)
+    def _parameter_names(self) -> set[str]:
+        return {n for n, _ in self.engine.module.named_parameters()}

@@ -30,6 +30,7 @@ from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainStrategy
 from roll.strategies.base import StrategyContext
+from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.fsdp2_shard import (clip_grad_norm, compute_dtype_of, device_mesh, enable_activation_checkpointing,
                                          full_tensor, init_fsdp2_distributed, load_full, reshard_all, shard_model)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
@@ -220,12 +221,11 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
             torch.cuda.synchronize()
 
 
-class FSDP2CriticStrategy(FSDP2TrainStrategy):
-    """``fsdp2_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) sharded by FSDP2.
-    ``train_step`` hands the loss function values (B, L-1) in place of log-probs (entropy None)."""
+class FSDP2CriticStrategy(ValueHeadCritic, FSDP2TrainStrategy):
+    """``fsdp2_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) sharded by FSDP2,
+    trained as :class:`~roll.strategies.critic.ValueHeadCritic` describes."""
 
-    metric_prefix = role = "critic"
-    supports_packing = False  # the value pass runs padded rows
+    role = "critic"
 
     def _load_model(self, attention: str | None) -> torch.nn.Module:
         from roll.models.value_model import load_value_model
@@ -233,24 +233,8 @@ class FSDP2CriticStrategy(FSDP2TrainStrategy):
         margs = self.config.model_args
         return load_value_model(margs.model_name_or_path, "fp32", margs.attn_implementation, margs.trust_remote_code)
 
-    def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, None]:
-        from roll.models.value_model import sequence_values
+    def _value_module(self) -> torch.nn.Module:
+        return self.model
 
-        return sequence_values(self.model, mb["input_ids"], mb["attention_mask"]), None
-
-    def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """``{"values": (B, L-1)}``, aligned with the log-probs (see :func:`sequence_values`)."""
-        return self.forward_batch(batch, "values")
-
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        raise TypeError("the critic has a value head, not token log-probs; call compute_values")
-
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load the backbone from policy weights (names the critic lacks, the LM head, are skipped; the value head
-        is kept). Raises when no name matches (a different architecture)."""
-        params = self._params()
-        matched = [(n, t) for n, t in named_tensors if n in params]
-        if not matched:
-            raise ValueError("critic.load_weights: none of the given weight names exist in the value model; "
-                             "the critic must share the policy's architecture")
-        super().load_weights(matched)
+    def _parameter_names(self) -> set[str]:
+        return set(self._params())
