@@ -215,3 +215,15 @@ class AccumulatingTrainStrategy(BatchedForward, TrainStrategy):
         targs = self.config.training_args
         return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
                      targs.lr_scheduler_type)
+
+
+def move_module_and_optimizer(module: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move a model and its optimizer's tensor states (not the ``step`` counters) to ``device``: the offload and
+    reload of a strategy whose backend has no ``offload_states`` of its own (ZeRO-0, FSDP2)."""
+    module.to(device)
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value) and key != "step":
+                state[key] = value.to(device, non_blocking=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()

@@ -18,7 +18,7 @@ import torch
 from roll.config.strategies import DeepSpeedTrainOptions, parse_options
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
-from roll.strategies.accumulation import AccumulatingTrainStrategy
+from roll.strategies.accumulation import AccumulatingTrainStrategy, move_module_and_optimizer
 from roll.strategies.base import StrategyContext
 from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.build_locks import prepare_deepspeed_comm
@@ -249,13 +249,7 @@ class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
         return [State.lp_params, State.lp_grads, State.contiguous_grad_buffer]
 
     def _move_stage0(self, device: torch.device) -> None:
-        self.engine.module.to(device)
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        move_module_and_optimizer(self.engine.module, self.optimizer, device)
 
 
 class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainStrategy):

@@ -28,7 +28,7 @@ import torch
 from roll.config.fsdp2 import FSDP2Options, fsdp2_options
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
-from roll.strategies.accumulation import AccumulatingTrainStrategy
+from roll.strategies.accumulation import AccumulatingTrainStrategy, move_module_and_optimizer
 from roll.strategies.base import StrategyContext
 from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.fsdp2_shard import (clip_grad_norm, compute_dtype_of, device_mesh, enable_activation_checkpointing,
@@ -212,13 +212,7 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
         self._offloaded = False
 
     def _move_states(self, device: torch.device) -> None:
-        self.model.to(device)  # FSDP2 re-registers the moved shards
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        move_module_and_optimizer(self.model, self.optimizer, device)  # FSDP2 re-registers the moved shards
 
 
 class FSDP2CriticStrategy(ValueHeadCritic, FSDP2TrainStrategy):
