@@ -190,6 +190,8 @@ class SGLangOptions:
     RELEASE_TAGS = ("weights", "kv_cache", "cuda_graph")
     #: Engine arguments roll sets itself (model_path from model_args, random_seed from seed).
     RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
+    #: Where an engine argument without a typed field goes (named in the unknown-key error).
+    PASSTHROUGH_FIELD = "engine_args"
 
     def check(self, key: str) -> None:
         """Chunked prefill is on or -1, release tags are known, reserved engine arguments are not set (the ranges
@@ -242,8 +244,8 @@ def _build(cls: Type[T], raw: Any, key: str) -> T:
     allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(str(k) for k in raw if k not in allowed)
     if unknown:
-        hint = (f"; other engine arguments go under {key}.engine_args ({{{unknown[0]}: ...}})"
-                if "engine_args" in allowed else "")
+        passthrough = getattr(cls, "PASSTHROUGH_FIELD", None)  # the field that takes keys roll does not type
+        hint = f"; other engine arguments go under {key}.{passthrough} ({{{unknown[0]}: ...}})" if passthrough else ""
         raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]],
                           f"not a key of {cls.__name__}; allowed: {', '.join(allowed)}{hint}")
     plain = OmegaConf.to_container(OmegaConf.create(dict(raw)), resolve=True) if raw else {}
