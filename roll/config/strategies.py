@@ -245,7 +245,7 @@ def _build(cls: Type[T], raw: Any, key: str) -> T:
     unknown = sorted(str(k) for k in raw if k not in allowed)
     if unknown:
         passthrough = getattr(cls, "PASSTHROUGH_FIELD", None)  # the field that takes keys roll does not type
-        hint = f"; other engine arguments go under {key}.{passthrough} ({{{unknown[0]}: ...}})" if passthrough else ""
+        hint = f"; other keys go under {key}.{passthrough} ({{{unknown[0]}: ...}})" if passthrough else ""
         raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]],
                           f"not a key of {cls.__name__}; allowed: {', '.join(allowed)}{hint}")
     plain = OmegaConf.to_container(OmegaConf.create(dict(raw)), resolve=True) if raw else {}
