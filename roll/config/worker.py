@@ -20,6 +20,12 @@ class ModelArgs:
     attn_implementation: Optional[str] = fld(
         None, "transformers attention implementation (eager, sdpa, flash_attention_2); None = library default.")
     trust_remote_code: bool = fld(False, "Passed to transformers from_pretrained.")
+    use_liger_kernel: bool = fld(
+        False, "Training and scoring models (not generation engines) run Liger's fused Triton kernels for RMSNorm, "
+               "SwiGLU and RoPE (pip install liger-kernel; CUDA only; roll.models.kernels).")
+    compile_log_probs: bool = fld(
+        True, "On CUDA, torch.compile the LM-head pass's log-softmax / entropy math into fused kernels "
+              "(roll.models.logprobs); false = eager PyTorch. CPU always runs eager.")
 
 
 @dataclass

@@ -30,11 +30,17 @@ def scoring_attention(attn_implementation: str | None, dtype: str, packed: bool)
 
 
 def load_causal_lm(path: str, dtype: str = "fp32", attn_implementation: str | None = None,
-                   trust_remote_code: bool = False) -> torch.nn.Module:
-    """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names."""
+                   trust_remote_code: bool = False, use_liger_kernel: bool = False) -> torch.nn.Module:
+    """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names; ``use_liger_kernel``: with Liger's fused
+    kernels (:func:`roll.models.kernels.apply_liger`)."""
     from transformers import AutoModelForCausalLM
 
     kwargs = {"dtype": DTYPES[dtype], "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if use_liger_kernel:
+        from roll.models.kernels import apply_liger
+
+        apply_liger(model)
+    return model

@@ -5,8 +5,9 @@ only, ``logits_to_keep=1``). The head is then applied chunk by chunk over the sc
 log_softmax -> gather (+ entropy)`` in one fused autograd function (:class:`LinearLogProbs`, whose backward
 recomputes the chunk's logits), or checkpointed through the head module where the head is not a plain linear layer
 in this process (a ZeRO-3 shard, an FSDP2 DTensor shard); forward and backward hold the logits of one chunk at a
-time. Chunks have at most :data:`CHUNK_ELEMENTS` logits (``chunk = CHUNK_ELEMENTS // vocab`` tokens: 1,766 tokens of
-a 151,936-word vocabulary, i.e. 1 GiB of fp32 logits).
+time. Compiled on CUDA (``compiled=True``, ``model_args.compile_log_probs``), a chunk has :data:`CHUNK_ELEMENTS`
+logits (1,766 tokens of a 151,936-word vocabulary: 0.5 GiB in bf16) and its log-softmax / entropy math runs as
+fused kernels; eager (CPU, or compilation off), a quarter of that.
 
 Packed mode (``pack=True``) removes padding: the real tokens of all samples are concatenated into one row whose
 position ids restart at 0 for every sample; transformers then masks attention block-diagonally (each token sees
@@ -19,11 +20,13 @@ Output frame (both modes): index ``t`` of row ``i`` holds ``log p(input_ids[i, t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-#: Logit elements per chunk of the LM-head pass (2**28 fp32 = 1 GiB).
+#: Logit elements per chunk of the LM-head pass when compiled (2**28: 0.5 GiB of bf16 logits, no fp32 copy); eager
+#: chunks are a quarter of it (each of the eager math's few fp32 temporaries is then 0.25 GiB).
 CHUNK_ELEMENTS = 2 ** 28
 
 
@@ -52,62 +55,85 @@ def pack_layout(attention_mask: torch.Tensor) -> PackedLayout:
     return PackedLayout(index=index, position_ids=positions[None], scored=scored)
 
 
-def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
-                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(label) and entropy of one chunk: hidden (n, H), labels (n,) -> (n,), (n,) (entropy 0 when off)."""
-    logits = head(hidden).float()  # (n, V)
+def logit_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float,
+                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk's ``log p(label)``, ``log Z`` and entropy (zeros when off), float32: logits (n, V) in any float
+    dtype, labels (n,) -> three (n,). ``H = log Z - E_p[z]``."""
+    z = logits.float()
     if temperature != 1.0:
-        logits = logits / temperature
-    log_z = torch.logsumexp(logits, dim=-1)  # (n,)
-    log_probs = logits.gather(-1, labels[:, None]).squeeze(-1) - log_z
-    if not with_entropy:
-        return log_probs, torch.zeros_like(log_probs)
-    entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = logsumexp(z) - E_p[z]
+        z = z / temperature
+    log_z = torch.logsumexp(z, dim=-1)
+    log_probs = z.gather(-1, labels[:, None]).squeeze(-1) - log_z
+    entropy = log_z - (torch.softmax(z, dim=-1) * z).sum(-1) if with_entropy else torch.zeros_like(log_z)
+    return log_probs, log_z, entropy
+
+
+def logit_grad(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, entropy: torch.Tensor,
+               grad_lp: torch.Tensor, grad_ent: torch.Tensor | None, temperature: float,
+               out_dtype: torch.dtype) -> torch.Tensor:
+    """Gradient of ``sum(grad_lp * log p(label) + grad_ent * H)`` with respect to one chunk's logits (n, V), in
+    ``out_dtype``: ``d lp / dz = (onehot(label) - p) / t`` and ``d H / dz = -p (log p + H) / t``."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    log_p = z - log_z[:, None]
+    p = log_p.exp()
+    onehot = torch.arange(z.shape[-1], device=z.device)[None] == labels[:, None]
+    grad = (onehot.float() - p) * grad_lp[:, None]
+    if grad_ent is not None:
+        grad = grad - p * (log_p + entropy[:, None]) * grad_ent[:, None]
+    if temperature != 1.0:
+        grad = grad / temperature
+    return grad.to(out_dtype)
+
+
+_COMPILED: dict[str, Callable] = {}
+
+
+def _kernels(device: torch.device, compiled: bool) -> tuple[Callable, Callable]:
+    """``(logit_stats, logit_grad)``: as written (eager), or, for ``compiled`` on CUDA, compiled once per process
+    by ``torch.compile`` into fused kernels (no fp32 copy of a chunk's logits is materialized)."""
+    if not compiled or device.type != "cuda":
+        return logit_stats, logit_grad
+    if not _COMPILED:
+        _COMPILED["stats"] = torch.compile(logit_stats, dynamic=True)
+        _COMPILED["grad"] = torch.compile(logit_grad, dynamic=True)
+    return _COMPILED["stats"], _COMPILED["grad"]
+
+
+def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
+                with_entropy: bool, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(label) and entropy of one chunk: hidden (n, H), labels (n,) -> (n,), (n,) (entropy 0 when off)."""
+    stats, _ = _kernels(hidden.device, compiled)
+    log_probs, _, entropy = stats(head(hidden), labels, temperature, with_entropy)
     return log_probs, entropy
 
 
 class LinearLogProbs(torch.autograd.Function):
     """``log softmax(h W^T / t)[label]`` and the entropy of one chunk, fused: the forward keeps only ``h``, the
-    labels and the log-normalizer; the backward recomputes the chunk's logits for the gradients.
-
-    Gradients (z = logits, p = softmax(z), H = entropy): ``d lp / dz = onehot(label) - p``;
-    ``d H / dz = -p (z - logsumexp(z) + H)``; then ``dh = dz W / t`` and ``dW = dz^T h / t``.
+    labels and the log-normalizer; the backward recomputes the chunk's logits for the gradients
+    (:func:`logit_grad`), then ``dh = dz W`` and ``dW = dz^T h``. ``compiled``: :func:`_kernels`.
     Shapes: hidden (n, H), weight (V, H), labels (n,) -> log_probs (n,), entropy (n,) (zeros when off)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, temperature: float, with_entropy: bool):
-        logits = (hidden @ weight.t()).float()
-        if temperature != 1.0:
-            logits.div_(temperature)
-        log_z = torch.logsumexp(logits, dim=-1)
-        log_probs = logits.gather(-1, labels[:, None]).squeeze(-1) - log_z
-        entropy = torch.zeros_like(log_probs)
-        if with_entropy:
-            entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    def forward(ctx, hidden, weight, labels, temperature: float, with_entropy: bool, compiled: bool = False):
+        stats, _ = _kernels(hidden.device, compiled)
+        log_probs, log_z, entropy = stats(hidden @ weight.t(), labels, temperature, with_entropy)
         ctx.save_for_backward(hidden, weight, labels, log_z, entropy)
-        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        ctx.temperature, ctx.with_entropy, ctx.compiled = temperature, with_entropy, compiled
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):
         hidden, weight, labels, log_z, entropy = ctx.saved_tensors
-        t = ctx.temperature
-        logits = (hidden @ weight.t()).float()
-        if t != 1.0:
-            logits.div_(t)
-        logits.sub_(log_z[:, None])  # log p
-        probs = logits.exp()
-        grad = probs * -(grad_lp if grad_lp is not None else torch.zeros_like(log_z))[:, None]
-        if grad_lp is not None:
-            grad.scatter_add_(1, labels[:, None], grad_lp[:, None])
-        if ctx.with_entropy and grad_ent is not None:
-            grad.sub_(probs.mul_(logits.add_(entropy[:, None])).mul_(grad_ent[:, None]))
-        if t != 1.0:
-            grad.div_(t)
-        grad = grad.to(hidden.dtype)
+        _, grad_fn = _kernels(hidden.device, ctx.compiled)
+        if grad_lp is None:
+            grad_lp = torch.zeros_like(log_z)
+        grad = grad_fn(hidden @ weight.t(), labels, log_z, entropy, grad_lp,
+                       grad_ent if ctx.with_entropy else None, ctx.temperature, hidden.dtype)
         grad_hidden = grad @ weight if ctx.needs_input_grad[0] else None
         grad_weight = grad.t() @ hidden if ctx.needs_input_grad[1] else None
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def _fusable(head: torch.nn.Module) -> bool:
@@ -128,25 +154,27 @@ def _is_dtensor(tensor: torch.Tensor) -> bool:
 
 
 def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0,
-                   with_entropy: bool = False, chunk_tokens: int | None = None
+                   with_entropy: bool = False, chunk_tokens: int | None = None, compiled: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log softmax(head(hidden) / temperature)[labels]`` and the entropy, chunk by chunk: (n, H), (n,) -> (n,).
 
     Under autograd each chunk runs :class:`LinearLogProbs` (a bias-free linear head), or else is checkpointed
-    through the head module: either way no chunk's logits are kept for the backward."""
+    through the head module: either way no chunk's logits are kept for the backward. ``compiled``: the chunk's
+    log-softmax / entropy math runs as compiled kernels on CUDA (:func:`_kernels`)."""
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
-    chunk = chunk_tokens or max(1, CHUNK_ELEMENTS // int(vocab))
+    fused_math = compiled and hidden.device.type == "cuda"
+    chunk = chunk_tokens or max(1, (CHUNK_ELEMENTS if fused_math else CHUNK_ELEMENTS // 4) // int(vocab))
     lps, ents = [], []
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     fused = grad and _fusable(head)
     for start in range(0, hidden.shape[0], chunk):
         h, y = hidden[start:start + chunk], labels[start:start + chunk]
         if fused:
-            lp, ent = LinearLogProbs.apply(h, head.weight, y, temperature, with_entropy)
+            lp, ent = LinearLogProbs.apply(h, head.weight, y, temperature, with_entropy, compiled)
         elif grad:
-            lp, ent = checkpoint(_head_chunk, head, h, y, temperature, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_head_chunk, head, h, y, temperature, with_entropy, compiled, use_reentrant=False)
         else:
-            lp, ent = _head_chunk(head, h, y, temperature, with_entropy)
+            lp, ent = _head_chunk(head, h, y, temperature, with_entropy, compiled)
         lps.append(lp)
         ents.append(ent)
     if not lps:
@@ -197,7 +225,8 @@ def _padded_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
 
 def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                     with_entropy: bool = False, temperature: float = 1.0, pack: bool = False,
-                    chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    chunk_tokens: int | None = None, compiled: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]): (B, L) -> log_probs (B, L-1) float32 [, entropy (B, L-1)].
 
     ``pack``: run the real tokens as one packed row (no padding; see the module docstring). Padded mode counts
@@ -215,7 +244,7 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         hidden = final_hidden_states(model, flat_ids[None], None, layout.position_ids.to(input_ids.device))[0]
         src = layout.scored.nonzero().flatten()  # packed token j predicts packed token j + 1
         lp, e = head_log_probs(head, hidden[src], flat_ids[src + 1], temperature=temperature,
-                               with_entropy=with_entropy, chunk_tokens=chunk_tokens)
+                               with_entropy=with_entropy, chunk_tokens=chunk_tokens, compiled=compiled)
         rows = torch.div(layout.index[src], length, rounding_mode="floor")
         cols = layout.index[src] - rows * length
         dest = rows * (length - 1) + cols  # same (row, position) in the (B, L-1) frame
@@ -224,7 +253,8 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
         dest = scored.flatten().nonzero().flatten()
         lp, e = head_log_probs(head, hidden.reshape(-1, hidden.shape[-1])[dest], input_ids[:, 1:].flatten()[dest],
-                               temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens)
+                               temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
+                               compiled=compiled)
     out = out.flatten().index_put((dest,), lp).view(batch, length - 1)
     if with_entropy:
         ent = ent.flatten().index_put((dest,), e).view(batch, length - 1)

@@ -40,6 +40,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     if gpus is not None:
         check_gpus(cfg, gpus)
     check_strategies(cfg)
+    check_kernels(cfg)
     warnings += check_strategy_options(cfg)
     check_weight_sync(cfg)
     check_algorithms(cfg)
@@ -114,6 +115,21 @@ def check_strategies(cfg: Any) -> None:
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+
+
+def check_kernels(cfg: Any) -> None:
+    """``model_args.use_liger_kernel`` needs GPUs for the role (Liger's kernels are Triton kernels) and, when this
+    process starts the workers, the ``liger-kernel`` package (:mod:`roll.models.kernels`)."""
+    for role, worker in _roles(cfg).items():
+        if not worker.model_args.use_liger_kernel:
+            continue
+        key = f"{role}.model_args.use_liger_kernel"
+        if not worker.device_mapping:
+            raise ConfigError(key, True, f"Liger's kernels run on CUDA GPUs; give {role} a device_mapping or set "
+                                         f"use_liger_kernel: false")
+        if not cfg.ray_address and not _importable("liger_kernel"):
+            raise ConfigError(key, True, "the liger-kernel package is not installed; pip install liger-kernel (or "
+                                         "pip install 'roll[gpu]'), or set use_liger_kernel: false")
 
 
 def _importable(module: str) -> bool:

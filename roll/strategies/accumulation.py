@@ -59,7 +59,8 @@ class BatchedForward:
     def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values)."""
         return token_log_probs(self._model(), mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy,
-                               pack=self.config.use_sequence_packing and self.supports_packing)
+                               pack=self.config.use_sequence_packing and self.supports_packing,
+                               compiled=self.config.model_args.compile_log_probs)
 
     # ------------------------------------------------------------------ helpers
     def _data_parallel_sum(self, value: float) -> float:

@@ -45,7 +45,8 @@ class DeepSpeedInferStrategy(Strategy):
                                                micro_batch=self.config.infer_batch_size,
                                                world_size=self.world_size, dtype=margs.dtype)
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
-        model = load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code)
+        model = load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code,
+                               margs.use_liger_kernel)
         model.requires_grad_(False)
         self.engine, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         self.engine.eval()
@@ -79,7 +80,8 @@ class DeepSpeedInferStrategy(Strategy):
                 ids = torch.zeros((1, 2), dtype=torch.long, device=self.device)
                 mask = torch.ones_like(ids)
             lp, ent = token_log_probs(self.engine, ids, mask, with_entropy=with_entropy,
-                                      pack=self.config.use_sequence_packing)
+                                      pack=self.config.use_sequence_packing,
+                                      compiled=self.config.model_args.compile_log_probs)
             if i < len(micro):
                 parts.append(lp.float().cpu())
                 if ent is not None:

@@ -88,7 +88,8 @@ class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
         """The model to train (a causal LM; the critic overrides this with a value model)."""
         margs = self.config.model_args
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
-        return load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code)
+        return load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code,
+                              margs.use_liger_kernel)
 
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed

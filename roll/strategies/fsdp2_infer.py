@@ -32,7 +32,8 @@ class FSDP2InferStrategy(BatchedForward, Strategy):
         margs = self.config.model_args
         dtype = compute_dtype_of(self.options, margs.dtype)
         attention = scoring_attention(margs.attn_implementation, dtype, self.config.use_sequence_packing)
-        model = load_causal_lm(margs.model_name_or_path, dtype, attention, margs.trust_remote_code)
+        model = load_causal_lm(margs.model_name_or_path, dtype, attention, margs.trust_remote_code,
+                               margs.use_liger_kernel)
         model.requires_grad_(False)
         self.mesh = device_mesh(self.device, self.world_size, self.options.fsdp_size)
         self.model = shard_model(model, self.mesh, self.options, dtype)

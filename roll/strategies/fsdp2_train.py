@@ -49,7 +49,8 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
     def _load_model(self, attention: str | None) -> torch.nn.Module:
         """The model to train, in fp32 (the master weights; the critic overrides this with a value model)."""
         margs = self.config.model_args
-        return load_causal_lm(margs.model_name_or_path, "fp32", attention, margs.trust_remote_code)
+        return load_causal_lm(margs.model_name_or_path, "fp32", attention, margs.trust_remote_code,
+                              margs.use_liger_kernel)
 
     def initialize(self, ctx: StrategyContext) -> None:
         self.options: FSDP2Options = fsdp2_options(self.config, self.role, self.world_size)

@@ -105,7 +105,8 @@ class HFInferStrategy(InferenceStrategy):
         parts, ents = [], []
         for mb in batch.split(self.config.infer_batch_size):
             lp, ent = token_log_probs(self.model, mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
-                                      with_entropy=with_entropy, pack=self.config.use_sequence_packing)
+                                      with_entropy=with_entropy, pack=self.config.use_sequence_packing,
+                                      compiled=self.config.model_args.compile_log_probs)
             parts.append(lp.cpu())
             if ent is not None:
                 ents.append(ent.cpu())
