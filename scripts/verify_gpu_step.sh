@@ -7,6 +7,9 @@
 #   bash scripts/verify_gpu_step.sh hf        # hf_infer colocated (CUDA IPC into hf_infer), 3 steps
 #   bash scripts/verify_gpu_step.sh zero3     # ZeRO-3 trainer (CUDA IPC sync gathers per bucket), 3 steps
 #   bash scripts/verify_gpu_step.sh rlvr      # rlvr_qwen05b_gpu as shipped (model path only), $RLVR_STEPS steps
+#   bash scripts/verify_gpu_step.sh kernels   # benchmarks/gpu_train_step.py: rlvr_qwen05b_gpu's training step alone,
+#                                             # kernel and micro-batch variants side by side
+# Liger (model_args.use_liger_kernel) is installed from a wheel carried in .dev/liger, where there is one.
 # Several modes in one call: bash scripts/verify_gpu_step.sh prepare sokoban long
 # Logs and result JSONs land in $OUT (and benchmarks/results/); each run has its own timeout (TIMEOUT seconds).
 set -uo pipefail
@@ -37,8 +40,10 @@ rc=0
 for mode in "$@"; do
     case $mode in
         prepare)
+            ls .dev/liger/*.whl >/dev/null 2>&1 && python3 -m zipfile -e .dev/liger/*.whl /tmp/site
             python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
-            timeout 300 python3 -m pytest -q -p no:cacheprovider tests/strategies/test_ipc_buckets_gpu.py tests/models/test_varlen_gpu.py \
+            timeout 300 python3 -m pytest -q -p no:cacheprovider tests/strategies/test_ipc_buckets_gpu.py \
+                tests/models/test_varlen_gpu.py tests/models/test_kernels_gpu.py \
                 2>&1 | tee "$OUT/gpu_tests.log"; rc=$(( rc || PIPESTATUS[0] ));;
         sokoban) bench sokoban sokoban_qwen05b_sglang --steps "$STEPS" || rc=1;;
         long) bench long sokoban_qwen05b_sglang --steps "$STEPS" --tag long256 \
@@ -50,6 +55,13 @@ for mode in "$@"; do
         zero3) bench zero3 sokoban_qwen05b_sglang --steps 3 --tag zero3 --no-bare \
                 actor_train.strategy_args.strategy_config.zero_stage=3 || rc=1;;
         rlvr) bench rlvr rlvr_qwen05b_gpu --steps "$RLVR_STEPS" --skip 1 --profile || rc=1;;
+        kernels)
+            L=actor_train.model_args.use_liger_kernel=true M=actor_train.max_tokens_per_microbatch_in_train
+            timeout "$TIMEOUT" python3 benchmarks/gpu_train_step.py --config-name rlvr_qwen05b_gpu --model "$MODEL" \
+                --variant shipped= --variant eager_head=actor_train.model_args.compile_log_probs=false \
+                --variant liger=$L --variant liger_16k=$L,$M=16384 --variant liger_24k=$L,$M=24576 \
+                ${KERNEL_VARIANTS:-} 2>&1 | tee "$OUT/kernels.log"; rc=$(( rc || PIPESTATUS[0] ))
+            cp -f benchmarks/results/gpu_train_step_*.json "$OUT/" 2>/dev/null;;
         *) echo "unknown mode $mode"; rc=2;;
     esac
 done
