@@ -22,6 +22,7 @@ from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenera
 from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
 from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
+from roll.config.validation import global_train_batch
 from roll.distributed.roles import InferProxy
 
 
@@ -30,9 +31,7 @@ def train_batch_multiple(cfg: AgenticConfig) -> int:
     multiple = 1
     for worker in (cfg.actor_train, cfg.critic):
         if worker is not None:
-            ta = worker.training_args
-            multiple = math.lcm(multiple, ta.per_device_train_batch_size * ta.gradient_accumulation_steps
-                                * worker.world_size)
+            multiple = math.lcm(multiple, global_train_batch(worker))
     return multiple
 
 

@@ -10,7 +10,7 @@ from roll.config.errors import ConfigError
 from roll.config.fields import check_rules, fld
 from roll.config.worker import GeneratingArgs
 from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
-                                    model_parallel_size, unused_settings)
+                                    global_train_batch, unused_settings)
 
 
 @dataclass
@@ -177,10 +177,7 @@ class AgenticConfig(BaseConfig):
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
         check_train_batch(self, "actor_train", self.rollout_batch_size)
         if sft.enabled:
-            ta, strategy = self.actor_train.training_args, self.actor_train.strategy_args
-            data_parallel = self.actor_train.world_size // model_parallel_size(strategy.strategy_name,
-                                                                               dict(strategy.strategy_config))
-            unit = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
+            unit = global_train_batch(self.actor_train)
             if sft.batch_size % unit:
                 raise ConfigError("sft_warmup.batch_size", sft.batch_size,
                                   f"must be a multiple of actor_train's global train batch per_device_train_batch_size "

@@ -14,7 +14,7 @@ from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.validation import check_train_batch, model_parallel_size, unused_settings
+from roll.config.validation import check_train_batch, global_train_batch, unused_settings
 
 #: Keys of the shared block the RLVR pipeline does not read: key -> where its equivalent lives.
 UNUSED_RLVR = {
@@ -169,9 +169,7 @@ def _check_warmup(cfg: RLVRConfig) -> None:
         raise ConfigError("sft_warmup.answer_template", sft.answer_template, "must contain {answer}")
     if sft.steps < 1:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
-    ta, strategy = worker.training_args, worker.strategy_args
-    data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
-    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
+    global_batch = global_train_batch(worker)
     if sft.batch_size < 1 or sft.batch_size % global_batch:
         raise ConfigError("sft_warmup.batch_size", sft.batch_size,
                           f"must be a positive multiple of actor_train's global train batch ({global_batch} = "

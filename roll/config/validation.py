@@ -188,6 +188,20 @@ def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
     return size
 
 
+def data_parallel_size(worker: Any) -> int:
+    """Data-parallel replicas of a worker block: ``world_size / (TP x PP x CP)`` (``world_size`` without model
+    parallelism)."""
+    strategy = worker.strategy_args
+    return max(1, worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config)))
+
+
+def global_train_batch(worker: Any) -> int:
+    """Samples of one optimizer step of a training worker block, over all its ranks:
+    ``per_device_train_batch_size x gradient_accumulation_steps x`` :func:`data_parallel_size`."""
+    ta = worker.training_args
+    return ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel_size(worker)
+
+
 def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
     """The global train batch must divide the samples of one step.
 
@@ -226,11 +240,7 @@ def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
 
 def optimizer_steps_per_rollout(cfg: Any, role: str, samples_per_step: int) -> int:
     """Optimizer steps one rollout makes per ppo epoch: ``samples_per_step / global train batch``."""
-    worker = getattr(cfg, role)
-    ta = worker.training_args
-    strategy = worker.strategy_args
-    data_parallel = worker.world_size // model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
-    return samples_per_step // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel)
+    return samples_per_step // global_train_batch(getattr(cfg, role))
 
 
 def check_ppo(cfg: Any) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from roll.algorithms.losses import ActorLossConfig
 from roll.config.base import BaseConfig
-from roll.config.validation import ROLES
+from roll.config.validation import ROLES, global_train_batch
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
@@ -101,9 +101,8 @@ def colocation_phases(cfg: BaseConfig) -> Any:
 
 
 def _optimizer_steps_per_rollout(cfg: BaseConfig) -> int:
-    ta, world = cfg.actor_train.training_args, cfg.actor_train.world_size
     samples = cfg.rollout_batch_size * max(1, getattr(cfg, "num_return_sequences_in_group", 1))
-    return samples // (ta.per_device_train_batch_size * ta.gradient_accumulation_steps * world)
+    return samples // global_train_batch(cfg.actor_train)
 
 
 def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
@@ -128,9 +127,9 @@ def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
 
 
 def actor_mini_batch(cfg: BaseConfig) -> int:
-    """Samples of one actor optimizer step over all ranks: per_device x gradient_accumulation_steps x world."""
-    ta = cfg.actor_train.training_args
-    return ta.per_device_train_batch_size * ta.gradient_accumulation_steps * cfg.actor_train.world_size
+    """Samples of one actor optimizer step over all ranks: per_device x gradient_accumulation_steps x data-parallel
+    size (:func:`roll.config.validation.global_train_batch`)."""
+    return global_train_batch(cfg.actor_train)
 
 
 def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
@@ -156,8 +155,7 @@ def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> 
 def train_critic(cfg: BaseConfig, critic: CriticProxy, batch: Batch, seed: int) -> dict[str, float]:
     """The critic's ``ppo_epochs`` passes: clipped value loss (``value_clip``) of its values against
     ``batch["returns"]``, old values = ``batch["values"]``; mean ``critic/*`` metrics."""
-    ta = cfg.critic.training_args
-    mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * critic.world_size
+    mini = global_train_batch(cfg.critic)
     return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=CriticValueLoss(cfg.value_clip))
 
 

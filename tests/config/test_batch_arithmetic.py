@@ -62,3 +62,18 @@ def test_guide_formula_gives_one_optimizer_step_per_rollout(rollout, n, pbs, wor
     half = config(pbs, ga // 2, world, strategy, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                   context_parallel_size=cp)
     assert optimizer_steps_per_rollout(half, "actor_train", rollout * n) == 2
+
+
+def test_pipeline_batch_units_count_data_parallel_replicas_not_ranks():
+    """The rollout's batch multiple and the actor's mini-batch use the data-parallel size: a TP=2 megatron role on
+    two GPUs is one replica, so 8 x 16 x 1 = 128 samples make its optimizer step (with the world size, 256 > the
+    128-sample rollout emptied every batch: found on two H100s)."""
+    from roll.agentic.rollout import train_batch_multiple
+    from roll.config.loader import load_config
+    from roll.pipelines.common import actor_mini_batch
+
+    cfg = load_config("sokoban_qwen05b_megatron_tp2")
+    assert cfg.actor_train.world_size == 2
+    assert train_batch_multiple(cfg) == actor_mini_batch(cfg) == 128 == cfg.rollout_batch_size
+    tp1 = config(8, 16, 2, "megatron_train", tensor_model_parallel_size=1)
+    assert train_batch_multiple(tp1) == actor_mini_batch(tp1) == 256
