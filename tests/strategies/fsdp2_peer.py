@@ -68,16 +68,18 @@ def applied_grads(s) -> dict[str, torch.Tensor]:
 
 
 def count_reduce_scatters() -> list[int]:
-    """Counts calls of the reduce-scatter FSDP2 uses (``torch.distributed.reduce_scatter_single``)."""
+    """Counts calls of the reduce-scatter FSDP2 uses: ``torch.distributed.reduce_scatter_single`` where this
+    PyTorch has it (2.13), else ``reduce_scatter_tensor`` (2.11, the GPU machine's)."""
     import torch.distributed as dist
 
-    calls, original = [0], dist.reduce_scatter_single
+    name = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+    calls, original = [0], getattr(dist, name)
 
     def counted(*args, **kwargs):
         calls[0] += 1
         return original(*args, **kwargs)
 
-    dist.reduce_scatter_single = counted
+    setattr(dist, name, counted)
     return calls
 
 
