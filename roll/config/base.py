@@ -23,6 +23,10 @@ class PPOConfig:
     skip_old_log_probs: bool = fld(
         True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
               "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.")
+    async_generation_ratio: float = fld(
+        0.0, "RLVR: 1 = generate the next step's batch while this step trains (one step off-policy: a batch comes "
+             "from the weights one update older than those it trains; old log-probs are the trainer's); 0 = "
+             "generate, then train. Needs actor_infer on devices of its own (or CPU).", choices=[0.0, 1.0])
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).", allowed=">= 0")
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")

@@ -78,7 +78,6 @@ UNSUPPORTED: dict[str, str] = {
                                       "sequence_length or Megatron's tensor parallelism",
     "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
     "<role>.pg_variant": "roll's policy losses are policy_loss (ppo, gspo) and the registry (docs/algorithms.md)",
-    "async_generation_ratio": "roll's agentic pipeline is synchronous (one rollout, then one update)",
     "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
     "train_infer_correction": "roll logs rollout/logprob_mismatch; importance-sampling correction is not "
                               "implemented",

@@ -175,6 +175,15 @@ def check_scheduling(cfg: Any) -> None:
         raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
     if cfg.num_return_sequences_in_group < 1:
         raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group, "must be >= 1")
+    if cfg.async_generation_ratio:
+        shared = set(cfg.actor_infer.device_mapping or []) & {
+            gpu for role in ROLES if role != "actor_infer" and getattr(cfg, role, None) is not None
+            for gpu in (getattr(cfg, role).device_mapping or [])}
+        if shared:
+            raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
+                              f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
+                              f"are shared with other roles (colocated roles take turns): set it to 0, or give "
+                              f"actor_infer its own device_mapping")
 
 
 def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:

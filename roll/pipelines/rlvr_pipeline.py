@@ -10,7 +10,9 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
@@ -142,7 +144,7 @@ class RLVRPipeline(Pipeline):
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.start_roles()
         self.generator = generation_client(self.roles.actor_infer)
-        self.switch_s = self.generate_s = 0.0  # per step: phase switches and generate calls
+        self.next_batch = NextBatch()  # async_generation_ratio: the next step's groups, generated during this one
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
@@ -152,15 +154,17 @@ class RLVRPipeline(Pipeline):
 
     # ------------------------------------------------------------------ phases
     def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
-                        n: int, args: GeneratingArgs) -> list[PromptGroup]:
-        """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers."""
+                        n: int, args: GeneratingArgs, times: dict[str, float] | None = None) -> list[PromptGroup]:
+        """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers;
+        ``times`` accumulates the seconds of phase switches (``switch``) and generate calls (``generate``)."""
+        times = {} if times is None else times
         start = time.perf_counter()
         self.phases.activate(self.groups, {"actor_infer"})
-        self.switch_s += time.perf_counter() - start
+        times["switch"] = times.get("switch", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
         expanded = [prompts[i] for i in indices for _ in range(n)]
         outs = self.generator.generate(expanded, args)
-        self.generate_s += time.perf_counter() - start
+        times["generate"] = times.get("generate", 0.0) + time.perf_counter() - start
         # the stop token is cut, other special tokens are kept: markup such as <answer> may be a special token
         texts = self.tokenizer.batch_decode([o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids
                                              for o in outs], skip_special_tokens=False)
@@ -174,6 +178,18 @@ class RLVRPipeline(Pipeline):
                 [r.correct for r in results[part]], [r.format_ok for r in results[part]],
                 [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]]))
         return groups
+
+    def collect(self) -> tuple[list[PromptGroup], dict[str, float], dict[str, float]]:
+        """One step's prompt groups (dynamic sampling's rounds included): ``(groups, metrics, times)``."""
+        cfg, times = self.cfg, {"switch": 0.0, "generate": 0.0}
+
+        def run_round(k: int) -> list[PromptGroup]:
+            return self.generate_groups(self.sampler.draw(k), self.train_examples, self.train_prompts,
+                                        cfg.num_return_sequences_in_group, cfg.actor_infer.generating_args, times)
+
+        groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
+                                         cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
+        return groups, metrics, times
 
     def warm_start(self) -> dict[str, float]:
         """Supervised warm start on ``answer_template`` renderings of the train answers, then sync."""
@@ -195,6 +211,7 @@ class RLVRPipeline(Pipeline):
 
     def validate(self, step: int) -> dict[str, float]:
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
+        self.next_batch.wait()  # the engine finishes the next step's batch first
         start = time.perf_counter()
         groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts, 1,
                                       self.cfg.validation.generating_args)
@@ -204,46 +221,104 @@ class RLVRPipeline(Pipeline):
         return metrics
 
     def train_step(self, step: int) -> dict[str, float]:
-        """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights."""
+        """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights. With
+        ``async_generation_ratio: 1`` the batch was generated during the previous step, and the next step's is
+        generated (in a driver thread, on the engine's current weights) while this one trains; the weight sync
+        waits for it, so each batch comes from one set of weights."""
         cfg, timings = self.cfg, {}
         t0 = time.perf_counter()
-        n = cfg.num_return_sequences_in_group
-        self.switch_s = self.generate_s = 0.0
-
-        def run_round(k: int) -> list[PromptGroup]:
-            return self.generate_groups(self.sampler.draw(k), self.train_examples, self.train_prompts, n,
-                                        cfg.actor_infer.generating_args)
-
-        prompt_groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
-                                                cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
-        timings["time/rollout"] = time.perf_counter() - t0
+        ahead = self.next_batch.started
+        prompt_groups, metrics, times = self.next_batch.take() if ahead else self.collect()
+        if cfg.async_generation_ratio and step < cfg.max_steps:
+            self.next_batch.start(self.collect)
+        timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the batch made during the last step
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
-        timings["time/offload_reload"] = self.switch_s + time.perf_counter() - t
-        timings["time/rollout_generate"] = self.generate_s
+        timings["time/offload_reload"] = times["switch"] + time.perf_counter() - t
+        timings["time/rollout_generate"] = times["generate"]
         self.trainer.log_probs(step, batch, timings)
         metrics.update(self.trainer.advantages(batch))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.trainer.update(step, batch, metrics, timings)
         metrics.update(logprob_mismatch(*engine_log_probs(prompt_groups, batch["input_ids"].shape[1]), batch))
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
+        metrics["rollout/policy_lag"] = float(ahead)  # updates between the batch's weights and the trained ones
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)
         return metrics
 
+    def sync_infer(self) -> dict[str, float]:
+        """The weight sync, after the engine has finished the next step's batch (async generation)."""
+        self.next_batch.wait()
+        return super().sync_infer()
+
     def can_validate(self) -> bool:
         return bool(self.val_prompts)
 
     def driver_state(self) -> dict:
-        """The prompt stream position and the running reward statistics."""
-        return {"sampler": self.sampler.state_dict(), "running_reward": self.trainer.normalizer.state_dict()}
+        """The prompt stream position, the running reward statistics and (async generation) the next step's
+        batch, already generated: a resumed run trains on the same groups."""
+        return {"sampler": self.sampler.state_dict(), "running_reward": self.trainer.normalizer.state_dict(),
+                "next_batch": self.next_batch.state_dict()}
 
     def load_driver_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.trainer.normalizer.load_state_dict(state["running_reward"])
+        self.next_batch.load_state_dict(state.get("next_batch"))
 
     def finish(self) -> None:
+        self.next_batch.wait()
+        self.next_batch.close()
         self.rewards.shutdown()
+
+
+class NextBatch:
+    """The next step's ``(groups, metrics, times)``, collected in one driver thread while the current step trains
+    (``async_generation_ratio: 1``). In Ray mode the thread only waits on the inference workers, which generate in
+    their own processes."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future | None = None
+        self._ready: tuple | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._future is not None or self._ready is not None
+
+    def start(self, collect: Any) -> None:
+        if self.started:
+            raise RuntimeError("the next batch is already being collected")
+        self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="roll-next-batch")
+        self._future = self._pool.submit(collect)
+
+    def wait(self) -> None:
+        """Block until the batch is collected (an error in the collection is raised here)."""
+        if self._future is not None:
+            future, self._future = self._future, None
+            self._ready = future.result()
+
+    def take(self) -> tuple:
+        self.wait()
+        ready, self._ready = self._ready, None
+        return ready
+
+    def state_dict(self) -> dict | None:
+        self.wait()
+        if self._ready is None:
+            return None
+        groups, metrics, times = self._ready
+        return {"groups": [asdict(g) for g in groups], "metrics": metrics, "times": times}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self._future = None
+        self._ready = None if not state else ([PromptGroup(**g) for g in state["groups"]], dict(state["metrics"]),
+                                              dict(state["times"]))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

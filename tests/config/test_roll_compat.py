@@ -76,7 +76,7 @@ def test_alias_on_the_command_line():
     (["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
      r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported"),
     (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
-    (["+async_generation_ratio=1"], r"^async_generation_ratio=1: .*synchronous"),
+    (["async_generation_ratio=1"], r"^async_generation_ratio=1.0: the agentic pipeline is synchronous"),
     (["+custom_env.SimpleSokoban.turn_template=x"], r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one"),
 ])
 def test_conflicts_and_unsupported_keys_are_one_line(extra, match):
@@ -86,7 +86,7 @@ def test_conflicts_and_unsupported_keys_are_one_line(extra, match):
 
 
 def test_off_values_of_unsupported_keys_pass():
-    assert _load(extra=["+async_generation_ratio=0", "+actor_train.model_args.lora_rank=null"])
+    assert _load(extra=["async_generation_ratio=0", "+actor_train.model_args.lora_rank=null"])
 
 
 def test_translate_leaves_roll_names_and_backend_sections_alone():

@@ -29,7 +29,8 @@ def test_tiny_config_loads_and_resolves_data_paths():
 
 
 def test_gpu_config_loads():
-    """Loads as is where sglang is installed; on a CPU machine the only complaint is the missing backend."""
+    """Loads as is where sglang and liger-kernel are installed; on a CPU machine the only complaints are the
+    missing packages."""
     import importlib.util
 
     overrides = []
@@ -38,6 +39,11 @@ def test_gpu_config_loads():
             load("rlvr_qwen05b_gpu")
         assert err.value.key == "actor_infer.strategy_args.strategy_name" and "sglang" in str(err.value)
         overrides = ["actor_infer.strategy_args.strategy_name=hf_infer", "~actor_infer.strategy_args.strategy_config"]
+    if importlib.util.find_spec("liger_kernel") is None:
+        with pytest.raises(ConfigError) as err:
+            load("rlvr_qwen05b_gpu", *overrides)
+        assert err.value.key == "actor_train.model_args.use_liger_kernel" and "pip install liger-kernel" in str(err.value)
+        overrides.append("actor_train.model_args.use_liger_kernel=false")
     cfg = load("rlvr_qwen05b_gpu", *overrides)
     assert cfg.num_gpus_per_node == 1 and cfg.pretrain == "Qwen/Qwen2.5-0.5B-Instruct"
     assert cfg.actor_train.device_mapping == [0] and cfg.actor_infer.device_mapping == [0]
