@@ -5,9 +5,9 @@ only, ``logits_to_keep=1``). The head is then applied chunk by chunk over the sc
 log_softmax -> gather (+ entropy)`` in one fused autograd function (:class:`LinearLogProbs`, whose backward
 recomputes the chunk's logits), or checkpointed through the head module where the head is not a plain linear layer
 in this process (a ZeRO-3 shard, an FSDP2 DTensor shard); forward and backward hold the logits of one chunk at a
-time. Compiled on CUDA (``compiled=True``, ``model_args.compile_log_probs``), a chunk has :data:`CHUNK_ELEMENTS`
-logits (1,766 tokens of a 151,936-word vocabulary: 0.5 GiB in bf16) and its log-softmax / entropy math runs as
-fused kernels; eager (CPU, or compilation off), a quarter of that.
+time: :data:`CHUNK_ELEMENTS` logits (1,766 tokens of a 151,936-word vocabulary). Compiled on CUDA (``compiled=True``,
+``model_args.compile_log_probs``), a chunk's log-softmax / entropy math runs as fused kernels; eager (CPU, or
+compilation off) it runs in place.
 
 Packed mode (``pack=True``) removes padding: the real tokens of all samples are concatenated into one row whose
 position ids restart at 0 for every sample; transformers then masks attention block-diagonally (each token sees
@@ -25,8 +25,8 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-#: Logit elements per chunk of the LM-head pass when compiled (2**28: 0.5 GiB of bf16 logits, no fp32 copy); eager
-#: chunks are a quarter of it (each of the eager math's few fp32 temporaries is then 0.25 GiB).
+#: Logit elements per chunk of the LM-head pass (2**28: 0.5 GiB of bf16 logits; eager, each of the three fp32
+#: temporaries is 1 GiB).
 CHUNK_ELEMENTS = 2 ** 28
 
 
@@ -87,14 +87,35 @@ def logit_grad(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, 
     return grad.to(out_dtype)
 
 
+def _logit_grad_eager(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, entropy: torch.Tensor,
+                      grad_lp: torch.Tensor, grad_ent: torch.Tensor | None, temperature: float,
+                      out_dtype: torch.dtype) -> torch.Tensor:
+    """:func:`logit_grad` in place, for eager PyTorch: three fp32 temporaries of the chunk's size instead of about
+    six, and the same operations in the same order as roll's earlier releases (fixed-seed CPU runs stay bit for
+    bit the same). ``logits`` may be overwritten."""
+    z = logits.float()
+    if temperature != 1.0:
+        z.div_(temperature)
+    z.sub_(log_z[:, None])  # log p
+    probs = z.exp()
+    grad = probs * -grad_lp[:, None]
+    grad.scatter_add_(1, labels[:, None], grad_lp[:, None])
+    if grad_ent is not None:
+        grad.sub_(probs.mul_(z.add_(entropy[:, None])).mul_(grad_ent[:, None]))
+    if temperature != 1.0:
+        grad.div_(temperature)
+    return grad.to(out_dtype)
+
+
 _COMPILED: dict[str, Callable] = {}
 
 
 def _kernels(device: torch.device, compiled: bool) -> tuple[Callable, Callable]:
-    """``(logit_stats, logit_grad)``: as written (eager), or, for ``compiled`` on CUDA, compiled once per process
-    by ``torch.compile`` into fused kernels (no fp32 copy of a chunk's logits is materialized)."""
+    """``(logit_stats, gradient function)``: eager (:func:`logit_stats`, :func:`_logit_grad_eager`), or, for
+    ``compiled`` on CUDA, :func:`logit_stats` and :func:`logit_grad` compiled once per process by ``torch.compile``
+    into fused kernels (no fp32 copy of a chunk's logits is materialized)."""
     if not compiled or device.type != "cuda":
-        return logit_stats, logit_grad
+        return logit_stats, _logit_grad_eager
     if not _COMPILED:
         _COMPILED["stats"] = torch.compile(logit_stats, dynamic=True)
         _COMPILED["grad"] = torch.compile(logit_grad, dynamic=True)
@@ -162,8 +183,7 @@ def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Te
     through the head module: either way no chunk's logits are kept for the backward. ``compiled``: the chunk's
     log-softmax / entropy math runs as compiled kernels on CUDA (:func:`_kernels`)."""
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
-    fused_math = compiled and hidden.device.type == "cuda"
-    chunk = chunk_tokens or max(1, (CHUNK_ELEMENTS if fused_math else CHUNK_ELEMENTS // 4) // int(vocab))
+    chunk = chunk_tokens or max(1, CHUNK_ELEMENTS // int(vocab))
     lps, ents = [], []
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     fused = grad and _fusable(head)

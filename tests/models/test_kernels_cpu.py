@@ -12,7 +12,7 @@ import torch
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.rlvr import RLVRConfig
-from roll.models.logprobs import _kernels, logit_grad, logit_stats
+from roll.models.logprobs import _kernels, _logit_grad_eager, logit_grad, logit_stats
 from roll.pipelines.preflight import check_kernels
 
 
@@ -32,17 +32,19 @@ def test_chunk_math_equals_autograd_through_full_logits(temperature):
     lp, log_z, ent = logit_stats(logits.detach(), labels, temperature, True)
     torch.testing.assert_close(lp.double(), want_lp.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent.double(), want_ent.detach(), atol=1e-5, rtol=1e-5)
-    grad = logit_grad(logits.detach(), labels, log_z, ent, g_lp.float(), g_ent.float(), temperature, torch.float64)
-    torch.testing.assert_close(grad, want_grad, atol=1e-5, rtol=1e-4)
-    # without the entropy term: only d lp / dz
     (want_lp_only,) = torch.autograd.grad((want_lp * g_lp).sum(), logits)
-    grad = logit_grad(logits.detach(), labels, log_z, ent, g_lp.float(), None, temperature, torch.float64)
-    torch.testing.assert_close(grad, want_lp_only, atol=1e-5, rtol=1e-4)
+    for grad_fn in (logit_grad, _logit_grad_eager):  # the compile target and the in-place eager form
+        grad = grad_fn(logits.detach().clone(), labels, log_z, ent, g_lp.float(), g_ent.float(), temperature,
+                       torch.float64)
+        torch.testing.assert_close(grad, want_grad, atol=1e-5, rtol=1e-4)
+        # without the entropy term: only d lp / dz
+        grad = grad_fn(logits.detach().clone(), labels, log_z, ent, g_lp.float(), None, temperature, torch.float64)
+        torch.testing.assert_close(grad, want_lp_only, atol=1e-5, rtol=1e-4)
 
 
 def test_compilation_is_cuda_only():
-    assert _kernels(torch.device("cpu"), compiled=True) == (logit_stats, logit_grad)
-    assert _kernels(torch.device("cpu"), compiled=False) == (logit_stats, logit_grad)
+    assert _kernels(torch.device("cpu"), compiled=True) == (logit_stats, _logit_grad_eager)
+    assert _kernels(torch.device("cpu"), compiled=False) == (logit_stats, _logit_grad_eager)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU error")
