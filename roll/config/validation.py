@@ -175,15 +175,6 @@ def check_scheduling(cfg: Any) -> None:
         raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
     if cfg.num_return_sequences_in_group < 1:
         raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group, "must be >= 1")
-    if cfg.async_generation_ratio:
-        shared = set(cfg.actor_infer.device_mapping or []) & {
-            gpu for role in ROLES if role != "actor_infer" and getattr(cfg, role, None) is not None
-            for gpu in (getattr(cfg, role).device_mapping or [])}
-        if shared:
-            raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
-                              f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
-                              f"are shared with other roles (colocated roles take turns): set it to 0, or give "
-                              f"actor_infer its own device_mapping")
 
 
 def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
@@ -230,8 +221,7 @@ def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
     if worker.world_size % mp:
         raise ConfigError(f"{role}.strategy_args.strategy_config", dict(strategy.strategy_config),
                           f"TP x PP x CP = {mp} must divide world_size ({worker.world_size})")
-    data_parallel = worker.world_size // mp
-    global_batch = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * data_parallel
+    data_parallel, global_batch = data_parallel_size(worker), global_train_batch(worker)
     if samples_per_step % global_batch:
         formula = "world_size" if mp == 1 else "world_size / (TP x PP x CP)"
         sizes = f"{worker.world_size}" if mp == 1 else f"{worker.world_size} / {mp}"
@@ -318,7 +308,7 @@ def check_placement(cfg: Any) -> None:
     """Placement rules across roles (after :func:`check_workers`) and the checkpoint keys.
 
     On a GPU run every role needs a device_mapping (overlapping ids colocate roles); one worker's GPUs must sit on
-    one node; ``save_steps`` >= 0; ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
+    one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``save_steps`` >= 0; ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
     known."""
     workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
     mapped = sorted(r for r, w in workers.items() if w.device_mapping)
@@ -336,6 +326,14 @@ def check_placement(cfg: Any) -> None:
                 raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
                                   f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
                                   f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node")
+    if cfg.async_generation_ratio and "actor_infer" in workers:
+        shared = set(workers["actor_infer"].device_mapping) & {
+            gpu for role, worker in workers.items() if role != "actor_infer" for gpu in worker.device_mapping}
+        if shared:
+            raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
+                              f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
+                              f"are shared with other roles (colocated roles take turns): set it to 0, or give "
+                              f"actor_infer its own device_mapping")
     if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
         raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
                           "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")
