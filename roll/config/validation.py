@@ -102,11 +102,34 @@ def check_workers(cfg: Any) -> None:
             raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
         if worker.model_update_frequency < 1:
             raise ConfigError(f"{role}.model_update_frequency", worker.model_update_frequency, "must be >= 1")
+        if worker.use_prefix_sharing:
+            check_prefix_sharing(worker, role)
         for phase in ("train", "infer"):
             budget = getattr(worker, f"max_tokens_per_microbatch_in_{phase}")
             if getattr(worker, f"use_dynamic_batching_in_{phase}") and budget < 1:
                 raise ConfigError(f"{role}.max_tokens_per_microbatch_in_{phase}", budget,
                                   f"must be >= 1 with use_dynamic_batching_in_{phase}: true (e.g. 8192)")
+
+
+#: Attention implementations that cannot take the per-row mask of shared-prefix rows.
+MASKLESS_ATTENTION = ("flash_attention_2", "flash_attention_3", "roll_varlen")
+
+
+def check_prefix_sharing(worker: Any, role: str) -> None:
+    """``use_prefix_sharing`` needs a strategy that runs roll's own log-prob forward, no packing, and an attention
+    implementation that takes a mask."""
+    key = f"{role}.use_prefix_sharing"
+    if worker.use_sequence_packing:
+        raise ConfigError(key, True, f"cannot be combined with {role}.use_sequence_packing; choose one")
+    name = worker.strategy_args.strategy_name
+    if name in MEGATRON_STRATEGIES or name == "sglang":
+        why = "shares prompt prefixes itself (its radix cache)" if name == "sglang" else "runs its own forward"
+        raise ConfigError(key, True, f"{name} {why}; prefix sharing is for deepspeed_train, deepspeed_infer, "
+                                     f"fsdp2_train, fsdp2_infer and hf_infer: remove the key")
+    if worker.model_args.attn_implementation in MASKLESS_ATTENTION:
+        raise ConfigError(key, True, f"{role}.model_args.attn_implementation="
+                                     f"{worker.model_args.attn_implementation} takes no attention mask; use sdpa or "
+                                     f"eager (or leave it unset)")
 
 
 def _file_list(value: Any, key: str) -> list[str] | None:

@@ -126,5 +126,10 @@ class WorkerConfig:
     use_sequence_packing: bool = fld(
         False, "Run each micro-batch as one packed row without padding (position ids restart per sample; attention "
                "stays within a sample). Same results as the padded forward within float tolerance.")
+    use_prefix_sharing: bool = fld(
+        False, "Run the samples of a micro-batch that begin with the same tokens (a GRPO group's prompt) as one row: "
+               "the shared prefix once, then each sample's own tokens, which attend to the prefix and to themselves. "
+               "Same results as the padded forward within float tolerance; needs an attention implementation that "
+               "takes a mask (sdpa, eager).")
     model_update_frequency: int = fld(1, "Sync weights to this role every N training steps (RLVR actor_infer; "
                                          "the agentic pipeline syncs every step and accepts only 1).")

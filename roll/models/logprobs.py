@@ -13,7 +13,10 @@ Packed mode (``pack=True``) removes padding: the real tokens of all samples are 
 position ids restart at 0 for every sample; transformers then masks attention block-diagonally (each token sees
 only its own sample; flash-attention varlen where installed). Results are scattered back to the padded layout.
 
-Output frame (both modes): index ``t`` of row ``i`` holds ``log p(input_ids[i, t+1] | input_ids[i, :t+1])``, i.e.
+Shared-prefix mode (``share_prefix=True``): the samples that begin with the same tokens run as one row, the prefix
+once (:mod:`roll.models.prefix_sharing`); a position of the shared prefix is scored once and copied to its samples.
+
+Output frame (every mode): index ``t`` of row ``i`` holds ``log p(input_ids[i, t+1] | input_ids[i, :t+1])``, i.e.
 ``(B, L) -> (B, L-1)``; positions whose predicted token is padding hold 0.
 """
 
@@ -24,6 +27,8 @@ from typing import Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from roll.models.prefix_sharing import shared_prefix_layout
 
 #: Logit elements per chunk of the LM-head pass (2**28: 0.5 GiB of bf16 logits; eager, each of the three fp32
 #: temporaries is 1 GiB).
@@ -245,20 +250,33 @@ def _padded_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
 
 def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                     with_entropy: bool = False, temperature: float = 1.0, pack: bool = False,
-                    chunk_tokens: int | None = None, compiled: bool = False
+                    share_prefix: bool = False, chunk_tokens: int | None = None, compiled: bool = False
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]): (B, L) -> log_probs (B, L-1) float32 [, entropy (B, L-1)].
 
-    ``pack``: run the real tokens as one packed row (no padding; see the module docstring). Padded mode counts
-    positions over real tokens only, so left and right padding both work. Positions whose predicted token is padding
-    are 0 in both outputs.
+    ``pack``: run the real tokens as one packed row (no padding; see the module docstring). ``share_prefix``: run
+    the samples that begin with the same tokens as shared-prefix rows (:mod:`roll.models.prefix_sharing`; the padded
+    forward where a row's real tokens are not contiguous). Padded mode counts positions over real tokens only, so
+    left and right padding both work. Positions whose predicted token is padding are 0 in every mode.
     """
     module = getattr(model, "module", model)
     head = module.get_output_embeddings()
     batch, length = input_ids.shape
     out = torch.zeros(batch, length - 1, device=input_ids.device, dtype=torch.float32)
     ent = torch.zeros_like(out) if with_entropy else None
-    if pack:
+    layout = shared_prefix_layout(input_ids, attention_mask) if share_prefix else None
+    if layout is not None:
+        device = input_ids.device
+        mask = layout.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
+        hidden = final_hidden_states(model, layout.input_ids.to(device), mask, layout.position_ids.to(device))
+        hidden = hidden.reshape(-1, hidden.shape[-1])
+        lp, e = head_log_probs(head, hidden[layout.src.to(device)], layout.labels.to(device),
+                               temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
+                               compiled=compiled)
+        pick = layout.pick.to(device)
+        lp, e = lp[pick], (e[pick] if with_entropy else None)
+        dest = layout.dest.to(device)
+    elif pack:
         layout = pack_layout(attention_mask)
         flat_ids = input_ids.flatten()[layout.index]  # (N,)
         hidden = final_hidden_states(model, flat_ids[None], None, layout.position_ids.to(input_ids.device))[0]

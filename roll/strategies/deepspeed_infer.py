@@ -81,6 +81,7 @@ class DeepSpeedInferStrategy(Strategy):
                 mask = torch.ones_like(ids)
             lp, ent = token_log_probs(self.engine, ids, mask, with_entropy=with_entropy,
                                       pack=self.config.use_sequence_packing,
+                                      share_prefix=self.config.use_prefix_sharing,
                                       compiled=self.config.model_args.compile_log_probs)
             if i < len(micro):
                 parts.append(lp.float().cpu())

@@ -50,6 +50,8 @@ class HFInferStrategy(InferenceStrategy):
         """Prompts that continue a kept sequence and those that do not go in separate calls (mixed, the new ones
         would be padded to the cached width plus their whole length)."""
         hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
+        if self.config.use_prefix_sharing:
+            hits = self._prefill_shared(prompts, hits)
         results: list[GenerationOutput | None] = [None] * len(prompts)
         for part in ([i for i, h in enumerate(hits) if h[0]], [i for i, h in enumerate(hits) if not h[0]]):
             if part:
@@ -57,6 +59,28 @@ class HFInferStrategy(InferenceStrategy):
                 for i, out in zip(part, outs):
                     results[i] = out
         return results
+
+    def _prefill_shared(self, prompts: list[list[int]], hits: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        """``hits`` with kept keys and values for the prompts (without one) that occur more than once in the batch
+        (a group's samples): all but a prompt's last token are encoded once per distinct prompt, and its copies
+        start from those keys (``use_prefix_sharing``)."""
+        rows: dict[tuple[int, ...], list[int]] = {}
+        for i, (prompt, (cached, _)) in enumerate(zip(prompts, hits)):
+            if not cached and len(prompt) > 1:
+                rows.setdefault(tuple(prompt), []).append(i)
+        shared = [p for p, members in rows.items() if len(members) > 1]
+        if not shared:
+            return hits
+        heads = [list(p[:-1]) for p in shared]
+        input_ids, attention_mask, _ = batch_layout(heads, [0] * len(heads), self.tokenizer.pad_token_id)
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1)
+        hits = list(hits)
+        for prompt, kv in zip(shared, split_cache(out.past_key_values, attention_mask, [0] * len(heads))):
+            for i in rows[prompt]:
+                hits[i] = (len(prompt) - 1, kv)
+        return hits
 
     def _generate_part(self, prompts: list[list[int]], hits: list[tuple[int, Any]], args: GeneratingArgs,
                        max_new_tokens: int) -> list[GenerationOutput]:
@@ -106,6 +130,7 @@ class HFInferStrategy(InferenceStrategy):
         for mb in batch.split(self.config.infer_batch_size):
             lp, ent = token_log_probs(self.model, mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
                                       with_entropy=with_entropy, pack=self.config.use_sequence_packing,
+                                      share_prefix=self.config.use_prefix_sharing,
                                       compiled=self.config.model_args.compile_log_probs)
             parts.append(lp.cpu())
             if ent is not None:

@@ -1,0 +1,147 @@
+"""Shared-prefix rows (``use_prefix_sharing``): the layout by hand, and the same log-probs, entropy, gradients and
+generations as the padded forward on a real tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from roll.config.errors import ConfigError
+from roll.config.validation import check_prefix_sharing
+from roll.config.worker import GeneratingArgs, WorkerConfig
+from roll.models.logprobs import token_log_probs
+from roll.models.prefix_sharing import plan_rows, shared_prefix_layout
+
+
+def _right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids, mask = torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+    return ids, mask
+
+
+def test_plan_joins_a_group_and_keeps_unrelated_samples_apart():
+    # two samples share [5, 6, 7]; [5, 9] shares one token, which does not pay for the row it would join
+    samples = [[5, 6, 7, 1], [5, 6, 7, 2, 3], [5, 9], [8]]
+    assert plan_rows(samples, max_row=64) == [(3, [0, 1]), (1, [2]), (1, [3])]
+    # identical samples share all but their last token
+    assert plan_rows([[4, 4, 4], [4, 4, 4]], max_row=64) == [(2, [0, 1])]
+    # the row budget splits a group: 3 + 1 + 1 + 1 tokens would exceed 5
+    assert plan_rows([[1, 2, 3, 4]] * 3, max_row=5) == [(3, [0, 1]), (3, [2])]
+
+
+def test_layout_by_hand():
+    """Samples A = [5 6 7 1], B = [5 6 7 2 3] share [5 6 7]; row: 5 6 7 | 1 | 2 3."""
+    ids, mask = _right_padded([[5, 6, 7, 1], [5, 6, 7, 2, 3]])
+    lay = shared_prefix_layout(ids, mask)
+    assert lay.input_ids.tolist() == [[5, 6, 7, 1, 2, 3]]
+    assert lay.position_ids.tolist() == [[0, 1, 2, 3, 3, 4]]
+    allowed = lay.allowed[0, 0].int().tolist()
+    assert allowed == [[1, 0, 0, 0, 0, 0],
+                       [1, 1, 0, 0, 0, 0],
+                       [1, 1, 1, 0, 0, 0],
+                       [1, 1, 1, 1, 0, 0],   # A's token sees the prefix and itself
+                       [1, 1, 1, 0, 1, 0],   # B's first token does not see A's
+                       [1, 1, 1, 0, 1, 1]]
+    # distinct scored positions: prefix 0->6, 1->7 (once), then A: 2->1; B: 2->2, 4->3
+    assert lay.src.tolist() == [0, 1, 2, 2, 4]
+    assert lay.labels.tolist() == [6, 7, 1, 2, 3]
+    # (B, L-1) = (2, 4) frame: A scores its positions 0..2, B its positions 0..3
+    assert lay.dest.tolist() == [0, 1, 2, 4, 5, 6, 7]
+    assert lay.pick.tolist() == [0, 1, 2, 0, 1, 3, 4]
+    mask_f = lay.additive_mask(torch.float32)
+    assert mask_f[0, 0, 3, 3] == 0 and mask_f[0, 0, 4, 3] == torch.finfo(torch.float32).min
+
+
+def test_rows_with_holes_are_not_shared():
+    ids = torch.tensor([[5, 6, 0, 7], [5, 6, 7, 0]])
+    mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0]])
+    assert shared_prefix_layout(ids, mask) is None
+
+
+def _groups(seed: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """3 groups of 4 samples (prompts of 7-12 tokens, answers of 1-6, one answer repeated) and a 1-token row."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for g in range(3):
+        prompt = torch.randint(3, 500, (7 + 2 * g + g % 2,), generator=gen).tolist()
+        for j in range(4):
+            answer = torch.randint(3, 500, (int(torch.randint(1, 7, (), generator=gen)),), generator=gen).tolist()
+            rows.append(prompt + (rows[-1][len(prompt):] if j == 3 else answer))
+    rows.append([42])
+    ids, mask = _right_padded(rows)
+    if left:
+        for i, r in enumerate(rows):
+            ids[i], mask[i] = ids[i].roll(ids.shape[1] - len(r)), mask[i].roll(ids.shape[1] - len(r))
+    return ids, mask
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_same_log_probs_entropy_and_gradients_as_padded(tiny_model_dir, left):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, mask = _groups(0, left)
+    weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1))
+
+    def run(share: bool):
+        model.zero_grad()
+        lp, ent = token_log_probs(model, ids, mask, with_entropy=True, share_prefix=share)
+        (lp * weights + 0.1 * ent).sum().backward()
+        return lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    lp_a, ent_a, grad_a = run(False)
+    lp_b, ent_b, grad_b = run(True)
+    assert shared_prefix_layout(ids, mask).input_ids.shape[0] == 4  # 3 groups + the 1-token row
+    scored = (mask[:, 1:] * mask[:, :-1]).bool()
+    assert (lp_b[~scored] == 0).all() and (ent_b[~scored] == 0).all()
+    torch.testing.assert_close(lp_b, lp_a, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, atol=2e-5, rtol=1e-5)
+    for name in grad_a:
+        torch.testing.assert_close(grad_b[name], grad_a[name], atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_prefill_generates_the_same(tiny_model_dir):
+    """hf_infer with use_prefix_sharing encodes each repeated prompt once: greedy tokens are the same, log-probs
+    within float noise, and a prompt that appears once takes the ordinary path."""
+    from roll.strategies.base import StrategyContext
+    from roll.strategies.hf_infer import HFInferStrategy
+
+    def strategy(share: bool) -> HFInferStrategy:
+        config = WorkerConfig()
+        config.model_args.model_name_or_path = tiny_model_dir
+        config.strategy_args.strategy_name = "hf_infer"
+        config.use_prefix_sharing = share
+        s = HFInferStrategy(config, 0, 1)
+        s.initialize(StrategyContext(seed=0))
+        return s
+
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(20, 400, (n,), generator=gen).tolist() for n in (9, 14, 5)]
+    batch = [prompts[0]] * 4 + [prompts[1]] * 3 + [prompts[2]]
+    args = GeneratingArgs(max_new_tokens=6, temperature=0.0, do_sample=False)
+    shared, plain = strategy(True), strategy(False)
+    hits = shared._prefill_shared(batch, [(0, None)] * len(batch))
+    assert [h[0] for h in hits] == [8] * 4 + [13] * 3 + [0]
+    a, b = shared.generate(batch, args), plain.generate(batch, args)
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    for x, y in zip(a, b):
+        assert max(abs(p - q) for p, q in zip(x.log_probs, y.log_probs)) < 1e-4
+
+
+def test_config_refuses_what_cannot_share():
+    worker = WorkerConfig()
+    worker.use_prefix_sharing = True
+    check_prefix_sharing(worker, "actor_train")  # deepspeed_train, no packing: fine
+    worker.use_sequence_packing = True
+    with pytest.raises(ConfigError, match="actor_train.use_prefix_sharing.*use_sequence_packing"):
+        check_prefix_sharing(worker, "actor_train")
+    worker.use_sequence_packing = False
+    worker.model_args.attn_implementation = "flash_attention_2"
+    with pytest.raises(ConfigError, match="attn_implementation=flash_attention_2 takes no attention mask"):
+        check_prefix_sharing(worker, "actor_train")
+    worker.model_args.attn_implementation = None
+    worker.strategy_args.strategy_name = "sglang"
+    with pytest.raises(ConfigError, match="radix cache"):
+        check_prefix_sharing(worker, "actor_infer")
