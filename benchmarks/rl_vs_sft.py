@@ -19,6 +19,9 @@ sampling (temperature 1). ``--greedy`` also re-validates both final models with 
     python benchmarks/rl_vs_sft.py --seeds 1 2 3 4 5 --out output/rl_vs_sft
     python benchmarks/rl_vs_sft.py --seeds 1 2 3 4 5 --out output/rl_vs_sft --summarize
     python benchmarks/rl_vs_sft.py --seeds 1 --out output/rl_vs_sft_lr -- actor_train.training_args.learning_rate=1e-3
+
+Seeds can run side by side, each pinned to its own cores (``taskset -c 0,1 python benchmarks/rl_vs_sft.py --seeds
+1 ...``); ``--rl-only`` stops after the RL runs, and a later call without it adds the controls.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) ->
     if not (rl_dir / "final").exists():
         wall = run(base + seed_overrides(seed, rl_dir) + args.extra, rl_dir / "run.log")
         (rl_dir / "wall_s").write_text(f"{wall:.1f}")
+    if args.rl_only:
+        return
     sft_s, rl_s, _ = training_time(read_rows(rl_dir))
     per_step = sft_s / sft_steps
     steps = max(sft_steps, round((sft_s + rl_s) / per_step))
@@ -168,12 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("output/rl_vs_sft"))
     parser.add_argument("--greedy", action="store_true", help="also validate both final models greedily")
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
+    parser.add_argument("--rl-only", action="store_true",
+                        help="only the RL runs (a later call without it runs the controls: finished parts are kept)")
     args, extra = parser.parse_known_args(argv)
     args.extra = [x for x in extra if x != "--"]
     if not args.summarize:
         sft_steps, batch = sft_config(args.config_name, args.extra)
         for seed in args.seeds:
             run_seed(args, seed, sft_steps, batch)
+        if args.rl_only:
+            return 0
     rows = [r for r in (seed_row(args, s) for s in args.seeds) if r is not None]
     if not rows:
         print("[rl_vs_sft] no finished seeds to tabulate", file=sys.stderr)

@@ -111,6 +111,10 @@ class BaseConfig(PPOConfig):
     ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
     max_steps: int = fld(100, "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
                                   "validation, then the final export.", allowed=">= 0")
+    max_train_minutes: float = fld(0.0, "Also stop after the first step at which training (the warm start plus the "
+                                        "RL steps' time/step; set-up and validation not counted) has taken this "
+                                        "many minutes, then validate and save as at max_steps; 0 = off. A resumed "
+                                        "run counts from its resume.", allowed=">= 0")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")

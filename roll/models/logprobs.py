@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from roll.models.prefix_sharing import shared_prefix_layout
+from roll.models.prefix_sharing import pair_cost, shared_prefix_layout
 
 #: Logit elements per chunk of the LM-head pass (2**28: 0.5 GiB of bf16 logits; eager, each of the three fp32
 #: temporaries is 1 GiB).
@@ -264,7 +264,10 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     batch, length = input_ids.shape
     out = torch.zeros(batch, length - 1, device=input_ids.device, dtype=torch.float32)
     ent = torch.zeros_like(out) if with_entropy else None
-    layout = shared_prefix_layout(input_ids, attention_mask) if share_prefix else None
+    layout = None
+    if share_prefix:
+        hidden_size = getattr(getattr(module, "config", None), "hidden_size", None) or 1024
+        layout = shared_prefix_layout(input_ids, attention_mask, pair_cost(hidden_size))
     if layout is not None:
         device = input_ids.device
         mask = layout.additive_mask(module.get_input_embeddings().weight.dtype).to(device)

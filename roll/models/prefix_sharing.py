@@ -21,6 +21,13 @@ import torch
 MAX_ROW_WIDTHS = 4
 
 
+def pair_cost(hidden_size: int) -> float:
+    """Cost of one attention pair (query, key) relative to one token's weight matmuls, for the row planner: about
+    ``4 d`` FLOPs per pair and layer against about ``2 x 16 d^2`` per token and layer for Qwen-like shapes, so
+    ``1 / (8 d)``. A shared row's mask makes attention compute every pair of the row."""
+    return 1.0 / (8 * hidden_size)
+
+
 @dataclass(frozen=True)
 class SharedPrefixLayout:
     """Rows, mask and index maps of a shared-prefix forward for a ``(B, L)`` batch.
@@ -54,34 +61,38 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def plan_rows(samples: list[list[int]], max_row: int) -> list[tuple[int, list[int]]]:
+def plan_rows(samples: list[list[int]], max_row: int, pair: float = 0.0) -> list[tuple[int, list[int]]]:
     """``(prefix length, member sample indices)`` of each shared row, greedily over the samples in sorted order: a
-    sample joins the current row when that saves tokens and the row stays within ``max_row`` tokens. Every member
-    keeps at least one token of its own (the prefix is shorter than each member).
+    sample joins the current row when that lowers the cost, ``width + pair x width^2`` per row (tokens, and the
+    attention pairs a masked row computes; :func:`pair_cost`), and the row stays within ``max_row`` tokens. Every
+    member of 2 or more tokens keeps at least one token of its own.
 
     >>> plan_rows([[1, 2, 3], [1, 2, 4], [9, 9]], max_row=16)
     [(2, [0, 1]), (1, [2])]
     """
+    cost = lambda width: width + pair * width * width  # noqa: E731
     rows: list[tuple[int, list[int]]] = []
-    cost: list[int] = []
+    widths: list[int] = []
     for i in sorted(range(len(samples)), key=lambda k: samples[k]):
         n = len(samples[i])
         if rows:
             prefix, members = rows[-1]
             shared = min(prefix, _common_prefix(samples[members[-1]], samples[i]), n - 1)
             joined = shared + sum(len(samples[m]) - shared for m in members) + n - shared
-            if shared > 0 and joined < cost[-1] + n and joined <= max_row:
+            if shared > 0 and joined <= max_row and cost(joined) < cost(widths[-1]) + cost(n):
                 rows[-1] = (shared, members + [i])
-                cost[-1] = joined
+                widths[-1] = joined
                 continue
         rows.append((n - 1 if n >= 2 else n, [i]))  # a sample of 0 or 1 tokens has no scored position
-        cost.append(n)
+        widths.append(n)
     return rows
 
 
-def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SharedPrefixLayout | None:
+def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         pair: float = 0.0) -> SharedPrefixLayout | None:
     """The :class:`SharedPrefixLayout` of a ``(B, L)`` batch whose rows each hold one contiguous run of real tokens
-    (left or right padding), on the CPU; None when a row's real tokens are not contiguous."""
+    (left or right padding), on the CPU, planned by :func:`plan_rows` (``pair``: its attention cost); None when a
+    row's real tokens are not contiguous or no two samples share a row."""
     mask = attention_mask.bool().cpu()
     ids = input_ids.cpu()
     batch, length = ids.shape
@@ -91,7 +102,9 @@ def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor) 
     if not bool((mask == ((cols >= starts[:, None]) & (cols < (starts + lengths)[:, None]))).all()):
         return None
     samples = [ids[i, s:s + n].tolist() for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist()))]
-    plan = plan_rows(samples, MAX_ROW_WIDTHS * length)
+    plan = plan_rows(samples, MAX_ROW_WIDTHS * length, pair)
+    if len(plan) == batch:  # nothing shared: the padded forward is cheaper (no mask)
+        return None
     width = max(prefix + sum(len(samples[m]) - prefix for m in members) for prefix, members in plan)
     if width < 1:
         return None

@@ -144,8 +144,11 @@ class Pipeline(ABC):
         first = self.resume(resume) + 1 if resume else 1
         if resume is None:  # a new run in a used logging_dir: older dumps go, as metrics.jsonl starts afresh
             self.prune_dumps(0)
+        spent = 0.0  # training seconds, for max_train_minutes
         if resume is None and cfg.sft_warmup.enabled:
-            self.tracker.log(self.warm_start(), step=0)
+            warm = self.warm_start()
+            spent += warm.get("time/sft", 0.0)
+            self.tracker.log(warm, step=0)
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
             self.tracker.log(self.validate(0), step=0)
@@ -154,14 +157,21 @@ class Pipeline(ABC):
         with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
             for step in range(first, cfg.max_steps + 1):
                 metrics = self.train_step(step)
-                if validating and (step % cfg.eval_steps == 0 or step == cfg.max_steps):
+                spent += metrics.get("time/step", 0.0)
+                out_of_time = bool(cfg.max_train_minutes) and spent >= 60 * cfg.max_train_minutes
+                final_step = step == cfg.max_steps or out_of_time
+                if validating and (step % cfg.eval_steps == 0 or final_step):
                     metrics.update(self.validate(step))
-                if step % cfg.logging_steps == 0 or step == cfg.max_steps:
+                if step % cfg.logging_steps == 0 or final_step:
                     self.tracker.log(metrics, step=step)
                 if cfg.save_steps and step % cfg.save_steps == 0:
                     self.save(step)
                 bar.advance(metrics)
                 last = metrics
+                if out_of_time and step < cfg.max_steps:
+                    print(f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
+                          f"({spent:.0f} s of training)", flush=True)
+                    break
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()

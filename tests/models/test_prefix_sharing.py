@@ -10,7 +10,7 @@ from roll.config.errors import ConfigError
 from roll.config.validation import check_prefix_sharing
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.models.logprobs import token_log_probs
-from roll.models.prefix_sharing import plan_rows, shared_prefix_layout
+from roll.models.prefix_sharing import pair_cost, plan_rows, shared_prefix_layout
 
 
 def _right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,6 +29,11 @@ def test_plan_joins_a_group_and_keeps_unrelated_samples_apart():
     assert plan_rows([[4, 4, 4], [4, 4, 4]], max_row=64) == [(2, [0, 1])]
     # the row budget splits a group: 3 + 1 + 1 + 1 tokens would exceed 5
     assert plan_rows([[1, 2, 3, 4]] * 3, max_row=5) == [(3, [0, 1]), (3, [2])]
+    # a short shared prefix before long own parts: the joined row saves 2 tokens but its mask makes attention cost
+    # 202^2 pairs instead of 2 x 102^2 (per pair 1/64 of a token here): kept apart
+    long = [[1, 1] + [2] * 100, [1, 1] + [3] * 100]
+    assert plan_rows(long, max_row=1000) == [(2, [0, 1])]
+    assert plan_rows(long, max_row=1000, pair=1 / 64) == [(101, [0]), (101, [1])]
 
 
 def test_layout_by_hand():
@@ -54,10 +59,11 @@ def test_layout_by_hand():
     assert mask_f[0, 0, 3, 3] == 0 and mask_f[0, 0, 4, 3] == torch.finfo(torch.float32).min
 
 
-def test_rows_with_holes_are_not_shared():
+def test_rows_with_holes_or_nothing_to_share_take_the_padded_path():
     ids = torch.tensor([[5, 6, 0, 7], [5, 6, 7, 0]])
     mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0]])
     assert shared_prefix_layout(ids, mask) is None
+    assert shared_prefix_layout(*_right_padded([[5, 6, 7], [8, 6, 7]])) is None
 
 
 def _groups(seed: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,13 +83,17 @@ def _groups(seed: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (GPU only)")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("left", [False, True])
-def test_same_log_probs_entropy_and_gradients_as_padded(tiny_model_dir, left):
+def test_same_log_probs_entropy_and_gradients_as_padded(tiny_model_dir, left, device):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    ids, mask = _groups(0, left)
-    weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).to(device)
+    ids, mask = (t.to(device) for t in _groups(0, left))
+    weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(1)).to(device)
 
     def run(share: bool):
         model.zero_grad()
@@ -93,7 +103,7 @@ def test_same_log_probs_entropy_and_gradients_as_padded(tiny_model_dir, left):
 
     lp_a, ent_a, grad_a = run(False)
     lp_b, ent_b, grad_b = run(True)
-    assert shared_prefix_layout(ids, mask).input_ids.shape[0] == 4  # 3 groups + the 1-token row
+    assert shared_prefix_layout(ids, mask, pair_cost(64)).input_ids.shape[0] == 4  # 3 groups + the 1-token row
     scored = (mask[:, 1:] * mask[:, :-1]).bool()
     assert (lp_b[~scored] == 0).all() and (ent_b[~scored] == 0).all()
     torch.testing.assert_close(lp_b, lp_a, atol=2e-5, rtol=1e-5)

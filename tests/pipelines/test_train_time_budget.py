@@ -1,0 +1,32 @@
+"""``max_train_minutes``: the loop stops at the first step past the training-time budget, and that step ends the
+run as ``max_steps`` would (validation, log, final export)."""
+
+from __future__ import annotations
+
+import json
+
+from roll.config.loader import load_config
+from roll.config.rlvr import RLVRConfig
+from roll.pipelines.rlvr_pipeline import RLVRPipeline
+
+
+def test_budget_stops_after_the_step_that_exceeds_it(tiny_model_dir, tmp_path, capsys):
+    overrides = [
+        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}", f"logging_dir={tmp_path}/logs",
+        "distributed=local", "track_with=stdout", "max_steps=50", "eval_steps=40", "save_steps=0",
+        "rollout_dump_steps=0", "sft_warmup.enabled=false", "rollout_batch_size=2", "num_return_sequences_in_group=2",
+        "dynamic_sampling.enabled=false", "is_use_additional_prompts=false", "validation.max_samples=4",
+        "rewards.num_workers=1", "actor_infer.generating_args.max_new_tokens=4",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        "max_train_minutes=1e-6",  # any step takes longer than 60 microseconds
+    ]
+    RLVRPipeline(load_config("rlvr_tiny", overrides=overrides, schema=RLVRConfig)).run()
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = sorted({r["step"] for r in rows})
+    assert steps == [0, 1]  # the step-0 validation, then step 1, the last
+    last = {k: v for r in rows if r["step"] == 1 for k, v in r.items()}
+    assert "time/step" in last and any(k.startswith("val/") for k in last)  # validated as a final step
+    assert (tmp_path / "final" / "config.json").exists()
+    assert "max_train_minutes=1e-06 reached after step 1" in capsys.readouterr().out
