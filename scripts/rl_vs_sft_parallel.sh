@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/rl_vs_sft.py with its seeds side by side, each pinned to two cores of its own (taskset), for a machine
 # with at least 2 x (number of seeds) cores. Logs: OUT/seed<N>.log; then the table of the finished seeds.
+# FIRST_CORE=k starts the pinning at core k (two studies side by side).
 #
 #   bash scripts/rl_vs_sft_parallel.sh OUT "1 2 3 4 5" [rl_vs_sft.py options] [-- Hydra overrides]
 set -euo pipefail
@@ -8,7 +9,8 @@ out=$1; seeds=$2; shift 2
 mkdir -p "$out"
 i=0; pids=()
 for s in $seeds; do
-  taskset -c $((2 * i)),$((2 * i + 1)) python benchmarks/rl_vs_sft.py --seeds "$s" --out "$out" "$@" \
+  c=$(( ${FIRST_CORE:-0} + 2 * i ))
+  taskset -c $c,$((c + 1)) python benchmarks/rl_vs_sft.py --seeds "$s" --out "$out" "$@" \
     > "$out/seed$s.log" 2>&1 &
   pids+=($!); i=$((i + 1))
 done
