@@ -8,9 +8,10 @@ Per seed (one run at a time, as in ``benchmarks/seeds.py``, whose per-seed overr
    (``time/sft``) plus every RL step (``time/step``: rollout, log-probs, update, sync); set-up and validation are
    left out, on both sides.
 2. **Control**: the same config, initial weights (the RL run's model directory), demonstration seed and validation
-   rooms, with ``max_steps=0`` (no RL) and ``sft_warmup.steps`` = the RL run's training time / the seconds per
-   supervised step measured in that run's own warm start, on enough demonstrations that none repeats
-   (``num_demos`` = steps x batch). Demonstration generation is not counted on either side.
+   rooms, with ``max_steps=0`` (no RL) and ``max_train_minutes`` = the RL run's training time: its warm start runs
+   until that budget is spent. It gets demonstrations for 1.5 x the steps its pace in the RL run's own warm start
+   predicts, so that none repeats (``num_demos`` = steps x batch). Demonstration generation is not counted on
+   either side.
 
 The table gives validation success after the warm start (the RL run's step 0), after RL, and of the control, the
 paired differences, and their mean over seeds with the standard error (sd / sqrt(n)). Validation uses the config's
@@ -64,10 +65,12 @@ def training_time(rows: list[dict]) -> tuple[float, float, int]:
     return sft, sum(steps), len(steps)
 
 
-def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int) -> list[str]:
-    """The control's overrides on top of the seed's: the RL run's initial model, no RL, ``steps`` SFT steps."""
+def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int, seconds: float) -> list[str]:
+    """The control's overrides on top of the seed's: the RL run's initial model, no RL, supervised steps for
+    ``seconds`` of training (at most ``steps``)."""
     return [f"pretrain={rl_dir / 'model'}", f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}",
-            "max_steps=0", "eval_steps=1", f"sft_warmup.steps={steps}", f"sft_warmup.num_demos={steps * batch}"]
+            "max_steps=0", "eval_steps=1", f"sft_warmup.steps={steps}", f"sft_warmup.num_demos={steps * batch}",
+            f"max_train_minutes={seconds / 60:.4f}"]
 
 
 def greedy_overrides(model: Path, run_dir: Path) -> list[str]:
@@ -97,12 +100,13 @@ def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) ->
         return
     sft_s, rl_s, _ = training_time(read_rows(rl_dir))
     per_step = sft_s / sft_steps
-    steps = max(sft_steps, round((sft_s + rl_s) / per_step))
+    steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / per_step))
     if not (ctl_dir / "final").exists():
-        wall = run(base + seed_overrides(seed, ctl_dir) + args.extra + control_overrides(rl_dir, ctl_dir, steps, batch),
-                   ctl_dir / "run.log")
+        control = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
+        own = {o.split("=", 1)[0] for o in control}  # the control's values replace the study's for these keys
+        extra = [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in own]
+        wall = run(base + seed_overrides(seed, ctl_dir) + extra + control, ctl_dir / "run.log")
         (ctl_dir / "wall_s").write_text(f"{wall:.1f}")
-        (ctl_dir / "sft_steps").write_text(str(steps))
     if args.greedy:
         for name, model in (("rl", rl_dir / "final"), ("control", ctl_dir / "final")):
             out = args.out.resolve() / f"seed{seed}" / f"greedy_{name}"
@@ -122,7 +126,9 @@ def seed_row(args: argparse.Namespace, seed: int) -> dict | None:
     row = {"seed": seed, "episodes": episodes, "warm": curve[0][1], "rl": curve[-1][1], "control": control[-1][1],
            "curve": curve, "rl_train_s": sft_s + rl_s, "rl_steps": rl_steps,
            "control_train_s": training_time(ctl_rows)[0],
-           "control_sft_steps": read_number(ctl_dir / "sft_steps"), "rl_wall_s": read_number(rl_dir / "wall_s")}
+           "control_sft_steps": next((r["sft/steps"] for r in ctl_rows if "sft/steps" in r),
+                                     read_number(ctl_dir / "sft_steps")),  # older runs wrote the planned steps
+           "rl_wall_s": read_number(rl_dir / "wall_s")}
     for name in ("rl", "control"):
         path = args.out / f"seed{seed}" / f"greedy_{name}" / "logs" / "metrics.jsonl"
         if path.exists():

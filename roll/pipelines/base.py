@@ -79,21 +79,27 @@ class Pipeline(ABC):
     def train_sft(self, batches: Iterable[Batch], steps: int, lr: float, reset_optimizer: bool) -> dict[str, float]:
         """The supervised warm start: one NLL ``train_step`` per batch at learning rate ``lr``, then (optionally)
         fresh Adam moments, the weight sync to actor_infer, and the warm-started weights into the reference and the
-        critic (KL is measured to, and values are learned on, the model RL starts from)."""
+        critic (KL is measured to, and values are learned on, the model RL starts from). ``max_train_minutes``
+        also bounds it: it ends after the step at which its own training time reaches the budget."""
         start, losses, train = time.perf_counter(), [], self.roles.actor_train
+        budget = 60 * self.cfg.max_train_minutes
         for i, batch in enumerate(batches):
             parts = train.train_step(batch, SFT_LOSS, lr=lr)
             losses.append(sum(p["sft/loss"] for p in parts) / len(parts))
             if (i + 1) % max(1, steps // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
+            if budget and time.perf_counter() - start >= budget and i + 1 < steps:
+                print(f"[sft warm start] max_train_minutes={self.cfg.max_train_minutes} reached after step {i + 1}",
+                      flush=True)
+                break
         if reset_optimizer:
             train.reset_optimizer()
         synced = self.sync_infer()
         for role in (self.roles.reference, self.roles.critic):
             if role is not None:
                 sync_weights(train, role)
-        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "time/sft": time.perf_counter() - start,
-                "time/sft_sync": synced["time/sync"]}
+        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "sft/steps": len(losses),
+                "time/sft": time.perf_counter() - start, "time/sft_sync": synced["time/sync"]}
 
     @abstractmethod
     def setup(self, run_id: str | None = None) -> None:
@@ -149,13 +155,15 @@ class Pipeline(ABC):
             warm = self.warm_start()
             spent += warm.get("time/sft", 0.0)
             self.tracker.log(warm, step=0)
+        out_of_time = bool(cfg.max_train_minutes) and spent >= 60 * cfg.max_train_minutes
+        last_step = first - 1 if out_of_time else cfg.max_steps  # a warm start that used the budget: no RL step
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
             self.tracker.log(self.validate(0), step=0)
         last: dict[str, float] = {}
         bar_keys = {"postfix_keys": self.headline_keys} if self.headline_keys else {}
         with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
-            for step in range(first, cfg.max_steps + 1):
+            for step in range(first, last_step + 1):
                 metrics = self.train_step(step)
                 spent += metrics.get("time/step", 0.0)
                 out_of_time = bool(cfg.max_train_minutes) and spent >= 60 * cfg.max_train_minutes

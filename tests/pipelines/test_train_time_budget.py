@@ -30,3 +30,22 @@ def test_budget_stops_after_the_step_that_exceeds_it(tiny_model_dir, tmp_path, c
     assert "time/step" in last and any(k.startswith("val/") for k in last)  # validated as a final step
     assert (tmp_path / "final" / "config.json").exists()
     assert "max_train_minutes=1e-06 reached after step 1" in capsys.readouterr().out
+
+
+def test_a_warm_start_that_spends_the_budget_ends_the_run(tiny_model_dir, tmp_path):
+    """The budget bounds the supervised warm start too (the same-time SFT control of benchmarks/rl_vs_sft.py): it
+    stops after the step that reaches it, logs how many steps ran, and no RL step follows."""
+    overrides = [
+        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}", f"logging_dir={tmp_path}/logs",
+        "distributed=local", "track_with=stdout", "max_steps=50", "eval_steps=0", "save_steps=0",
+        "rollout_dump_steps=0", "sft_warmup.steps=40", "sft_warmup.batch_size=4", "validation.file_name=[]",
+        "rollout_batch_size=2", "num_return_sequences_in_group=2", "rewards.num_workers=1",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1", "max_train_minutes=1e-6",
+    ]
+    RLVRPipeline(load_config("rlvr_tiny", overrides=overrides, schema=RLVRConfig)).run()
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in rows} == {0}
+    assert next(r["sft/steps"] for r in rows if "sft/steps" in r) == 1
+    assert (tmp_path / "final" / "config.json").exists()
