@@ -114,8 +114,8 @@ class BaseConfig(PPOConfig):
     max_train_minutes: float = fld(0.0, "Also stop after the first step at which training (the warm start plus the "
                                         "RL steps' time/step; set-up and validation not counted) has taken this "
                                         "many minutes, then validate and save as at max_steps (a warm start that "
-                                        "reaches it ends there, and no RL step runs); 0 = off. A resumed run "
-                                        "counts from its resume.", allowed=">= 0")
+                                        "reaches it ends there, and no RL step runs); 0 = off. Checkpoints keep the "
+                                        "time spent, so a resumed run goes on counting.", allowed=">= 0")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")

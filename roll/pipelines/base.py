@@ -147,15 +147,16 @@ class Pipeline(ABC):
         cfg = self.cfg
         resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
         self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
+        self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         first = self.resume(resume) + 1 if resume else 1
         if resume is None:  # a new run in a used logging_dir: older dumps go, as metrics.jsonl starts afresh
             self.prune_dumps(0)
-        spent = 0.0  # training seconds, for max_train_minutes
+        budget = 60 * cfg.max_train_minutes
         if resume is None and cfg.sft_warmup.enabled:
             warm = self.warm_start()
-            spent += warm.get("time/sft", 0.0)
+            self.train_seconds += warm.get("time/sft", 0.0)
             self.tracker.log(warm, step=0)
-        out_of_time = bool(cfg.max_train_minutes) and spent >= 60 * cfg.max_train_minutes
+        out_of_time = bool(budget) and self.train_seconds >= budget
         last_step = first - 1 if out_of_time else cfg.max_steps  # a warm start that used the budget: no RL step
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
@@ -165,8 +166,8 @@ class Pipeline(ABC):
         with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
             for step in range(first, last_step + 1):
                 metrics = self.train_step(step)
-                spent += metrics.get("time/step", 0.0)
-                out_of_time = bool(cfg.max_train_minutes) and spent >= 60 * cfg.max_train_minutes
+                self.train_seconds += metrics.get("time/step", 0.0)
+                out_of_time = bool(budget) and self.train_seconds >= budget
                 final_step = step == cfg.max_steps or out_of_time
                 if validating and (step % cfg.eval_steps == 0 or final_step):
                     metrics.update(self.validate(step))
@@ -178,7 +179,7 @@ class Pipeline(ABC):
                 last = metrics
                 if out_of_time and step < cfg.max_steps:
                     print(f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
-                          f"({spent:.0f} s of training)", flush=True)
+                          f"({self.train_seconds:.0f} s of training)", flush=True)
                     break
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
@@ -191,7 +192,7 @@ class Pipeline(ABC):
     def save(self, step: int) -> None:
         """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
         state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 **self.driver_state()}
+                 "train_seconds": getattr(self, "train_seconds", 0.0), **self.driver_state()}
         path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
                                     int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
         print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
@@ -206,6 +207,7 @@ class Pipeline(ABC):
         self.tracker.rewind(int(state["step"]))
         self.prune_dumps(int(state["step"]))
         self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.train_seconds = float(state.get("train_seconds", 0.0))  # older checkpoints: counted from the resume
         self.load_driver_state(state)
         self.sync_infer()
         print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)

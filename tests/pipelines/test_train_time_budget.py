@@ -49,3 +49,27 @@ def test_a_warm_start_that_spends_the_budget_ends_the_run(tiny_model_dir, tmp_pa
     assert {r["step"] for r in rows} == {0}
     assert next(r["sft/steps"] for r in rows if "sft/steps" in r) == 1
     assert (tmp_path / "final" / "config.json").exists()
+
+
+def test_checkpoints_keep_the_time_spent(tiny_model_dir, tmp_path):
+    """A resumed run goes on counting: a checkpoint holds the training seconds so far, and a run resumed with a
+    budget those seconds already exceed trains no further step."""
+    from roll.pipelines import checkpoint as ckpt
+
+    base = [
+        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}", f"logging_dir={tmp_path}/logs",
+        "distributed=local", "track_with=stdout", "eval_steps=0", "save_steps=1", "rollout_dump_steps=0",
+        "sft_warmup.enabled=false", "validation.file_name=[]", "rollout_batch_size=2",
+        "num_return_sequences_in_group=2", "rewards.num_workers=1", "actor_infer.generating_args.max_new_tokens=4",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+    ]
+    RLVRPipeline(load_config("rlvr_tiny", overrides=base + ["max_steps=2"], schema=RLVRConfig)).run()
+    newest = ckpt.resolve_resume(True, tmp_path)
+    spent = ckpt.read_state(newest)["train_seconds"]
+    assert spent > 0
+    resumed = base + ["max_steps=4", "resume_from_checkpoint=true", f"max_train_minutes={spent / 120}"]
+    RLVRPipeline(load_config("rlvr_tiny", overrides=resumed, schema=RLVRConfig)).run()
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in rows) == 2  # no step 3: the budget was spent before the resume
