@@ -126,8 +126,7 @@ def seed_row(args: argparse.Namespace, seed: int) -> dict | None:
     row = {"seed": seed, "episodes": episodes, "warm": curve[0][1], "rl": curve[-1][1], "control": control[-1][1],
            "curve": curve, "rl_train_s": sft_s + rl_s, "rl_steps": rl_steps,
            "control_train_s": training_time(ctl_rows)[0],
-           "control_sft_steps": next((r["sft/steps"] for r in ctl_rows if "sft/steps" in r),
-                                     read_number(ctl_dir / "sft_steps")),  # older runs wrote the planned steps
+           "control_sft_steps": next(r["sft/steps"] for r in ctl_rows if "sft/steps" in r),
            "rl_wall_s": read_number(rl_dir / "wall_s")}
     for name in ("rl", "control"):
         path = args.out / f"seed{seed}" / f"greedy_{name}" / "logs" / "metrics.jsonl"

@@ -264,21 +264,21 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     batch, length = input_ids.shape
     out = torch.zeros(batch, length - 1, device=input_ids.device, dtype=torch.float32)
     ent = torch.zeros_like(out) if with_entropy else None
-    layout = None
+    shared = None
     if share_prefix:
         hidden_size = getattr(getattr(module, "config", None), "hidden_size", None) or 1024
-        layout = shared_prefix_layout(input_ids, attention_mask, pair_cost(hidden_size))
-    if layout is not None:
+        shared = shared_prefix_layout(input_ids, attention_mask, pair_cost(hidden_size))
+    if shared is not None:
         device = input_ids.device
-        mask = layout.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
-        hidden = final_hidden_states(model, layout.input_ids.to(device), mask, layout.position_ids.to(device))
+        mask = shared.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
+        hidden = final_hidden_states(model, shared.input_ids.to(device), mask, shared.position_ids.to(device))
         hidden = hidden.reshape(-1, hidden.shape[-1])
-        lp, e = head_log_probs(head, hidden[layout.src.to(device)], layout.labels.to(device),
+        lp, e = head_log_probs(head, hidden[shared.src.to(device)], shared.labels.to(device),
                                temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
                                compiled=compiled)
-        pick = layout.pick.to(device)
+        pick = shared.pick.to(device)
         lp, e = lp[pick], (e[pick] if with_entropy else None)
-        dest = layout.dest.to(device)
+        dest = shared.dest.to(device)
     elif pack:
         layout = pack_layout(attention_mask)
         flat_ids = input_ids.flatten()[layout.index]  # (N,)

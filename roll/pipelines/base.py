@@ -36,6 +36,7 @@ class Pipeline(ABC):
         self.output_dir = Path(cfg.output_dir)
         self.log_dir = Path(cfg.logging_dir)
         self._weight_sync: WeightSync | None = None
+        self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         self.roles: Roles
         self.trainer: PPOTrainer
 
@@ -147,17 +148,14 @@ class Pipeline(ABC):
         cfg = self.cfg
         resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
         self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
-        self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         first = self.resume(resume) + 1 if resume else 1
         if resume is None:  # a new run in a used logging_dir: older dumps go, as metrics.jsonl starts afresh
             self.prune_dumps(0)
-        budget = 60 * cfg.max_train_minutes
         if resume is None and cfg.sft_warmup.enabled:
             warm = self.warm_start()
             self.train_seconds += warm.get("time/sft", 0.0)
             self.tracker.log(warm, step=0)
-        out_of_time = bool(budget) and self.train_seconds >= budget
-        last_step = first - 1 if out_of_time else cfg.max_steps  # a warm start that used the budget: no RL step
+        last_step = first - 1 if self.out_of_time() else cfg.max_steps  # a warm start that used the budget: no RL step
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
             self.tracker.log(self.validate(0), step=0)
@@ -167,7 +165,7 @@ class Pipeline(ABC):
             for step in range(first, last_step + 1):
                 metrics = self.train_step(step)
                 self.train_seconds += metrics.get("time/step", 0.0)
-                out_of_time = bool(budget) and self.train_seconds >= budget
+                out_of_time = self.out_of_time()
                 final_step = step == cfg.max_steps or out_of_time
                 if validating and (step % cfg.eval_steps == 0 or final_step):
                     metrics.update(self.validate(step))
@@ -189,10 +187,14 @@ class Pipeline(ABC):
         print(f"[roll] final actor saved to {final}", flush=True)
         return last
 
+    def out_of_time(self) -> bool:
+        """Whether ``max_train_minutes`` (0 = off) has been spent."""
+        return bool(self.cfg.max_train_minutes) and self.train_seconds >= 60 * self.cfg.max_train_minutes
+
     def save(self, step: int) -> None:
         """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
         state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 "train_seconds": getattr(self, "train_seconds", 0.0), **self.driver_state()}
+                 "train_seconds": self.train_seconds, **self.driver_state()}
         path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
                                     int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
         print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
