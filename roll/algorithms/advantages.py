@@ -69,6 +69,8 @@ class AdvantageInputs:
         episode_weight: ``gigpo``: weight of the episode-level (GRPO) advantage.
         step_weight: ``gigpo``: weight of the step-level (same-state) advantage.
         step_norm: ``gigpo``: normalization of turn returns within a same-state group (``mean``, ``mean_std``).
+        episode_norm: ``gigpo``: normalization of episode rewards within a group: ``mean_std`` (GRPO's) or ``mean``
+            (no std: the paper's F_norm = 1, verl-agent's ``mode: mean_norm`` together with ``step_norm="mean"``).
     """
 
     token_level_rewards: Tensor
@@ -82,6 +84,7 @@ class AdvantageInputs:
     episode_weight: float = 1.0
     step_weight: float = 1.0
     step_norm: str = "mean_std"
+    episode_norm: str = "mean_std"
 
     def __post_init__(self) -> None:
         shape = tuple(self.token_level_rewards.shape)
@@ -96,6 +99,8 @@ class AdvantageInputs:
         for name in ("gamma", "lambd"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.episode_norm not in EPISODE_NORMS:
+            raise ValueError(f"episode_norm must be one of {sorted(EPISODE_NORMS)}, got {self.episode_norm!r}")
 
 
 @dataclass
@@ -225,6 +230,10 @@ def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
 
 
+#: GiGPO's episode-level term per ``episode_norm``: group mean and std, or the group mean only
+EPISODE_NORMS: dict[str, AdvantageFn] = {"mean_std": grpo, "mean": dr_grpo}
+
+
 @torch.no_grad()
 def discounted_turn_returns(turn_rewards: Tensor, episode_ids: Tensor, gamma: float) -> Tensor:
     """Per-turn discounted return-to-go within each episode, for :func:`step_level_advantages`.
@@ -299,14 +308,16 @@ def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     Per turn k of sample i (``inputs.turns``): ``G_k`` = :func:`discounted_turn_returns` of the turn rewards
     (``gamma`` per turn); :func:`step_level_advantages` normalizes ``G`` among the turns of one group (``group_ids``)
     that acted in the same state (``step_norm``) and adds ``episode_weight x`` the sample's :func:`grpo` advantage
-    (constant over its response tokens): ``A_k = episode_weight * A_i + step_weight * step_adv_k``. Every generated
-    token of turn k (``[start_k, end_k)`` of row i) gets ``A_k``; shapes (B, T). Returns equal the advantages.
+    (constant over its response tokens): ``A_k = episode_weight * A_i + step_weight * step_adv_k``. With
+    ``episode_norm="mean"`` the episode term is :func:`dr_grpo`'s ``R_i - mean_g`` (the paper's F_norm = 1). Every
+    generated token of turn k (``[start_k, end_k)`` of row i) gets ``A_k``; shapes (B, T). Returns equal the
+    advantages.
     """
     if inputs.turns is None:
         raise ValueError("adv_estimator 'gigpo' needs per-turn data (AdvantageInputs.turns): only multi-turn "
                          "(agentic) batches have turns; use grpo for single-turn data")
     mask, turns = inputs.response_mask, inputs.turns
-    episode = grpo(inputs).advantages
+    episode = EPISODE_NORMS[inputs.episode_norm](inputs).advantages
     groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
     per_sample = masked_mean(episode, mask, dim=-1)  # (B,): the constant episode advantage of each sample
     out = torch.zeros_like(episode)

@@ -29,10 +29,10 @@ __all__ = [
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy of the categorical distribution at each position.
 
-    Formula: ``H = logsumexp(z) - sum_v softmax(z)_v z_v`` (equal to ``-sum_v p_v log p_v``), computed in float32.
-    Shapes: logits (B, T, V) -> (B, T).
+    Formula: ``H = logsumexp(z) - sum_v softmax(z)_v z_v`` (equal to ``-sum_v p_v log p_v``), computed in float32
+    (float64 input stays float64). Shapes: logits (B, T, V) -> (B, T).
     """
-    z = logits.float()
+    z = logits if logits.dtype == torch.float64 else logits.float()
     p = torch.softmax(z, dim=-1)
     return (torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1)).to(logits.dtype)
 
@@ -59,8 +59,9 @@ def value_loss(
         returns: (B, T) targets (e.g. GAE returns).
         mask: (B, T) response mask.
     Returns:
-        ``(loss, metrics)`` with ``critic/vf_loss``, ``critic/vf_clip_frac`` (fraction of masked tokens where the
-        clipped branch was larger), ``critic/vpred_mean``.
+        ``(loss, metrics)`` with ``critic/vf_loss``, ``critic/vf_clip_frac`` (fraction of masked tokens whose
+        ``V - old_V`` the clamp changed and whose clipped branch was larger: a token inside the clip range is never
+        counted, even where ``old_V + (V - old_V)`` rounds one ulp away from ``V``), ``critic/vpred_mean``.
     """
     unclipped = (values - returns).square()
     if value_clip is None:
@@ -68,9 +69,10 @@ def value_loss(
     else:
         if value_clip <= 0:
             raise ValueError(f"value_clip must be positive or None, got {value_clip}; e.g. value_clip=0.5")
-        clipped_values = old_values + (values - old_values).clamp(-value_clip, value_clip)
-        clipped = (clipped_values - returns).square()
-        loss_mat, taken = torch.maximum(unclipped, clipped), clipped > unclipped
+        delta = values - old_values
+        delta_clipped = delta.clamp(-value_clip, value_clip)
+        clipped = (old_values + delta_clipped - returns).square()
+        loss_mat, taken = torch.maximum(unclipped, clipped), (delta_clipped != delta) & (clipped > unclipped)
     loss = 0.5 * agg_loss(loss_mat, mask, loss_agg_mode, norm_len)
     with torch.no_grad():
         metrics = {

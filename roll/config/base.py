@@ -78,6 +78,10 @@ class PPOConfig:
     step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group "
                                          "(step_reinforce: within the group).",
                              choices=["mean", "mean_std"])
+    episode_adv_norm: str = fld("mean_std", "gigpo: normalization of episode rewards within a group: mean_std "
+                                            "(GRPO's) or mean (no std: the paper's F_norm = 1; with "
+                                            "step_adv_norm=mean it is verl-agent's gigpo mode mean_norm).",
+                                choices=["mean", "mean_std"])
 
 
 @dataclass

@@ -243,3 +243,28 @@ def test_step_reinforce_hand_computed():
     std = (7 / 12) ** 0.5
     adv = compute_advantage("step_reinforce", inputs).advantages
     torch.testing.assert_close(adv[0, 0], torch.tensor(-2 / 3 / (std + 1e-6)))
+
+
+def test_gigpo_episode_norm_mean_hand_computed():
+    """GiGPO's F_norm = 1 at the episode level (``episode_norm="mean"``): R_i - mean_g, no std.
+
+    Group 0: episode rewards 1, 0, 0 (mean 1/3): episode terms 2/3, -1/3, -1/3 (with mean_std: divided by the
+    sample std 0.57735, i.e. 1.1547, -0.57735, -0.57735). Sample 3 is alone in group 1: 0. One turn per sample,
+    each in its own state, so the step term is 0 and the advantage is the episode term alone.
+    """
+    from roll.algorithms.advantages import TurnInputs
+
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 1]], dtype=torch.float32)
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 3.0]])
+    turns = TurnInputs(sample=torch.tensor([0, 1, 2, 3]), start=torch.zeros(4, dtype=torch.long),
+                       end=torch.full((4,), 2, dtype=torch.long), rewards=torch.tensor([1.0, 0.0, 0.0, 3.0]),
+                       state_ids=torch.tensor([0, 1, 2, 3]))
+    inputs = AdvantageInputs(rewards, mask, group_ids=torch.tensor([0, 0, 0, 1]), turns=turns, episode_norm="mean")
+    adv = compute_advantage("gigpo", inputs).advantages
+    torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]))
+    inputs.episode_norm = "mean_std"  # today's default: GRPO's episode term
+    std = (1 / 3) ** 0.5
+    adv = compute_advantage("gigpo", inputs).advantages
+    torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]) / (std + 1e-6))
+    with pytest.raises(ValueError, match="episode_norm"):
+        AdvantageInputs(rewards, mask, episode_norm="std")

@@ -172,3 +172,33 @@ def test_actor_loss_errors():
         ActorLossConfig(pg_clip_low=1.5)
     with pytest.raises(KeyError, match="gspo.*ppo"):
         ActorLossConfig(policy_loss="trpo")
+
+
+def test_entropy_keeps_float64():
+    """float64 logits get a float64 entropy (a float32 computation is ~1e-6 off at this scale)."""
+    logits = torch.randn(4, 8, 1000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 5
+    p = torch.softmax(logits, dim=-1)
+    expected = -(p * torch.log_softmax(logits, dim=-1)).sum(-1)
+    out = entropy_from_logits(logits)
+    assert out.dtype == torch.float64
+    assert (out - expected).abs().max().item() < 1e-10
+
+
+def test_vf_clip_frac_counts_only_tokens_the_clamp_changed():
+    """Inside the clip range, ``old + (v - old)`` can round one ulp away from ``v`` and look 'larger': such tokens
+    are not clipped. The tokens are chosen so that the rebuilt value is farther from the return (the metric that
+    compared the rebuilt value counted them all)."""
+    gen = torch.Generator().manual_seed(0)
+    old = (torch.rand(20000, generator=gen) - 0.5) * 0.2
+    values = (torch.rand(20000, generator=gen) - 0.5) * 0.2  # |v - old| < 0.2 = value_clip
+    rebuilt = old + (values - old)
+    returns = values + torch.where(rebuilt > values, -1e-3, 1e-3)  # the rebuilt value is farther from the return
+    looks_clipped = (rebuilt != values) & ((rebuilt - returns).square() > (values - returns).square())
+    assert looks_clipped.sum() > 100  # what the old metric counted: the case exists at this scale
+    v, o, r = values[looks_clipped][None], old[looks_clipped][None], returns[looks_clipped][None]
+    _, m = value_loss(v, o, r, torch.ones_like(v), value_clip=0.2)
+    assert m["critic/vf_clip_frac"] == 0.0
+    # a token outside the range is still counted: v - old = 0.5 clamped to 0.2, clipped branch larger
+    _, m = value_loss(torch.tensor([[0.5, 0.1]]), torch.zeros(1, 2), torch.tensor([[1.0, 0.1]]),
+                      torch.ones(1, 2), value_clip=0.2)
+    assert m["critic/vf_clip_frac"] == 0.5
