@@ -10,6 +10,8 @@ import pathlib
 import platform
 import sys
 
+from signal_check import signal_checks
+
 PEAK_BF16 = 989e12
 KEYS = ["time/step", "time/rollout", "time/offload_reload", "time/old_log_probs", "time/ref_log_probs", "time/train",
         "time/sync", "sync/gib", "sync/mode", "rollout/logprob_mismatch", "rollout/logprob_mismatch_max",
@@ -38,6 +40,9 @@ def main(out, work, steps, max_mismatch, model, gpus, rcs):
         if name.startswith("equiv"):
             entry["lines"] = [line for line in log.splitlines() if line.startswith("[gpu-equiv]")]
             checks["no test skipped or failed"] = " skipped" not in log and " failed" not in log
+        elif name.startswith("learn"):  # verify_learning_gpu.py checks itself (exit 1 on a FAIL line)
+            entry["lines"] = [line for line in log.splitlines() if line.startswith("[learn]")]
+            checks["no FAIL line"] = bool(entry["lines"]) and not any("FAIL" in line for line in entry["lines"])
         else:
             path = work / name / "logs" / "metrics.jsonl"
             rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -45,6 +50,7 @@ def main(out, work, steps, max_mismatch, model, gpus, rcs):
             mism = [m.get("rollout/logprob_mismatch", float("inf")) for m in step_rows]
             checks[f"{steps} steps logged"] = len(step_rows) == steps
             checks[f"rollout/logprob_mismatch < {max_mismatch:g} every step"] = bool(mism) and max(mism) < max_mismatch
+            checks.update(signal_checks(step_rows))
             entry["steps"] = []
             for m in step_rows:
                 row = {"step": m.get("step"), **{k: round(m[k], 4) for k in KEYS if k in m}}

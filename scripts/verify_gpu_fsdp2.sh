@@ -79,6 +79,8 @@ cp -f benchmarks/results/sokoban_qwen05b_sglang*_{fsdp2,zero2}*.json "$OUT/" 2>/
 
 python3 - "$OUT" "$STEPS" "$MISMATCH_MAX" "${CHECKS[@]}" <<'PY'
 import json, pathlib, sys
+sys.path.insert(0, "scripts")
+from signal_check import signal_checks
 out, steps, max_mismatch = pathlib.Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 summary, ok = {}, True
 for item in sys.argv[4:]:
@@ -91,7 +93,8 @@ for item in sys.argv[4:]:
         log = (out / f"{name}.log").read_text(errors="replace") if (out / f"{name}.log").is_file() else ""
         checks[f"{steps} steps"] = len(rows) == steps
         if name != "zero2":
-            checks["actor on fsdp2_train"] = "strategy_config.zero_stage is ignored" in log  # the preflight's warning
+            checks["actor on fsdp2_train"] = "[roll] actor_train: fsdp2_train" in log  # start_roles' line
+        checks.update(signal_checks(rows))
         checks[f"sync mode {mode} every step"] = bool(rows) and all(r.get("sync/mode") == float(mode) for r in rows)
         mism = [r.get("rollout/logprob_mismatch", float("nan")) for r in rows]
         checks[f"logprob mismatch < {max_mismatch}"] = bool(rows) and all(m < max_mismatch for m in mism)

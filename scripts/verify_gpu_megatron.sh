@@ -9,27 +9,34 @@
 #                                   bash scripts/verify_gpu_megatron.sh             # one GPU, under ~9 minutes
 #   on 2 GPUs (nvidia-h200-x2), call 3: GPUS=2 bash scripts/verify_gpu_megatron.sh
 # Runs (RUNS picks a subset; each killed after its timeout, logs in $OUT/<run>.log):
-#   GPUS=1: equiv  pytest tests/megatron/test_megatron_gpu.py (megatron TP=1 vs deepspeed ZeRO-2 log-probs, loss,
-#                  weights after one step; offload/reload)                                        [EQUIV_TIMEOUT]
+#   GPUS=1: equiv  pytest tests/megatron/test_megatron_gpu.py -k 'not tp2': megatron TP=1 learns like deepspeed ZeRO-2
+#                  and fsdp2 (one PPO step after an offload/reload cycle: grad norms within 2%, update cosine,
+#                  loss down; log-probs before the step; offload frees memory)                     [EQUIV_TIMEOUT]
+#           learn  scripts/verify_learning_gpu.py on sokoban_qwen05b_megatron: the pipeline's RL steps must have
+#                  non-zero advantages and actor/grad_norm > 0, then megatron, deepspeed and fsdp2 each make one
+#                  step on the pipeline's first RL batch: grad norms within 2% (results JSON)      [RUN_TIMEOUT x 2]
 #           sokoban examples/config/sokoban_qwen05b_megatron.yaml: $STEPS steps after a $SFT_STEPS-step warm start,
 #                  megatron_train TP=1 colocated with SGLang on GPU 0                              [RUN_TIMEOUT]
 #           rlvr   examples/config/rlvr_qwen05b_megatron.yaml: $STEPS steps (short responses), megatron_train +
 #                  megatron_infer reference + SGLang on GPU 0                                      [RUN_TIMEOUT]
-#   GPUS=2: equiv2 pytest tests/megatron/test_megatron_gpu.py -k tp2 (TP=2 vs TP=1 on two GPUs)
+#   GPUS=2: equiv2 pytest tests/megatron/test_megatron_gpu.py -k tp2 (TP=2 learns like TP=1 on two GPUs)
+#           learn_tp2 the learn run on sokoban_qwen05b_megatron_tp2 (megatron TP=2 vs deepspeed, fsdp2 on one GPU)
 #           sokoban_tp2 examples/config/sokoban_qwen05b_megatron_tp2.yaml (TP=2 training + TP-2 SGLang engine)
 # Then $OUT/summary_megatron_<GPUS>gpu.json (per-step time breakdown, train tokens/s, MFU by 6 N tokens/s against
-# the GPU's dense bf16 peak, log-prob mismatch after each sync, peak memory) and one PASS/FAIL line per check.
+# the GPU's dense bf16 peak, log-prob mismatch after each sync, peak memory) and one PASS/FAIL line per check,
+# including scripts/signal_check.py's on every run (a step with actor/grad_norm 0, or no step with a non-zero
+# advantage, fails: such a run verified nothing).
 # Exit 1 when a check fails.
 set -uo pipefail
 OUT=${OUT:-/tmp/roll-verify-megatron}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 GPUS=${GPUS:-1}
 STEPS=${STEPS:-3}
-SFT_STEPS=${SFT_STEPS:-5}
+SFT_STEPS=${SFT_STEPS:-30}  # fewer leave the random model without a valid action: all advantages 0
 RUN_TIMEOUT=${RUN_TIMEOUT:-200}
 EQUIV_TIMEOUT=${EQUIV_TIMEOUT:-150}
 MISMATCH_MAX=${MISMATCH_MAX:-0.02}
-if [ "$GPUS" = 2 ]; then RUNS=${RUNS:-equiv2 sokoban_tp2}; else RUNS=${RUNS:-equiv sokoban rlvr}; fi
+if [ "$GPUS" = 2 ]; then RUNS=${RUNS:-equiv2 learn_tp2 sokoban_tp2}; else RUNS=${RUNS:-equiv learn sokoban rlvr}; fi
 WORK=${WORK:-/tmp/roll-verify-megatron-work}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
@@ -45,6 +52,8 @@ BENCH="python3 benchmarks/gpu_step.py --steps $STEPS --skip 1 --no-bare"  # per-
 declare -A CMD=(
     [equiv]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k 'not tp2'"
     [equiv2]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k tp2"
+    [learn]="python3 scripts/verify_learning_gpu.py --config-name sokoban_qwen05b_megatron --steps $STEPS --backends megatron_train,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
+    [learn_tp2]="python3 scripts/verify_learning_gpu.py --config-name sokoban_qwen05b_megatron_tp2 --steps $STEPS --backends megatron_train:2,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
     [sokoban]="$BENCH --config-name sokoban_qwen05b_megatron sft_warmup.steps=$SFT_STEPS"
     [sokoban_tp2]="$BENCH --config-name sokoban_qwen05b_megatron_tp2 sft_warmup.steps=$SFT_STEPS"
     [rlvr]="$BENCH --config-name rlvr_qwen05b_megatron response_length=128 sequence_length=640 actor_infer.generating_args.max_new_tokens=128 rollout_batch_size=16 actor_train.training_args.gradient_accumulation_steps=4 dynamic_sampling.enabled=false is_use_additional_prompts=false validation.generating_args.max_new_tokens=128"
@@ -53,14 +62,14 @@ declare -A RC
 for name in $RUNS; do
     ray stop --force >/dev/null 2>&1
     t=$(date +%s)
-    limit=$RUN_TIMEOUT; case $name in equiv*) limit=$EQUIV_TIMEOUT;; esac
-    extra=""; case $name in equiv*) ;; *) extra="${COMMON[*]} exp_name=verify_$name output_dir=$WORK/$name logging_dir=$WORK/$name/logs";; esac
+    limit=$RUN_TIMEOUT; case $name in equiv*) limit=$EQUIV_TIMEOUT;; learn*) limit=$(( 2 * RUN_TIMEOUT ));; esac
+    extra=""; case $name in equiv*|learn*) ;; *) extra="${COMMON[*]} exp_name=verify_$name output_dir=$WORK/$name logging_dir=$WORK/$name/logs";; esac
     timeout --kill-after=15 "$limit" bash -c "${CMD[$name]} $extra" > "$OUT/$name.log" 2>&1
     RC[$name]=$?
     echo "[verify] $name: exit ${RC[$name]} after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)" | tee -a "$OUT/gpu.txt"
-    grep -E "^\[gpu-equiv\]|^\[roll\] weight sync|Error|error:|passed|failed" "$OUT/$name.log" | cut -c1-300 | head -12
+    grep -E "^\[gpu-equiv\]|^\[learn\]|^\[roll\] weight sync|Error|error:|passed|failed" "$OUT/$name.log" | cut -c1-300 | head -24
     cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
-    cp -f benchmarks/results/*megatron*.json "$OUT/" 2>/dev/null
+    cp -f benchmarks/results/*megatron*.json "$OUT/" 2>/dev/null  # gpu_step's and verify_learning_gpu's results
     ray stop --force >/dev/null 2>&1
 done
 

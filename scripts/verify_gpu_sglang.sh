@@ -75,8 +75,20 @@ for name in ("sglang", "hf"):
     sft = [m for m in steps(name) if "time/sft" in m]
     if sft:
         summary[f"{name}_sft"] = {k: round(v, 3) for k, v in sft[0].items() if k.startswith(("sft/", "time/"))}
+sys.path.insert(0, "scripts")
+from signal_check import signal_checks
+ok = True
+for name in ("sglang", "hf"):
+    rows = [m for m in steps(name) if "time/step" in m]
+    if rows:
+        summary[f"{name}_checks"] = signal_checks(rows)
+        for check, passed in summary[f"{name}_checks"].items():
+            print(f"[verify] {name}: {'PASS' if passed else 'FAIL'} {check}")
+            ok &= passed
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps(summary, indent=1))
+sys.exit(0 if ok else 1)
 PY
-echo "[verify] sglang exit $rc_sgl, hf exit $rc_hf; summary in $OUT/summary.json"
-exit $(( rc_sgl != 0 ? rc_sgl : rc_hf ))
+rc_sig=$?
+echo "[verify] sglang exit $rc_sgl, hf exit $rc_hf, learning-signal checks exit $rc_sig; summary in $OUT/summary.json"
+exit $(( rc_sgl != 0 ? rc_sgl : (rc_hf != 0 ? rc_hf : rc_sig) ))

@@ -84,6 +84,8 @@ keys = ["time/step", "time/rollout", "time/rollout_generate", "time/offload_relo
         "rollout/response_tokens_per_turn", "rollout/success_rate", "perf/actor_train_peak_reserved_gib",
         "perf/actor_infer_peak_reserved_gib"]
 summary, passed = {"python": platform.python_version()}, True
+sys.path.insert(0, "scripts")
+from signal_check import signal_checks
 try:
     import torch, sglang, deepspeed, ray, transformers
     summary.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
@@ -103,6 +105,7 @@ for name, rc in rcs.items():
                   m.get("sync/mode") == expect_mode[name] and m.get("sync/buckets", 0) >= 1 for m in step_rows),
               f"rollout/logprob_mismatch < {max_mismatch:g} every step":
                   bool(mismatches) and max(mismatches) < max_mismatch}
+    checks.update(signal_checks(step_rows))
     if name == "disagg":
         checks["log: weight sync mode nccl, group up"] = ("weight sync actor_train -> actor_infer: nccl" in log
                                                           and "weight group 'roll_weights' up" in log)

@@ -33,7 +33,8 @@ bench() {  # name, config, extra args...
     echo "[verify] $name: exit $rc after $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
     cp -f benchmarks/results/${config}*.json "$OUT/" 2>/dev/null
     cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
-    return $rc
+    python3 scripts/signal_check.py "$WORK/$name/logs/metrics.jsonl" | tee -a "$OUT/summary.txt"  # a learning signal
+    return $(( rc || PIPESTATUS[0] ))
 }
 
 rc=0

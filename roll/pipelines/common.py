@@ -56,6 +56,8 @@ def start_roles(cfg: BaseConfig) -> Roles:
     for role, proxy in roles.items():
         with start_notice(role, cfg.rpc_timeout):
             proxy.initialize(ctx)
+        print(f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
+              f"worker(s)", flush=True)
     return roles
 
 

@@ -76,7 +76,7 @@ def pad_width(batch: Batch, multiple: int) -> Batch:
     extra = -width % multiple
     if not extra:
         return batch
-    out = Batch(dict(batch.items()))
+    out = Batch(dict(batch.tensors), dict(batch.meta), dict(batch.info))
     for key in ("input_ids", "attention_mask"):
         out[key] = torch.nn.functional.pad(batch[key], (0, extra))
     return out

@@ -74,7 +74,9 @@ def _fsdp2_grads(strategy) -> dict[str, torch.Tensor]:
 
 
 def _assert_close(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-4) -> None:
+    """Equal tensors by name; ``want`` must not be all zeros (two zero gradients would be "equal")."""
     assert set(got) == set(want)
+    assert not want or any(bool(t.abs().sum() > 0) for t in want.values()), "nothing to compare: all zeros"
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=atol, rtol=rtol, msg=name)
 
@@ -112,6 +114,7 @@ def test_bf16_mixed_precision(tiny_model_dir):
     ds = _deepspeed(tiny_model_dir, stage=2, dtype="bf16")
     want = ds.train_step(batch, SFT_LOSS)
     assert got["sft/loss"] == pytest.approx(want["sft/loss"], rel=1e-6)  # same bf16 forward before the step
+    assert want["actor/grad_norm"] > 0  # two zero norms would be "equal"
     assert got["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=2e-2)
     assert {t.dtype for _, t in fs.named_weights()} == {torch.bfloat16}
 
@@ -301,6 +304,7 @@ def test_two_ranks_match_deepspeed_on_one(two_ranks, tiny_model_dir):
     loss = sum(t * r["metrics"]["actor/pg_loss"] for t, r in zip(tokens, ranks)) / sum(tokens)
     assert loss == pytest.approx(want["actor/pg_loss"], rel=1e-5)
     for r in ranks:
+        assert want["actor/grad_norm"] > 0  # two zero norms would be "equal"
         assert r["metrics"]["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-5)
         _assert_close(r["grads"], _applied_grads(ds))
         assert r["reduce_scatters"] == r["units"] == 3  # 2 decoder layers + the root
@@ -370,6 +374,7 @@ def test_hsdp_four_ranks_match_deepspeed_on_one(tiny_model_dir, tmp_path):
     for rank in range(4):
         got = load("train", rank)
         assert got["mesh"] == (2, 2)
+        assert want["actor/grad_norm"] > 0  # two zero norms would be "equal"
         assert got["metrics"]["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-5)
         _assert_close(got["grads"], _applied_grads(ds))
         resumed = load("resume", rank)

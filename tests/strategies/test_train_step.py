@@ -183,6 +183,7 @@ def test_train_step_micro_batching_is_exact(tiny_model_dir, dist_env, mode):
     batch = _batch()
     loss_fn = PPOActorLoss(ActorLossConfig(loss_agg_mode=mode))  # no old log-probs: ratio 1, loss = -mean(A)
     want, want_norm, want_loss = _plain_step(tiny_model_dir, batch, loss_fn)
+    assert want_norm > 0  # a gradient to compare: zero on both sides would be "equal"
     for dynamic, pack in [(False, False), (True, False), (True, True)]:
         strategy = _strategy(tiny_model_dir, dynamic=dynamic, pack=pack)
         metrics = strategy.train_step(batch, loss_fn)
