@@ -120,6 +120,9 @@ class BaseConfig(PPOConfig):
                                         "many minutes, then validate and save as at max_steps (a warm start that "
                                         "reaches it ends there, and no RL step runs); 0 = off. Checkpoints keep the "
                                         "time spent, so a resumed run goes on counting.", allowed=">= 0")
+    zero_signal_patience: int = fld(5, "Stop the run after this many steps in a row whose advantages are all zero "
+                                       "(no learning signal: groups solved alike, constant rewards); the first such "
+                                       "step warns with the likely cause; 0 = never stop.", allowed=">= 0")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")

@@ -96,7 +96,7 @@ class AgenticPipeline(Pipeline):
         # 3. log-probs (old, reference) and values under the policy that acted
         trainer.log_probs(step, batch, timings)
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
-        metrics = trainer.advantages(batch)
+        metrics = trainer.advantages(batch, step)
         self.dumps.agentic("train", step, trajs, batch)  # tokens, masks and advantages for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         trainer.update(step, batch, metrics, timings)

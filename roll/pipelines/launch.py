@@ -44,7 +44,8 @@ def load_checked(config_name: str, config_path: str | None = None, overrides: Se
 
 
 def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Callable, default_config: str) -> int:
-    """Load ``schema`` from the command line, run the preflight and the pipeline; exit code 2 on a config error."""
+    """Load ``schema`` from the command line, run the preflight and the pipeline; exit code 2 on a config error, 1
+    when the run stopped for want of a learning signal (``zero_signal_patience``)."""
     from roll.config.loader import apply_system_envs
 
     args = parse_args(argv, default_config)
@@ -56,5 +57,11 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
         print(f"roll: config error: {exc}", file=sys.stderr)
         return 2
     apply_system_envs(cfg.system_envs)
-    pipeline_factory(cfg).run()
+    from roll.pipelines.ppo import NoLearningSignal
+
+    try:
+        pipeline_factory(cfg).run()
+    except NoLearningSignal as exc:
+        print(f"roll: run stopped: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -15,6 +15,7 @@ Every stage adds its metrics (``critic/*``, ``actor/*``, ``time/*``) to the step
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, Protocol
 
@@ -176,6 +177,60 @@ def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,
     return compute_advantages(cfg, batch, scores, group_keys("state", batch), kl_coef)
 
 
+# ---------------------------------------------------------------------------- a dead learning signal
+class NoLearningSignal(RuntimeError):
+    """``zero_signal_patience`` steps in a row had only zero advantages: the run stops (one line, the cause)."""
+
+
+def zero_signal_groups(batch: Batch) -> tuple[int, int]:
+    """``(groups whose advantages are all zero on response tokens, groups)`` by ``group_id``."""
+    moved = (batch["advantages"] * loss_mask(batch)).abs().sum(-1) > 0  # (B,)
+    alive: dict[Any, bool] = {}
+    for gid, m in zip(batch["group_id"], moved.tolist()):
+        alive[gid] = alive.get(gid, False) or m
+    return sum(not a for a in alive.values()), len(alive)
+
+
+def dead_signal_cause(batch: Batch) -> str:
+    """The likely reason a step's advantages are all zero, from its scores and groups."""
+    scores, groups = batch["scores"].float(), batch["group_id"]
+    if len(set(groups)) == len(groups):
+        return ("every group has one sample, and group-normalized advantages of a single sample are 0: use "
+                "group_size / num_return_sequences_in_group >= 2")
+    if bool((scores == scores[0]).all()):
+        return (f"every sample scored {float(scores[0]):g}: the policy solves all or none of the tasks (make them "
+                f"easier or harder, or warm-start longer), or the reward function returns a constant")
+    return ("within each group every sample scored the same (groups solved all-or-none): more samples per group "
+            "or more varied tasks give contrast")
+
+
+class SignalWatch:
+    """Counts steps whose advantages are all zero: ``rollout/zero_signal_groups`` every step, a warning with the
+    likely cause on the first dead step, and :class:`NoLearningSignal` after ``patience`` dead steps in a row
+    (0 = never)."""
+
+    def __init__(self, patience: int):
+        self.patience, self.dead_in_row, self.warned = patience, 0, False
+
+    def __call__(self, step: int, batch: Batch) -> dict[str, float]:
+        zero, groups = zero_signal_groups(batch)
+        if zero < groups or not groups:
+            self.dead_in_row = 0
+            return {"rollout/zero_signal_groups": float(zero)}
+        self.dead_in_row += 1
+        cause = dead_signal_cause(batch)
+        if not self.warned:
+            self.warned = True
+            print(f"[roll] warning: step {step}: every advantage is zero, so this step does not train the actor: "
+                  f"{cause} (the run stops after zero_signal_patience={self.patience} such steps in a row; 0 = "
+                  f"never)", file=sys.stderr, flush=True)
+        if self.patience and self.dead_in_row >= self.patience:
+            raise NoLearningSignal(f"{self.dead_in_row} steps in a row (up to step {step}) had only zero "
+                                   f"advantages, so nothing was trained: {cause}; zero_signal_patience="
+                                   f"{self.patience} (0 = never stop)")
+        return {"rollout/zero_signal_groups": float(zero)}
+
+
 # ---------------------------------------------------------------------------- the update
 class PPOTrainer:
     """The update of one step over the run's :class:`~roll.distributed.roles.Roles` (see the module docstring).
@@ -192,6 +247,7 @@ class PPOTrainer:
         self.cfg, self.roles, self.sync_infer, self.infer_released = cfg, roles, sync_infer, infer_released
         self.normalizer = score_normalizer(cfg)
         self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+        self.signal = SignalWatch(cfg.zero_signal_patience)
 
     def log_probs(self, step: int, batch: Batch, timings: dict[str, float]) -> None:
         """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; ``time/*``."""
@@ -212,9 +268,12 @@ class PPOTrainer:
             timings["time/values"] = time.perf_counter() - t
         timings["time/log_probs"] = time.perf_counter() - start
 
-    def advantages(self, batch: Batch) -> dict[str, float]:
-        """:func:`advantage_step` with this run's score normalization and KL coefficient."""
-        return advantage_step(self.cfg, batch, self.kl_ctl.value, self.normalizer)
+    def advantages(self, batch: Batch, step: int = 0) -> dict[str, float]:
+        """:func:`advantage_step` with this run's score normalization and KL coefficient, then the dead-signal
+        watch (:class:`SignalWatch`: ``rollout/zero_signal_groups``; raises :class:`NoLearningSignal`)."""
+        metrics = advantage_step(self.cfg, batch, self.kl_ctl.value, self.normalizer)
+        metrics.update(self.signal(step, batch))
+        return metrics
 
     def update(self, step: int, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
         """Critic first (its warm-up steps skip the actor), then the actor, the KL controller (following the KL

@@ -237,6 +237,24 @@ def check_algorithms(cfg: Any) -> None:
     _lookup(AGG_MODES, "loss_agg_mode", cfg.loss_agg_mode)
     if isinstance(cfg, AgenticConfig):
         _lookup(SCORE_NORMS, "reward_normalization.method", cfg.reward_normalization.method)
+        check_group_signal(cfg, needs)
+
+
+def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool]) -> None:
+    """Groups of one env can never give a group-normalized signal: refuse what would train on zeros only (a
+    turn-level estimator such as gigpo keeps its same-state term, so it is allowed)."""
+    norm, size = cfg.reward_normalization, cfg.train_env_manager.group_size
+    if size != 1 or needs["needs_turns"]:
+        return
+    if needs["needs_groups"]:
+        raise ConfigError("train_env_manager.group_size", size, f"adv_estimator={cfg.adv_estimator} compares the "
+                                                                f"episodes of a group, and a group of one gives "
+                                                                f"advantage 0 on every step: use >= 2 (e.g. 8)")
+    if norm.grouping == "state" and norm.method != "identity":
+        raise ConfigError("train_env_manager.group_size", size, f"reward_normalization (grouping state, method "
+                                                                f"{norm.method}) normalizes within groups, and a group "
+                                                                f"of one becomes 0 on every step: use >= 2, or grouping "
+                                                                f"batch / method identity")
 
 
 # ---------------------------------------------------------------------------- envs (agentic)

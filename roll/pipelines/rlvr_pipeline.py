@@ -239,7 +239,7 @@ class RLVRPipeline(Pipeline):
         timings["time/offload_reload"] = times["switch"] + time.perf_counter() - t
         timings["time/rollout_generate"] = times["generate"]
         self.trainer.log_probs(step, batch, timings)
-        metrics.update(self.trainer.advantages(batch))
+        metrics.update(self.trainer.advantages(batch, step))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.trainer.update(step, batch, metrics, timings)
         metrics.update(logprob_mismatch(*engine_log_probs(prompt_groups, batch["input_ids"].shape[1]), batch))
