@@ -6,10 +6,56 @@ Key names and meanings follow ROLL's configuration guide; defaults live only her
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from roll.config.fields import fld
 from roll.config.worker import WorkerConfig
+
+
+AGGREGATIONS = ["token", "segment", "geometric", "sequence"]  # roll.algorithms.offpolicy.AGGREGATIONS
+
+
+@dataclass
+class ISWeightConfig:
+    """``train_infer_correction.is_weight``: the truncated importance weight old / rollout log-prob ratio."""
+
+    enabled: bool = fld(False, "Weight each token's policy loss by pi_old / pi_rollout (decoupled PPO).")
+    weight_type: str = fld("token", "Granularity of the ratio: per token, per turn span (segment), per sample as "
+                                    "geometric mean or as product (sequence).", choices=AGGREGATIONS)
+    upper_bound: Optional[float] = fld(2.0, "Truncate the weight at this value (null = no truncation).",
+                                       allowed="> 0")
+    detach: bool = fld(True, "Stop-gradient weight (ROLL's key; the old log-probs carry no gradient in roll, so "
+                             "the weight is a constant either way).")
+
+
+@dataclass
+class CorrectionFilterConfig:
+    """One entry of ``train_infer_correction.filters``: mask tokens whose old / rollout ratio (or probability
+    difference) leaves a band."""
+
+    enabled: bool = fld(True, "Apply this filter.")
+    agg_type: str = fld("token", "Granularity at which the band is checked.", choices=AGGREGATIONS)
+    ratio_enabled: bool = fld(True, "Keep only where ratio_low <= pi_old / pi_rollout <= ratio_high.")
+    ratio_low: float = fld(0.8, "Lower end of the ratio band.", allowed=">= 0")
+    ratio_high: float = fld(1.2, "Upper end of the ratio band.", allowed="> 0")
+    diff_enabled: bool = fld(False, "Keep only where diff_low <= p_old - p_rollout <= diff_high.")
+    diff_low: float = fld(-1.0, "Lower end of the probability-difference band.")
+    diff_high: float = fld(1.0, "Upper end of the probability-difference band.")
+
+
+@dataclass
+class TrainInferCorrectionConfig:
+    """ROLL's ``train_infer_correction``: off-policy correction between the inference engine's sampling
+    log-probs and the trainer's old log-probs (docs/algorithms.md, "Train/inference correction")."""
+
+    is_weight: ISWeightConfig = field(default_factory=ISWeightConfig,
+                                      metadata={"help": "Truncated importance weights."})
+    filters: List[CorrectionFilterConfig] = fld(default_factory=list, help="Token masks by ratio or probability "
+                                                                           "band; all enabled ones apply.")
+
+    def on(self) -> bool:
+        """Whether any correction is applied."""
+        return self.is_weight.enabled or any(f.enabled for f in self.filters)
 
 
 @dataclass
@@ -28,6 +74,10 @@ class PPOConfig:
              "from the weights one update older than those it trains; old log-probs are the trainer's); 0 = "
              "generate, then train. Needs actor_infer on devices of its own (or CPU).", choices=[0.0, 1.0])
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).", allowed=">= 0")
+    train_infer_correction: TrainInferCorrectionConfig = field(
+        default_factory=TrainInferCorrectionConfig,
+        metadata={"help": "Importance weights / masks between the engine's sampling log-probs and the trainer's "
+                          "(ROLL's key; needs an engine that returns log-probs)."})
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")
     lambd: float = fld(0.95, "GAE lambda.")

@@ -37,6 +37,9 @@ def check_choices(obj: Any, prefix: str = "") -> None:
         elif isinstance(value, dict):
             for k, v in value.items():
                 check_choices(v, f"{key}.{k}.")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                check_choices(v, f"{key}.{i}.")
 
 
 def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:

@@ -92,6 +92,7 @@ class AgenticPipeline(Pipeline):
         timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
         # 2. the training batch: one sample per trajectory, in the token layout of roll.data.layout
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
+        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(trajs, batch["input_ids"].shape[1])
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         # 3. log-probs (old, reference) and values under the policy that acted
         trainer.log_probs(step, batch, timings)
@@ -101,7 +102,7 @@ class AgenticPipeline(Pipeline):
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         trainer.update(step, batch, metrics, timings)
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
-        metrics.update(logprob_mismatch(*rollout_log_probs(trajs, batch["input_ids"].shape[1]), batch))
+        metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))

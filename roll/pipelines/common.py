@@ -61,15 +61,15 @@ def start_roles(cfg: BaseConfig) -> Roles:
     return roles
 
 
-def logprob_mismatch(engine_log_probs: torch.Tensor, mask: torch.Tensor, batch: Batch) -> dict[str, float]:
-    """``mean |logp_inference - logp_train|`` over the generated tokens with an engine log-prob (``mask``), and the
-    max, against the trainer's ``old_log_probs`` of the same tokens (log-prob frame, :mod:`roll.data.layout`);
-    stores ``batch["rollout_log_probs"]`` for importance-sampling use. Empty when no token has an engine log-prob."""
-    batch["rollout_log_probs"] = engine_log_probs
+def logprob_mismatch(batch: Batch) -> dict[str, float]:
+    """``mean |logp_inference - logp_train|`` over the generated tokens with an engine log-prob
+    (``rollout_log_prob_mask``), and the max, against the trainer's ``old_log_probs`` of the same tokens (log-prob
+    frame, :mod:`roll.data.layout`). Empty when no token has an engine log-prob."""
+    mask = batch["rollout_log_prob_mask"]
     count = float(mask.sum())
     if not count:
         return {}
-    diff = (engine_log_probs - batch["old_log_probs"].float()).abs() * mask
+    diff = (batch["rollout_log_probs"] - batch["old_log_probs"].float()).abs() * mask
     return {"rollout/logprob_mismatch": float(diff.sum()) / count, "rollout/logprob_mismatch_max": float(diff.max())}
 
 
@@ -138,9 +138,10 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
     """Whether step ``step``'s separate old-log-prob pass can be skipped because it would equal the training
     forward's (detached) log-probs: ``skip_old_log_probs`` on, the actor trains this step (past
     ``critic_warmup``), one ppo epoch, the whole batch one optimizer step (so the forward runs before any update),
-    and no KL penalty in the reward (which needs the old log-probs first)."""
+    no KL penalty in the reward and no train/inference correction (both need the old log-probs first)."""
     return (cfg.skip_old_log_probs and step > cfg.critic_warmup and cfg.ppo_epochs == 1
-            and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl)
+            and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl
+            and not cfg.train_infer_correction.on())
 
 
 def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> dict[str, float]:

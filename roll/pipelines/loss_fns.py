@@ -24,6 +24,12 @@ def loss_mask(mb: Batch) -> torch.Tensor:
     return layout.loss_mask(mb["response_mask"])
 
 
+def actor_mask(mb: Batch) -> torch.Tensor:
+    """:func:`loss_mask` times the train/inference correction's filter (``train_infer_mask``, when present)."""
+    mask = loss_mask(mb)
+    return mask * mb["train_infer_mask"].to(mask.dtype) if "train_infer_mask" in mb else mask
+
+
 def sft_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch) -> tuple[torch.Tensor, dict]:
     """Negative log-likelihood of the response tokens (token mean)."""
     loss = -masked_mean(log_probs, loss_mask(mb).to(log_probs.device))
@@ -38,8 +44,11 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
     ppo epoch, one optimizer step per rollout batch), the old log-probs are this forward's, detached: ratio 1."""
     ref = mb.tensors.get("ref_log_probs")
     old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
-    return actor_loss(log_probs, old.to(log_probs.device), mb["advantages"].to(log_probs.device),
-                      loss_mask(mb).to(log_probs.device), cfg, entropy=entropy,
+    advantages = mb["advantages"]
+    if "train_infer_is_weight" in mb:  # decoupled PPO: w * loss = the loss of w * A for w >= 0
+        advantages = advantages * mb["train_infer_is_weight"]
+    return actor_loss(log_probs, old.to(log_probs.device), advantages.to(log_probs.device),
+                      actor_mask(mb).to(log_probs.device), cfg, entropy=entropy,
                       ref_log_probs=None if ref is None else ref.to(log_probs.device))
 
 
@@ -74,7 +83,7 @@ class PPOActorLoss:
 
     def normalizer(self, mb: Batch) -> float:
         """Tokens or sequences of the micro-batch, per the aggregation mode."""
-        return agg_normalizer(loss_mask(mb), self.cfg.loss_agg_mode)
+        return agg_normalizer(actor_mask(mb), self.cfg.loss_agg_mode)
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ from roll.algorithms.advantages import (ADVANTAGES, AdvantageInputs, TurnInputs,
                                         whiten_and_clip_advantages)
 from roll.algorithms.kl import apply_kl_penalty, make_kl_controller
 from roll.algorithms.losses import explained_variance
+from roll.algorithms.offpolicy import importance_weights, prob_diff_band_mask, ratio_band_mask
 from roll.algorithms.masking import masked_mean, masked_whiten
 from roll.algorithms.reward_norm import RunningMeanStd, normalize_scores, postprocess_rlvr_rewards
 from roll.config.agentic import AgenticConfig
-from roll.config.base import BaseConfig
+from roll.config.base import BaseConfig, TrainInferCorrectionConfig
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import place_at_last_response
@@ -177,6 +178,31 @@ def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,
     return compute_advantages(cfg, batch, scores, group_keys("state", batch), kl_coef)
 
 
+# ---------------------------------------------------------------------------- train/inference correction
+def apply_train_infer_correction(cfg: TrainInferCorrectionConfig, batch: Batch) -> dict[str, float]:
+    """ROLL's ``train_infer_correction`` on a batch with ``old_log_probs`` and the engine's ``rollout_log_probs``:
+    stores ``train_infer_is_weight`` (truncated importance weights, 1 where off) and ``train_infer_mask`` (the
+    filters' product), both (B, L-1), which the actor loss applies (:mod:`roll.algorithms.offpolicy`); returns
+    ``actor/is_weight_*`` and ``actor/train_infer_masked_frac``."""
+    mask = loss_mask(batch) * batch["rollout_log_prob_mask"]  # tokens with both log-probs
+    old, behaviour = batch["old_log_probs"].float(), batch["rollout_log_probs"].float()
+    metrics: dict[str, float] = {}
+    if cfg.is_weight.enabled:
+        batch["train_infer_is_weight"], metrics = importance_weights(old, behaviour, mask, cfg.is_weight.weight_type,
+                                                                     cfg.is_weight.upper_bound)
+    keep = torch.ones_like(mask)
+    for f in (f for f in cfg.filters if f.enabled):
+        if f.ratio_enabled:
+            keep = keep * ratio_band_mask(old, behaviour, mask, f.agg_type, f.ratio_low, f.ratio_high)
+        if f.diff_enabled:
+            keep = keep * prob_diff_band_mask(old, behaviour, mask, f.agg_type, f.diff_low, f.diff_high)
+    if any(f.enabled for f in cfg.filters):
+        batch["train_infer_mask"] = keep
+        response = loss_mask(batch)
+        metrics["actor/train_infer_masked_frac"] = float(((1 - keep) * response).sum() / response.sum().clamp(min=1))
+    return metrics
+
+
 # ---------------------------------------------------------------------------- a dead learning signal
 class NoLearningSignal(RuntimeError):
     """``zero_signal_patience`` steps in a row had only zero advantages: the run stops (one line, the cause)."""
@@ -284,6 +310,8 @@ class PPOTrainer:
             metrics.update(train_critic(cfg, roles.critic, batch, seed))
         actor_trains = step > cfg.critic_warmup
         if actor_trains:
+            if cfg.train_infer_correction.on():
+                metrics.update(apply_train_infer_correction(cfg.train_infer_correction, batch))
             metrics.update(train_actor(cfg, roles.actor_train, batch, seed))
         timings["time/train"] = time.perf_counter() - t
         if cfg.add_token_level_kl:

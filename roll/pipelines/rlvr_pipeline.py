@@ -233,6 +233,8 @@ class RLVRPipeline(Pipeline):
             self.next_batch.start(self.collect)
         timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the batch made during the last step
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
+        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = engine_log_probs(prompt_groups,
+                                                                                      batch["input_ids"].shape[1])
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
@@ -242,7 +244,7 @@ class RLVRPipeline(Pipeline):
         metrics.update(self.trainer.advantages(batch, step))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         self.trainer.update(step, batch, metrics, timings)
-        metrics.update(logprob_mismatch(*engine_log_probs(prompt_groups, batch["input_ids"].shape[1]), batch))
+        metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
         metrics["rollout/policy_lag"] = float(ahead)  # updates between the batch's weights and the trained ones
         timings["time/step"] = time.perf_counter() - t0

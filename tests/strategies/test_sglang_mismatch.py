@@ -37,10 +37,10 @@ def test_mismatch_metric_hand_computed():
     old[0, 1], old[0, 2], old[0, 4], old[1, 2] = -0.1, -0.4, -0.3, -1.0  # |diffs| = 0, 0.2, 0, 0.5
     old[0, 5] = -9.0  # not a generated token with an engine log-prob: ignored
     batch["old_log_probs"] = old
-    m = logprob_mismatch(*rollout_log_probs(trajs, 7), batch)
+    batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(trajs, 7)
+    m = logprob_mismatch(batch)
     assert m["rollout/logprob_mismatch"] == pytest.approx(0.7 / 4)
     assert m["rollout/logprob_mismatch_max"] == pytest.approx(0.5)
-    assert batch["rollout_log_probs"].shape == (2, 6)
 
 
 def test_single_turn_log_probs_and_mismatch():
@@ -52,7 +52,8 @@ def test_single_turn_log_probs_and_mismatch():
     assert torch.equal(mask, batch["response_mask"][:, 1:].float())  # exactly the loss mask
     assert values[0].tolist() == pytest.approx([0, 0, -0.1, -0.2])
     batch["old_log_probs"] = torch.tensor([[0, 0, -0.1, -0.5], [-0.3, -0.4, -0.1, 0]])  # |diffs| 0, 0.3, 0, 0, 0.4
-    m = logprob_mismatch(values, mask, batch)
+    batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = values, mask
+    m = logprob_mismatch(batch)
     assert m["rollout/logprob_mismatch"] == pytest.approx(0.7 / 5)
     assert m["rollout/logprob_mismatch_max"] == pytest.approx(0.4)
 
@@ -60,4 +61,5 @@ def test_single_turn_log_probs_and_mismatch():
 def test_no_engine_log_probs_gives_no_metric():
     batch = prompt_response_batch([[1]], [[2]], [0.0], pad_id=0)
     batch["old_log_probs"] = torch.zeros(1, 1)
-    assert logprob_mismatch(*response_log_probs([1], [[]], width=2), batch) == {}
+    batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = response_log_probs([1], [[]], width=2)
+    assert logprob_mismatch(batch) == {}
