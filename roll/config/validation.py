@@ -17,7 +17,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import check_field
-from roll.config.megatron import MEGATRON_STRATEGIES
+from roll.config.megatron import MEGATRON_STRATEGIES, parse_megatron_options
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -116,16 +116,11 @@ MASKLESS_ATTENTION = ("flash_attention_2", "flash_attention_3", "roll_varlen")
 
 
 def check_prefix_sharing(worker: Any, role: str) -> None:
-    """``use_prefix_sharing`` needs a strategy that runs roll's own log-prob forward, no packing, and an attention
-    implementation that takes a mask."""
+    """``use_prefix_sharing`` needs no packing and an attention implementation that takes a mask (that the
+    strategy runs roll's log-prob forward is its registry entry's ``prefix_sharing``, checked by the preflight)."""
     key = f"{role}.use_prefix_sharing"
     if worker.use_sequence_packing:
         raise ConfigError(key, True, f"cannot be combined with {role}.use_sequence_packing; choose one")
-    name = worker.strategy_args.strategy_name
-    if name in MEGATRON_STRATEGIES or name == "sglang":
-        why = "shares prompt prefixes itself (its radix cache)" if name == "sglang" else "runs its own forward"
-        raise ConfigError(key, True, f"{name} {why}; prefix sharing is for deepspeed_train, deepspeed_infer, "
-                                     f"fsdp2_train, fsdp2_infer and hf_infer: remove the key")
     if worker.model_args.attn_implementation in MASKLESS_ATTENTION:
         raise ConfigError(key, True, f"{role}.model_args.attn_implementation="
                                      f"{worker.model_args.attn_implementation} takes no attention mask; use sdpa or "
@@ -205,10 +200,7 @@ def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
     parallelism does not divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
     if strategy_name not in MEGATRON_STRATEGIES:
         return 1
-    size = 1
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        size *= int(strategy_config.get(key, 1) or 1)
-    return size
+    return parse_megatron_options(strategy_config, "strategy_args.strategy_config").model_parallel_size
 
 
 def data_parallel_size(worker: Any) -> int:

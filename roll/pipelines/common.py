@@ -111,7 +111,7 @@ def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
     actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.distributed.weight_sync.WeightSync`: NCCL
     broadcast when disaggregated, this copy otherwise)."""
     start = time.perf_counter()
-    copy_weights(train.group, target.group)
+    copy_weights(train, target)
     return time.perf_counter() - start
 
 

@@ -44,6 +44,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     warnings += check_strategy_options(cfg) + check_async_threads(cfg)
     check_weight_sync(cfg)
     check_algorithms(cfg)
+    check_tracker(cfg)
     if isinstance(cfg, AgenticConfig):
         check_envs(cfg)
     if isinstance(cfg, RLVRConfig):
@@ -115,6 +116,13 @@ def check_strategies(cfg: Any) -> None:
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+        if worker.use_prefix_sharing and spec.prefix_sharing != "roll":
+            from roll.strategies.registry import PREFIX_SHARING
+
+            able = [n for n in list_strategies() if strategy_spec(n).prefix_sharing == "roll"]
+            raise ConfigError(f"{role}.use_prefix_sharing", True, f"{name} {PREFIX_SHARING[spec.prefix_sharing]}; "
+                                                                  f"prefix sharing is for {', '.join(able)}: remove "
+                                                                  f"the key")
 
 
 def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
@@ -159,14 +167,15 @@ def _importable(module: str) -> bool:
 
 
 def check_strategy_options(cfg: Any) -> list[str]:
-    """Each role's ``strategy_config`` parses into its strategy's options class; returns warnings for keys that
-    are accepted but not used."""
-    from roll.strategies.registry import strategy_options
+    """Each role's ``strategy_config`` parses into its strategy's options class, stored for every later reader
+    (:func:`roll.strategies.registry.strategy_options`); returns warnings for keys that are accepted but not
+    used."""
+    from roll.strategies.registry import parse_strategy_options
 
     warnings = []
     for role, worker in _roles(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
-        options = strategy_options(worker, key)
+        options = parse_strategy_options(worker, key)  # the one parse: every later reader gets this object
         check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
         if check_worker is not None:
             check_worker(worker, key)
@@ -203,6 +212,18 @@ def check_weight_sync(cfg: Any) -> None:
         raise ConfigError(f"{key}.tp_size", ranks, f"must equal actor_infer.num_gpus_per_worker "
                                                    f"({infer.num_gpus_per_worker}): an engine's TP ranks run on its "
                                                    f"worker's GPUs")
+
+
+def check_tracker(cfg: Any) -> None:
+    """``track_with`` names a registered tracker (a user module's tracker is imported here) that accepts
+    ``tracker_kwargs``."""
+    from roll.tracking import get_tracker_class
+    from roll.tracking.base import build_options
+
+    try:
+        build_options(get_tracker_class(cfg.track_with), cfg.track_with, dict(cfg.tracker_kwargs))
+    except ValueError as exc:
+        raise ConfigError("track_with", cfg.track_with, str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- algorithms
