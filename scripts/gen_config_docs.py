@@ -106,7 +106,8 @@ def strategy_options() -> list[str]:
     lines = ["## Strategy options (`<role>.strategy_args.strategy_config`)", "",
              "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
              "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
-             + "; ".join(f"`{a}`: {why}" for a, why in ABILITIES.items()) + ".", ""]
+             + "; ".join(f"`{a}` ({p.__name__}): {p.__doc__.split(': ', 1)[1].rstrip('.')}"
+                         for a, p in ABILITIES.items()) + ".", ""]
     for name in list_strategies():
         spec = strategy_spec(name)
         cls = spec.options_class()

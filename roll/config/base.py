@@ -95,8 +95,8 @@ class BaseConfig(PPOConfig):
     logging_dir: str = fld("./output/logs", "Logs, metrics.jsonl, tensorboard and trajectory dumps.")
     render_save_dir: Optional[str] = fld(None, "Save rendered frames of validation episodes here (None = off).")
     system_envs: Dict[str, str] = fld(default_factory=dict, help="Environment variables set for every worker.")
-    track_with: str = fld("stdout", "Tracker; tensorboard and wandb also print to stdout.",
-                          choices=["stdout", "tensorboard", "wandb"])
+    track_with: str = fld("stdout", "Tracker registered with register_tracker: stdout, tensorboard, wandb (both also "
+                                    "print to stdout) or 'package.module:name' of a user module's tracker.")
     tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
     num_nodes: int = fld(1, "Nodes in the Ray cluster.", allowed=">= 1")
     num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.", allowed=">= 0")

@@ -1,5 +1,5 @@
-"""A user module (tests/extensions/user_plugins.py) adds an advantage estimator, a policy loss, a reward and an env
-that configs name as ``"package.module:name"``, with no change to roll: the preflight accepts them (and applies what
+"""A user module (tests/extensions/user_plugins.py) adds an advantage estimator, a policy loss, a reward, an env, a
+tracker and a training backend that configs name as ``"package.module:name"``, with no change to roll: the preflight accepts them (and applies what
 they declare), the pipeline pieces run them, and a local-mode agentic step trains with them end to end."""
 
 from __future__ import annotations
@@ -94,13 +94,40 @@ def test_user_env_from_a_config():
         agentic(f"custom_envs.SimpleSokoban.env_type='{PLUGINS}:count_up'")  # sokoban's kwargs are not count_up's
 
 
+def test_user_tracker_from_a_config(tmp_path):
+    from roll.tracking import make_tracker
+
+    cfg = agentic(f"track_with='{PLUGINS}:tally'", "+tracker_kwargs.file_name=counts.json")
+    with make_tracker(cfg.track_with, exp_name="e", log_dir=str(tmp_path), tracker_kwargs=cfg.tracker_kwargs) as t:
+        t.log({"a/x": 1.0, "a/y": 2.0}, step=0)
+    assert (tmp_path / "counts.json").read_text() == '{"0": 2}'
+    with pytest.raises(ConfigError, match=r"track_with='mlflow': unknown tracker .*valid names: \[.*'tally'"):
+        agentic("track_with=mlflow")
+    with pytest.raises(ConfigError, match=r"track_with='.*:tally': tracker_kwargs \['flush_secs'\] are not "
+                                          r"accepted by tracker"):
+        agentic(f"track_with='{PLUGINS}:tally'", "+tracker_kwargs.flush_secs=5")
+
+
+def test_user_backend_from_a_config():
+    from roll.strategies.registry import get_strategy_class
+
+    name = f"{PLUGINS}:counting_deepspeed"
+    cfg = agentic(f"actor_train.strategy_args.strategy_name='{name}'")
+    assert get_strategy_class(cfg.actor_train.strategy_args.strategy_name, "actor_train").__name__ == \
+        "CountingDeepSpeed"
+    with pytest.raises(ConfigError, match=r"reference.strategy_args.strategy_name='.*counting_deepspeed': .* cannot "
+                                          r"serve reference"):
+        agentic(f"+reference.strategy_args.strategy_name='{name}'", "init_kl_coef=0.1")
+
+
 @pytest.mark.slow
 def test_one_agentic_step_with_every_user_extension(tiny_model_dir, tmp_path):
     from roll.pipelines.agentic_pipeline import AgenticPipeline
 
     cfg = load_checked("sokoban_tiny", overrides=[
         f"pretrain={tiny_model_dir}", "tiny_model=null", "sft_warmup.enabled=false", "distributed=local",
-        "max_steps=1", "eval_steps=0", "val_env_manager=null", "track_with=stdout", "trajectory_dump_steps=0",
+        "max_steps=1", "eval_steps=0", "val_env_manager=null", f"track_with='{PLUGINS}:tally'",
+        "trajectory_dump_steps=0", f"actor_train.strategy_args.strategy_name='{PLUGINS}:counting_deepspeed'",
         f"output_dir={tmp_path}/out", f"logging_dir={tmp_path}/logs", "rollout_batch_size=8",
         "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
         "actor_train.training_args.per_device_train_batch_size=4",
@@ -112,3 +139,5 @@ def test_one_agentic_step_with_every_user_extension(tiny_model_dir, tmp_path):
     metrics = AgenticPipeline(cfg).run()
     assert metrics["rollout/batch_size"] == 8 and metrics["rollout/mean_actions"] == 2.0
     assert math.isfinite(metrics["actor/pg_loss"]) and "actor/clip_frac" not in metrics  # vanilla_pg's metrics
+    assert metrics["actor/user_steps"] == 1.0  # the user backend trained: one optimizer step (8 = 4 x 2 samples)
+    assert (tmp_path / "logs" / "tally.json").exists()  # the user tracker logged the run
