@@ -15,7 +15,7 @@ from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
 from roll.pipelines import checkpoint as ckpt
-from roll.pipelines.common import colocation_phases, start_roles, sync_weights
+from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
 from roll.pipelines.loss_fns import SFT_LOSS
 from roll.pipelines.ppo import PPOTrainer
 from roll.tracking.rewind import prune_step_dumps

@@ -14,7 +14,7 @@ from roll.config.rlvr import RLVRConfig
 from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
-from roll.pipelines.common import actor_loss_config
+from roll.pipelines.epochs import actor_loss_config
 from roll.pipelines.launch import load_checked
 from roll.pipelines.loss_fns import ppo_actor_loss
 from roll.pipelines.ppo import advantage_step

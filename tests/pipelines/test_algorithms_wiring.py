@@ -28,7 +28,7 @@ from roll.config.loader import load_config
 from roll.config.validation import validate
 from roll.pipelines.launch import load_checked
 from roll.pipelines.preflight import check_algorithms, preflight
-from roll.pipelines.common import actor_loss_config
+from roll.pipelines.epochs import actor_loss_config
 from roll.pipelines.ppo import advantage_step, group_keys
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 
