@@ -137,9 +137,8 @@ def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, grou
     values = batch.tensors.get("values")
     turns = turn_inputs(batch) if ADVANTAGES.capabilities(cfg.adv_estimator)["needs_turns"] else None
     out = compute_advantage(cfg.adv_estimator, AdvantageInputs(
-        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns,
-        episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight, step_norm=cfg.step_adv_norm,
-        episode_norm=cfg.episode_adv_norm))
+        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns),
+        **cfg.estimator_args())
     batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
     batch["returns"] = out.returns
     metrics.update(value_metrics(values, out.returns, mask))

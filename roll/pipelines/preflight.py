@@ -229,7 +229,7 @@ def check_tracker(cfg: Any) -> None:
 # ---------------------------------------------------------------------------- algorithms
 def check_algorithms(cfg: Any) -> None:
     """Every algorithm name is registered, and what the estimator declares it needs is configured."""
-    from roll.algorithms.advantages import ADVANTAGES
+    from roll.algorithms.advantages import ADVANTAGES, estimator_parameters
     from roll.algorithms.aggregation import AGG_MODES
     from roll.algorithms.kl import KL_TYPES
     from roll.algorithms.policy_losses import POLICY_LOSSES
@@ -237,6 +237,12 @@ def check_algorithms(cfg: Any) -> None:
 
     name = cfg.adv_estimator
     needs = _lookup(ADVANTAGES, "adv_estimator", name)
+    known = estimator_parameters(name)
+    for key, value in cfg.estimator_args().items():  # the estimator's keyword parameters are its hyperparameters
+        if key not in known:
+            where = f"adv_estimator_args.{key}" if key in cfg.adv_estimator_args else key
+            raise ConfigError(where, value, f"not a hyperparameter of adv_estimator {name}; it has "
+                                            f"{', '.join(known) or 'none'}")
     if needs["needs_critic"] and cfg.critic is None:
         raise ConfigError("adv_estimator", name, f"{name} needs a critic (its values): add a `critic:` worker block, "
                                                  f"or use a critic-free estimator such as grpo")

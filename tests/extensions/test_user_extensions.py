@@ -37,6 +37,32 @@ def test_user_estimator_is_looked_up_and_used():
     torch.testing.assert_close(batch["advantages"], torch.tensor([[0.0, 0.5, 0.5], [0.0, -0.25, -0.25]]))
 
 
+def test_user_estimator_with_its_own_hyperparameters():
+    cfg = agentic(f"adv_estimator='{PLUGINS}:scaled_baseline'", "reward_normalization.method=identity",
+                  "+adv_estimator_args.baseline=0.25", "+adv_estimator_args.scale=2.0")
+    turns = [Turn([1, 2], [3, 4], [], "s", reward=r) for r in (1.0, 0.25)]
+    batch = trajectories_to_batch([Trajectory("a", 0, 0, "t", 0, turns=[turns[0]]),
+                                   Trajectory("b", 1, 0, "t", 0, turns=[turns[1]])], pad_id=0)
+    advantage_step(cfg, batch, kl_coef=0.0)
+    # A = 2 x (score - 0.25) on the two generated tokens (log-prob indices 1, 2) of each sample
+    torch.testing.assert_close(batch["advantages"], torch.tensor([[0.0, 1.5, 1.5], [0.0, 0.0, 0.0]]))
+    with pytest.raises(ConfigError, match=r"^adv_estimator_args.offset=1: not a hyperparameter of adv_estimator "
+                                          r".*scaled_baseline; it has baseline, scale"):
+        agentic(f"adv_estimator='{PLUGINS}:scaled_baseline'", "+adv_estimator_args.offset=1")
+
+
+def test_gigpo_knobs_are_estimator_args_with_their_top_level_and_roll_names():
+    gigpo = agentic("adv_estimator=gigpo", "step_adv_weight=0.5", "+adv_estimator_args.episode_adv_norm=mean")
+    assert gigpo.estimator_args() == {"step_adv_weight": 0.5, "episode_adv_norm": "mean"}
+    roll_name = agentic("adv_estimator=gigpo", "+step_reward_weight=0.25")  # ROLL's name of the knob
+    assert roll_name.estimator_args() == {"step_adv_weight": 0.25}
+    with pytest.raises(ConfigError, match=r"^step_adv_weight=0.5: not a hyperparameter of adv_estimator grpo; it "
+                                          r"has none"):
+        agentic("adv_estimator=grpo", "step_adv_weight=0.5")
+    with pytest.raises(ConfigError, match=r"^step_adv_weight=0.5: adv_estimator_args.step_adv_weight=0.25 says "):
+        agentic("adv_estimator=gigpo", "step_adv_weight=0.5", "+adv_estimator_args.step_adv_weight=0.25")
+
+
 def test_what_a_user_estimator_declares_is_checked():
     with pytest.raises(ConfigError) as err:
         agentic(f"adv_estimator='{PLUGINS}:needs_a_critic'")

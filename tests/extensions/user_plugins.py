@@ -37,6 +37,16 @@ def fixed_baseline(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=adv, returns=adv.clone())
 
 
+@register_advantage("scaled_baseline")
+@torch.no_grad()
+def scaled_baseline(inputs: AdvantageInputs, *, baseline: float = 0.5, scale: float = 1.0) -> AdvantageOutputs:
+    """``A_i = scale * (R_i - baseline)`` on every response token: an estimator with its own hyperparameters
+    (set by ``adv_estimator_args``)."""
+    mask = inputs.response_mask
+    adv = (scale * ((inputs.token_level_rewards * mask).sum(-1) - baseline))[:, None] * mask
+    return AdvantageOutputs(advantages=adv, returns=adv.clone())
+
+
 @register_advantage("needs_a_critic", needs_critic=True)
 @torch.no_grad()
 def needs_a_critic(inputs: AdvantageInputs) -> AdvantageOutputs:

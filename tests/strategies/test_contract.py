@@ -20,7 +20,7 @@ def scratch_registry(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["hf_infer", "deepspeed_train", "deepspeed_infer", "fsdp2_train", "fsdp2_infer",
-                                  "megatron_train", "megatron_infer"])
+                                  "megatron_train", "megatron_infer", "sglang"])  # sglang imports SGLang lazily
 def test_every_builtin_class_fulfils_its_entry(name):
     spec = registry.strategy_spec(name)
     for role in spec.roles:
