@@ -138,6 +138,8 @@ class AgenticConfig(BaseConfig):
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
 
     #: Keys of the RLVR pipeline, named when they appear in an agentic config (see the loader's unknown-key error).
+    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    score_normalizer = "episode"
     ELSEWHERE = {  # not a field (no annotation)
         "validation": "RLVR's block; agentic validation runs val_env_manager every eval_steps",
         "rewards": "RLVR's rule rewards; agentic rewards come from the envs (custom_envs.<tag>)",

@@ -64,7 +64,8 @@ class PPOConfig:
     whiten_rewards: bool = fld(False, "Whiten token rewards over the batch before advantages.")
     whiten_advantages: bool = fld(False, "Whiten advantages over the batch's response tokens.")
     advantage_clip: Optional[float] = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
-    reward_norm: Optional[str] = fld(None, "RLVR reward normalization.", choices=["batch", "group", "running", None])
+    reward_norm: Optional[str] = fld(None, "RLVR reward normalization: the scope of the statistics, registered with "
+                                           "register_reward_norm_scope (built in: batch, group, running), or None.")
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
     use_reward_scaling: bool = fld(False, "Scale rewards (enables use_reward_norm; not implemented yet: "

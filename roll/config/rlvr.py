@@ -113,6 +113,8 @@ class RLVRConfig(BaseConfig):
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
     #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).
+    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    score_normalizer = "response"
     ELSEWHERE = {  # not a field (no annotation)
         "custom_envs": "agentic only; an RLVR response is limited by response_length "
                        "(actor_infer.generating_args.max_new_tokens)",

@@ -34,6 +34,7 @@ from roll.data.layout import place_at_last_response
 from roll.distributed.roles import Roles
 from roll.pipelines.epochs import skip_old_log_probs, train_actor, train_critic
 from roll.pipelines.loss_fns import loss_mask
+from roll.registry import Registry
 
 
 # ---------------------------------------------------------------------------- score normalization
@@ -47,6 +48,13 @@ class ScoreNormalizer(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+#: The score normalization of each pipeline, named by its config's ``score_normalizer``.
+SCORE_NORMALIZERS: Registry[Callable[[Any], ScoreNormalizer]] = Registry("score normalizer",
+                                                                          "register_score_normalizer")
+register_score_normalizer = SCORE_NORMALIZERS.register
+
+
+@register_score_normalizer("episode")
 class EpisodeScoreNorm:
     """Agentic: ``reward_normalization`` (grouping by same-seed group, batch or env tag; method from the score-norm
     registry), then ``reward_clip``."""
@@ -67,6 +75,7 @@ class EpisodeScoreNorm:
         """Stateless."""
 
 
+@register_score_normalizer("response")
 class RLVRScoreNorm:
     """RLVR: ``reward_norm`` (batch, group of one prompt's responses, or running statistics), ``reward_shift``,
     ``reward_scale``, ``reward_clip`` (:func:`~roll.algorithms.reward_norm.postprocess_rlvr_rewards`)."""
@@ -163,8 +172,9 @@ def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torc
 
 
 def score_normalizer(cfg: BaseConfig) -> ScoreNormalizer:
-    """The score normalization of ``cfg``'s pipeline: per episode (agentic) or per response (RLVR)."""
-    return EpisodeScoreNorm(cfg) if isinstance(cfg, AgenticConfig) else RLVRScoreNorm(cfg)
+    """The score normalization ``cfg``'s pipeline names (its ``score_normalizer``): per episode (agentic) or per
+    response (RLVR)."""
+    return SCORE_NORMALIZERS.get(cfg.score_normalizer)(cfg)
 
 
 def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,

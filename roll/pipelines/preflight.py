@@ -235,6 +235,10 @@ def check_algorithms(cfg: Any) -> None:
     from roll.algorithms.policy_losses import POLICY_LOSSES
     from roll.algorithms.reward_norm import SCORE_NORMS
 
+    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES
+
+    if cfg.reward_norm is not None:
+        _lookup(REWARD_NORM_SCOPES, "reward_norm", cfg.reward_norm)
     name = cfg.adv_estimator
     needs = _lookup(ADVANTAGES, "adv_estimator", name)
     known = estimator_parameters(name)

@@ -99,6 +99,23 @@ def test_user_reward_from_an_rlvr_config():
         preflight(cfg)
 
 
+def test_score_normalization_through_registries():
+    """Both pipelines pick their score normalizer from one registry (named by their config); RLVR's reward_norm
+    scopes are a registry a user module adds to."""
+    from roll.pipelines.ppo import SCORE_NORMALIZERS, EpisodeScoreNorm, RLVRScoreNorm, score_normalizer
+
+    assert SCORE_NORMALIZERS.names() == ["episode", "response"]
+    assert isinstance(score_normalizer(agentic()), EpisodeScoreNorm)
+    cfg = load_checked("rlvr_tiny", overrides=[f"reward_norm='{PLUGINS}:median_scope'"], schema=RLVRConfig)
+    norm = score_normalizer(cfg)
+    assert isinstance(norm, RLVRScoreNorm)
+    batch = Batch(tensors={"scores": torch.tensor([1.0, 2.0, 4.0])}, meta={"group_id": [0, 0, 1]})
+    torch.testing.assert_close(norm(batch), torch.tensor([-1.0, 0.0, 2.0]))  # minus the median 2
+    with pytest.raises(ConfigError, match=r"^reward_norm='prompt': unknown reward_norm scope 'prompt'; valid names: "
+                                          r"\['batch', 'group', .*'running'\]"):
+        load_checked("rlvr_tiny", overrides=["reward_norm=prompt"], schema=RLVRConfig)
+
+
 def test_a_data_tag_without_a_reward_is_a_config_error(tmp_path):
     data = tmp_path / "chess.jsonl"
     data.write_text('{"prompt": "Best move?", "ground_truth": "e4", "tag": "chess"}\n')

@@ -17,6 +17,7 @@ import torch
 from roll.algorithms.advantages import AdvantageInputs, AdvantageOutputs, register_advantage
 from roll.algorithms.aggregation import agg_loss
 from roll.algorithms.policy_losses import register_policy_loss
+from roll.algorithms.reward_norm import register_reward_norm_scope
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.rewards.registry import RewardResult, register_reward
@@ -68,6 +69,12 @@ def exact_text(response: str, ground_truth: str, *, bonus: float = 1.0) -> Rewar
     """``bonus`` if the stripped response equals the ground truth, else 0."""
     correct = response.strip() == ground_truth.strip()
     return RewardResult(score=bonus if correct else 0.0, correct=correct, extracted=response.strip(), format_ok=True)
+
+
+@register_reward_norm_scope("median_scope")
+def median_scope(scores: torch.Tensor, group_ids, shift: bool, scale: bool, running) -> torch.Tensor:
+    """RLVR ``reward_norm``: subtract the batch median (``shift``/``scale`` are ignored). (B,) -> (B,)."""
+    return scores - scores.median()
 
 
 @register_env("count_up")
