@@ -91,12 +91,12 @@ class WeightSync:
         options = strategy_options(ic, "actor_infer.strategy_args.strategy_config")
         receives = spec.can("weight_group")
         mappings = role_mappings(cfg)
-        mode, why = weight_sync_mode(mappings, cfg.distributed, receives,
-                                     getattr(options, "weight_sync", "auto"),
+        requested = options.weight_sync if receives else "auto"  # only a weight-group receiver has the choice
+        mode, why = weight_sync_mode(mappings, cfg.distributed, receives, requested,
                                      infer_supports_ipc=spec.can("ipc_weights"), infer_in_subprocess=receives)
         tp = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(ic) if receives else 1
         print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
-        return cls(train, infer, mode, getattr(options, "weight_bucket_bytes", DEFAULT_BUCKET_BYTES), tp,
+        return cls(train, infer, mode, options.weight_bucket_bytes, tp,
                    count_buckets=receives, ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker))
 
     def __call__(self) -> dict[str, float]:

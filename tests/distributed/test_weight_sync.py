@@ -145,6 +145,8 @@ def test_from_config_reads_mode_buckets_and_tp(capsys):
     assert (sync.mode, sync.engine_tp_size) == ("copy", 2)
     hf = WeightSync.from_config(_cfg("hf_infer"), train=None, infer=None)
     assert (hf.mode, hf.engine_tp_size, hf.count_buckets) == ("copy", 1, False)
+    hf = WeightSync.from_config(_cfg("hf_infer", infer_gpus=(0,), weight_bucket_bytes=8192), train=None, infer=None)
+    assert (hf.mode, hf.bucket_bytes) == ("cuda_ipc", 8192)  # colocated hf_infer: its own bucket size option
 
 
 # ---------------------------------------------------------------------------- async calls of a local group
