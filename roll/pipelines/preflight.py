@@ -26,7 +26,7 @@ from typing import Any
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import ROLES, ignored_settings
+from roll.config.validation import ROLES, unused_settings
 
 
 def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
@@ -36,7 +36,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     Raises:
         ConfigError: the first failed check (one line: key, value, what is allowed).
     """
-    warnings: list[str] = ignored_settings(cfg) + getattr(cfg, "unused_settings", list)()
+    warnings: list[str] = unused_settings(cfg)
     if gpus is not None:
         check_gpus(cfg, gpus)
     check_strategies(cfg)

@@ -250,7 +250,3 @@ def move_module_and_optimizer(module: torch.nn.Module, optimizer: torch.optim.Op
                 state[key] = value.to(device, non_blocking=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-class AccumulatingTrainStrategy(ForwardLogProbs, AccumulatingTrainer):
-    """The actor side of :class:`AccumulatingTrainer`: ``train_step`` and ``compute_log_probs``."""
