@@ -31,6 +31,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from roll.strategies.registry import list_strategies, strategy_spec
+from roll.tracking import get_tracker_class, list_trackers
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL_EXTRAS = ("gpu", "megatron")
 """Extras of roll whose packages are reported as optional backends (the ``test`` extra is not checked)."""
@@ -145,26 +148,6 @@ KNOWN_BAD_RULES: tuple[KnownBadRule, ...] = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class StrategyNeeds:
-    """What a worker strategy needs on this machine: packages, and whether it runs only on a CUDA GPU."""
-
-    packages: tuple[str, ...]
-    needs_gpu: bool
-
-
-STRATEGY_NEEDS: dict[str, StrategyNeeds] = {
-    "hf_infer": StrategyNeeds(("transformers",), needs_gpu=False),
-    "deepspeed_train": StrategyNeeds(("deepspeed",), needs_gpu=False),
-    "deepspeed_infer": StrategyNeeds(("deepspeed",), needs_gpu=False),
-    "fsdp2_train": StrategyNeeds(("torch",), needs_gpu=False),
-    "fsdp2_infer": StrategyNeeds(("torch",), needs_gpu=False),
-    "sglang": StrategyNeeds(("sglang",), needs_gpu=True),
-    "megatron_train": StrategyNeeds(("megatron-core",), needs_gpu=True),
-    "megatron_infer": StrategyNeeds(("megatron-core",), needs_gpu=True),
-    "vllm": StrategyNeeds(("vllm",), needs_gpu=True),
-}
-TRACKER_NEEDS: dict[str, tuple[str, ...]] = {"stdout": (), "tensorboard": ("tensorboard",), "wandb": ("wandb",)}
 WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
@@ -395,13 +378,17 @@ def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
     return workers
 
 
-def _option_packages(cfg: Any, role: str, strategy: str) -> tuple[str, ...]:
-    """Packages a role's ``strategy_config`` asks for beyond its backend: Transformer Engine for a megatron role
-    with ``transformer_impl: transformer_engine``."""
-    options = getattr(getattr(getattr(cfg, role, None), "strategy_args", None), "strategy_config", None) or {}
-    if strategy.startswith("megatron_") and options.get("transformer_impl") == "transformer_engine":
-        return ("transformer-engine",)
-    return ()
+def _option_packages(cfg: Any, role: str) -> tuple[str, ...]:
+    """Packages a role's typed ``strategy_config`` asks for beyond its backend (its options' ``packages()``, e.g.
+    Transformer Engine for megatron's ``transformer_impl: transformer_engine``); none when it does not parse (the
+    launch reports that)."""
+    from roll.strategies.registry import strategy_options
+
+    try:
+        options = strategy_options(getattr(cfg, role), f"{role}.strategy_args.strategy_config")
+    except Exception:  # a config the launch refuses: the package rows still help
+        return ()
+    return tuple(getattr(options, "packages", tuple)())
 
 
 def _trackers(cfg: Any) -> list[str]:
@@ -415,19 +402,24 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
     needs: dict[str, list[str]] = {}
     errors, gpu_required = [], False
     for role, (strategy, _) in _worker_strategies(cfg).items():
-        spec = STRATEGY_NEEDS.get(strategy)
-        if spec is None:
-            errors.append(CheckResult(f"{role} strategy", "one of " + ", ".join(sorted(STRATEGY_NEEDS)), strategy,
-                                      Status.ERROR, f"set {role}.strategy_args.strategy_name to a known strategy"))
+        try:
+            spec = strategy_spec(strategy)  # the registry entry says what a backend needs
+        except ValueError as exc:
+            errors.append(CheckResult(f"{role} strategy", "one of " + ", ".join(list_strategies()), strategy,
+                                      Status.ERROR, f"set {role}.strategy_args.strategy_name to a registered "
+                                                    f"strategy: {exc}"))
             continue
         gpu_required |= spec.needs_gpu
-        for pkg in spec.packages + _option_packages(cfg, role, strategy):
+        for pkg in spec.packages + _option_packages(cfg, role):
             needs.setdefault(pkg, []).append(f"{role} ({strategy})")
     for tracker in _trackers(cfg):
-        if tracker not in TRACKER_NEEDS:
-            errors.append(CheckResult("track_with", "one of " + ", ".join(sorted(TRACKER_NEEDS)), tracker,
-                                      Status.ERROR, "set track_with to a known tracker"))
-        for pkg in TRACKER_NEEDS.get(tracker, ()):
+        try:
+            packages = get_tracker_class(tracker).packages
+        except ValueError:
+            errors.append(CheckResult("track_with", "one of " + ", ".join(list_trackers()), tracker,
+                                      Status.ERROR, "set track_with to a registered tracker"))
+            continue
+        for pkg in packages:
             needs.setdefault(pkg, []).append(f"track_with={tracker}")
     return needs, errors, gpu_required
 

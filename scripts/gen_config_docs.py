@@ -49,7 +49,7 @@ example configs that use them as the guide shows are in `examples/roll_style/`.
 
 def limits() -> list[str]:
     """What the validator rejects although the guide names it (from the validator's own tables)."""
-    from roll.config.validation import IGNORED, NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC
+    from roll.config.validation import NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC, PIPELINES, UNUSED
     from roll.strategies.registry import UNAVAILABLE
 
     lines = ["## Guide keys with limits", "", "Strategy names that are rejected when no backend is registered "
@@ -62,7 +62,11 @@ def limits() -> list[str]:
     lines += ["- `use_topr_loss`, `add_len_reward`, `difficulty_loss_weight`, `length_loss_weight` = `False`", ""]
     lines += ["Keys whose other value is accepted with a warning at launch, because roll does the same thing either "
               "way (the warning names the key, the reason and the fix):", ""]
-    lines += [f"- `{key}` = `{value!r}`: {why}." for key, (value, why, _) in IGNORED.items()]
+    lines += [f"- `{key}` = `{value!r}`: {why}." for key, (where, value, why) in UNUSED.items() if where == PIPELINES]
+    lines += ["", "Shared keys one pipeline does not read (a value other than the default is a warning naming where "
+              "the equivalent lives):", ""]
+    lines += [f"- `{key}` ({', '.join(where)} pipeline): {why}." for key, (where, _, why) in UNUSED.items()
+              if where != PIPELINES]
     lines += ["", "Implemented ROLL keys that earlier versions accepted without acting on them: `max_traj_per_env` "
               "(rollout rounds per step, refills included), `max_running_requests` (hf_infer: prompts per generate "
               "call; sglang: the engine's limit). A DeepSpeed `optimizer` or `scheduler` section in "
@@ -106,7 +110,8 @@ def strategy_options() -> list[str]:
     lines = ["## Strategy options (`<role>.strategy_args.strategy_config`)", "",
              "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
              "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
-             + "; ".join(f"`{a}`: {why}" for a, why in ABILITIES.items()) + ".", ""]
+             + "; ".join(f"`{a}` ({p.__name__}): {p.__doc__.split(': ', 1)[1].rstrip('.')}"
+                         for a, p in ABILITIES.items()) + ".", ""]
     for name in list_strategies():
         spec = strategy_spec(name)
         cls = spec.options_class()

@@ -75,7 +75,7 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
 
 
 def _loss_config(cfg):
-    from roll.pipelines.common import actor_loss_config
+    from roll.pipelines.epochs import actor_loss_config
 
     return actor_loss_config(cfg)
 

@@ -231,11 +231,29 @@ def test_gpus_needed_from_device_mapping():
 
 
 def test_gpu_strategy_with_empty_mapping_needs_one_gpu():
-    cfg = fake_config(infer="vllm")
-    rows = by_name(doctor.check_config_requirements(cfg, versions={**CPU_VERSIONS, "vllm": "0.33.0"},
+    cfg = fake_config(infer="sglang")
+    rows = by_name(doctor.check_config_requirements(cfg, versions={**CPU_VERSIONS, "sglang": "0.5.16"},
                                                     gpu_count=0, reqs=reqs()))
     assert (rows["gpus"].required, rows["gpus"].status) == (">=1 CUDA GPU(s)", Status.MISSING)
-    assert rows["vllm"].status is Status.OK
+    assert rows["sglang"].status is Status.OK
+
+
+def test_needs_come_from_the_registries(monkeypatch):
+    """A strategy or tracker registered from a user module is known to the doctor with what its entry declares;
+    vllm, which no registered backend serves, is an error naming the replacement."""
+    import tests.extensions.user_plugins  # noqa: F401  (registers its tracker and backend before the patch)
+    from roll.strategies import registry
+
+    monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
+    registry.register_strategy("user_gpu_infer", "user_mod:Engine", {"actor_infer"}, packages=("user-engine",),
+                               needs_gpu=True, options="roll.config.strategies:HFInferOptions")
+    cfg = fake_config(infer="user_gpu_infer", track_with="tests.extensions.user_plugins:tally")
+    rows = by_name(doctor.check_config_requirements(cfg, versions=CPU_VERSIONS, gpu_count=0, reqs=reqs()))
+    assert rows["user-engine"].status is Status.MISSING and "actor_infer (user_gpu_infer)" in rows["user-engine"].note
+    assert rows["gpus"].required == ">=1 CUDA GPU(s)" and "track_with" not in rows
+    vllm = by_name(doctor.check_config_requirements(fake_config(infer="vllm"), versions=CPU_VERSIONS, gpu_count=0,
+                                                    reqs=reqs()))["actor_infer strategy"]
+    assert vllm.status is Status.ERROR and "sglang" in vllm.fix
 
 
 def test_unknown_strategy_and_tracker_are_errors():

@@ -14,8 +14,9 @@ a built-in one.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -66,11 +67,9 @@ class AdvantageInputs:
         lambd: GAE lambda.
         norm_eps: epsilon of the group-std normalization of ``grpo``.
         turns: per-turn data (:class:`TurnInputs`); required by estimators that declare ``needs_turns``.
-        episode_weight: ``gigpo``: weight of the episode-level (GRPO) advantage.
-        step_weight: ``gigpo``: weight of the step-level (same-state) advantage.
-        step_norm: ``gigpo``: normalization of turn returns within a same-state group (``mean``, ``mean_std``).
-        episode_norm: ``gigpo``: normalization of episode rewards within a group: ``mean_std`` (GRPO's) or ``mean``
-            (no std: the paper's F_norm = 1, verl-agent's ``mode: mean_norm`` together with ``step_norm="mean"``).
+
+    An estimator's own hyperparameters are its keyword-only parameters (``gigpo(inputs, *, step_adv_weight=1.0,
+    ...)``), set by the config's ``adv_estimator_args`` and checked against them (:func:`estimator_parameters`).
     """
 
     token_level_rewards: Tensor
@@ -81,10 +80,6 @@ class AdvantageInputs:
     lambd: float = 1.0
     norm_eps: float = 1e-6
     turns: TurnInputs | None = None
-    episode_weight: float = 1.0
-    step_weight: float = 1.0
-    step_norm: str = "mean_std"
-    episode_norm: str = "mean_std"
 
     def __post_init__(self) -> None:
         shape = tuple(self.token_level_rewards.shape)
@@ -99,8 +94,6 @@ class AdvantageInputs:
         for name in ("gamma", "lambd"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.episode_norm not in EPISODE_NORMS:
-            raise ValueError(f"episode_norm must be one of {sorted(EPISODE_NORMS)}, got {self.episode_norm!r}")
 
 
 @dataclass
@@ -112,9 +105,10 @@ class AdvantageOutputs:
 
 
 class AdvantageFn(Protocol):
-    """Signature of an advantage estimator."""
+    """Signature of an advantage estimator: the inputs, then its own hyperparameters as keyword-only parameters
+    with defaults (the config's ``adv_estimator_args``)."""
 
-    def __call__(self, inputs: AdvantageInputs) -> AdvantageOutputs: ...
+    def __call__(self, inputs: AdvantageInputs, **hyperparameters: Any) -> AdvantageOutputs: ...
 
 
 ADVANTAGES: Registry[AdvantageFn] = Registry(
@@ -128,9 +122,15 @@ def get_advantage_fn(name: str) -> AdvantageFn:
     return ADVANTAGES.get(name)
 
 
-def compute_advantage(name: str, inputs: AdvantageInputs) -> AdvantageOutputs:
-    """Run the estimator registered as ``name`` on ``inputs``."""
-    return get_advantage_fn(name)(inputs)
+def estimator_parameters(name: str) -> dict[str, Any]:
+    """The hyperparameters of the estimator registered as ``name``: its keyword-only parameters and defaults."""
+    fn = inspect.unwrap(get_advantage_fn(name))
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+
+def compute_advantage(name: str, inputs: AdvantageInputs, **args: Any) -> AdvantageOutputs:
+    """Run the estimator registered as ``name`` on ``inputs`` with hyperparameters ``args``."""
+    return get_advantage_fn(name)(inputs, **args)
 
 
 def episode_rewards(token_level_rewards: Tensor, response_mask: Tensor) -> Tensor:
@@ -230,8 +230,20 @@ def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
     return AdvantageOutputs(advantages=token_adv, returns=token_adv.clone())
 
 
-#: GiGPO's episode-level term per ``episode_norm``: group mean and std, or the group mean only
+#: GiGPO's episode-level term per ``episode_adv_norm``: group mean and std, or the group mean only
 EPISODE_NORMS: dict[str, AdvantageFn] = {"mean_std": grpo, "mean": dr_grpo}
+#: Normalizations of turn returns within a comparison group (``step_adv_norm``).
+STEP_NORMS = ("mean", "mean_std")
+
+
+def _check_turn_args(step_adv_norm: str, episode_adv_norm: str = "mean_std", *weights: float) -> None:
+    """A ValueError for a normalization outside its choices or a negative weight (GiGPO / step_reinforce)."""
+    if step_adv_norm not in STEP_NORMS:
+        raise ValueError(f"step_adv_norm must be one of {list(STEP_NORMS)}, got {step_adv_norm!r}")
+    if episode_adv_norm not in EPISODE_NORMS:
+        raise ValueError(f"episode_adv_norm must be one of {sorted(EPISODE_NORMS)}, got {episode_adv_norm!r}")
+    if any(w < 0 for w in weights):
+        raise ValueError(f"episode_adv_weight and step_adv_weight must be >= 0, got {list(weights)}")
 
 
 @torch.no_grad()
@@ -302,22 +314,25 @@ def step_level_advantages(
 
 @register_advantage("gigpo", needs_groups=True, needs_turns=True)
 @torch.no_grad()
-def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
+def gigpo(inputs: AdvantageInputs, *, episode_adv_weight: float = 1.0, step_adv_weight: float = 1.0,
+          step_adv_norm: str = "mean_std", episode_adv_norm: str = "mean_std") -> AdvantageOutputs:
     """GiGPO (Feng et al. 2025, arXiv:2505.10978): GRPO's episode advantage plus a step-level advantage per turn.
 
     Per turn k of sample i (``inputs.turns``): ``G_k`` = :func:`discounted_turn_returns` of the turn rewards
     (``gamma`` per turn); :func:`step_level_advantages` normalizes ``G`` among the turns of one group (``group_ids``)
-    that acted in the same state (``step_norm``) and adds ``episode_weight x`` the sample's :func:`grpo` advantage
-    (constant over its response tokens): ``A_k = episode_weight * A_i + step_weight * step_adv_k``. With
-    ``episode_norm="mean"`` the episode term is :func:`dr_grpo`'s ``R_i - mean_g`` (the paper's F_norm = 1). Every
-    generated token of turn k (``[start_k, end_k)`` of row i) gets ``A_k``; shapes (B, T). Returns equal the
-    advantages.
+    that acted in the same state (``step_adv_norm``: ``mean`` or ``mean_std``) and adds ``episode_adv_weight x``
+    the sample's :func:`grpo` advantage (constant over its response tokens):
+    ``A_k = episode_adv_weight * A_i + step_adv_weight * step_adv_k``. With ``episode_adv_norm="mean"`` the episode
+    term is :func:`dr_grpo`'s ``R_i - mean_g`` (the paper's F_norm = 1; with ``step_adv_norm="mean"`` too it is
+    verl-agent's ``mode: mean_norm``). Every generated token of turn k (``[start_k, end_k)`` of row i) gets ``A_k``;
+    shapes (B, T). Returns equal the advantages.
     """
+    _check_turn_args(step_adv_norm, episode_adv_norm, episode_adv_weight, step_adv_weight)
     if inputs.turns is None:
         raise ValueError("adv_estimator 'gigpo' needs per-turn data (AdvantageInputs.turns): only multi-turn "
                          "(agentic) batches have turns; use grpo for single-turn data")
     mask, turns = inputs.response_mask, inputs.turns
-    episode = EPISODE_NORMS[inputs.episode_norm](inputs).advantages
+    episode = EPISODE_NORMS[episode_adv_norm](inputs).advantages
     groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
     per_sample = masked_mean(episode, mask, dim=-1)  # (B,): the constant episode advantage of each sample
     out = torch.zeros_like(episode)
@@ -325,8 +340,8 @@ def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
         return AdvantageOutputs(advantages=out, returns=out.clone())
     returns = discounted_turn_returns(turns.rewards, turns.sample, inputs.gamma)
     turn_adv = step_level_advantages(returns, groups[turns.sample], turns.state_ids, per_sample[turns.sample],
-                                     episode_weight=inputs.episode_weight, step_weight=inputs.step_weight,
-                                     method=inputs.step_norm)
+                                     episode_weight=episode_adv_weight, step_weight=step_adv_weight,
+                                     method=step_adv_norm)
     for i, start, end, adv in zip(turns.sample.tolist(), turns.start.tolist(), turns.end.tolist(), turn_adv.tolist()):
         out[i, start:end] = adv  # N turns: a plain loop is clear and fast enough
     out = out * mask
@@ -335,14 +350,15 @@ def gigpo(inputs: AdvantageInputs) -> AdvantageOutputs:
 
 @register_advantage("step_reinforce", needs_groups=True, needs_turns=True)
 @torch.no_grad()
-def step_reinforce(inputs: AdvantageInputs) -> AdvantageOutputs:
+def step_reinforce(inputs: AdvantageInputs, *, step_adv_norm: str = "mean_std") -> AdvantageOutputs:
     """ROLL's ``step_reinforce``: REINFORCE on per-turn returns normalized within the rollout group.
 
     Per turn k of sample i: ``G_k`` = :func:`discounted_turn_returns` of the turn rewards (``gamma`` per turn);
-    ``A_k`` = ``G_k`` normalized (``step_norm``) among the turns of sample i's group (``group_ids``). Every generated
-    token of turn k gets ``A_k``; shapes (B, T). Returns equal the advantages. (:func:`gigpo` with no episode term
-    and the whole group, not the same-state turns, as the comparison set.)
+    ``A_k`` = ``G_k`` normalized (``step_adv_norm``) among the turns of sample i's group (``group_ids``). Every
+    generated token of turn k gets ``A_k``; shapes (B, T). Returns equal the advantages. (:func:`gigpo` with no
+    episode term and the whole group, not the same-state turns, as the comparison set.)
     """
+    _check_turn_args(step_adv_norm)
     if inputs.turns is None:
         raise ValueError("adv_estimator 'step_reinforce' needs per-turn data (AdvantageInputs.turns): only "
                          "multi-turn (agentic) batches have turns; use reinforce or grpo for single-turn data")
@@ -352,7 +368,7 @@ def step_reinforce(inputs: AdvantageInputs) -> AdvantageOutputs:
     if turns.sample.numel() == 0:
         return AdvantageOutputs(advantages=out, returns=out.clone())
     returns = discounted_turn_returns(turns.rewards, turns.sample, inputs.gamma)
-    turn_adv = normalize_scores(returns, groups[turns.sample], inputs.step_norm)
+    turn_adv = normalize_scores(returns, groups[turns.sample], step_adv_norm)
     for i, start, end, adv in zip(turns.sample.tolist(), turns.start.tolist(), turns.end.tolist(), turn_adv.tolist()):
         out[i, start:end] = adv
     out = out * mask

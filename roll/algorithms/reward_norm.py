@@ -127,11 +127,39 @@ class RunningMeanStd:
         self._m2 = float(state["m2"])
 
 
+class RewardNormScopeFn(Protocol):
+    """Signature of an RLVR ``reward_norm`` scope: where the statistics come from.
+    ``(scores (B,), group_ids (B,) | None, shift, scale, running) -> (B,)``."""
+
+    def __call__(self, scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
+                 running: RunningMeanStd | None) -> Tensor: ...
+
+
+REWARD_NORM_SCOPES: Registry[RewardNormScopeFn] = Registry("reward_norm scope", "register_reward_norm_scope")
+register_reward_norm_scope = REWARD_NORM_SCOPES.register
 RlvrRewardNorm = Literal["batch", "group", "running"]
 
 
-def _running_norm(scores: Tensor, running: RunningMeanStd | None, shift: bool, scale: bool) -> Tensor:
-    """Update ``running`` with ``scores`` then shift/scale by its statistics."""
+@register_reward_norm_scope("batch")
+def batch_scope(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
+                running: RunningMeanStd | None) -> Tensor:
+    """Statistics of the whole batch. (B,) -> (B,)."""
+    return _standardize(scores, None, shift, scale)
+
+
+@register_reward_norm_scope("group")
+def group_scope(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
+                running: RunningMeanStd | None) -> Tensor:
+    """Statistics of each prompt's responses (``group_ids``). (B,) -> (B,)."""
+    if group_ids is None:
+        raise ValueError("reward_norm='group' needs group_ids (one prompt id per response); pass them")
+    return _standardize(scores, group_ids, shift, scale)
+
+
+@register_reward_norm_scope("running")
+def _running_norm(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
+                  running: RunningMeanStd | None) -> Tensor:
+    """Update ``running`` with ``scores`` then shift/scale by its statistics. (B,) -> (B,)."""
     if running is None:
         raise ValueError("reward_norm='running' needs a RunningMeanStd; pass running=RunningMeanStd() and keep it")
     running.update(scores)
@@ -155,9 +183,10 @@ def postprocess_rlvr_rewards(
 ) -> Tensor:
     """Normalize and clip RLVR response rewards.
 
-    Statistics come from the scope that ``reward_norm`` names: ``batch`` (all B), ``group`` (the responses sharing
-    a ``group_ids`` value, i.e. one prompt's ``num_return_sequences_in_group`` samples) or ``running`` (``running``
-    is updated with this batch first, then its mean/std are used); ``None`` skips normalization.
+    Statistics come from the scope that ``reward_norm`` names (:data:`REWARD_NORM_SCOPES`): ``batch`` (all B),
+    ``group`` (the responses sharing a ``group_ids`` value, i.e. one prompt's ``num_return_sequences_in_group``
+    samples) or ``running`` (``running`` is updated with this batch first, then its mean/std are used); ``None``
+    skips normalization.
     Within the scope: ``reward_shift`` only -> ``s - mean``; ``reward_scale`` only -> ``s / (std + 1e-6)``;
     both or neither -> ``(s - mean) / (std + 1e-6)``. Then ``reward_clip`` c clamps to ``[-c, c]``.
 
@@ -180,16 +209,13 @@ def postprocess_rlvr_rewards(
     shift, scale = (reward_shift, reward_scale) if (reward_shift or reward_scale) else (True, True)
     if reward_norm is None:
         out = scores.clone()
-    elif reward_norm == "batch":
-        out = _standardize(scores, None, shift, scale)
-    elif reward_norm == "group":
-        if group_ids is None:
-            raise ValueError("reward_norm='group' needs group_ids (one prompt id per response); pass them")
-        out = _standardize(scores, group_ids, shift, scale)
-    elif reward_norm == "running":
-        out = _running_norm(scores, running, shift, scale)
     else:
-        raise ValueError(f"unknown reward_norm {reward_norm!r}; valid: 'batch', 'group', 'running' or None")
+        try:
+            scope = REWARD_NORM_SCOPES.get(reward_norm)  # a name, or "package.module:name" of a user scope
+        except KeyError:
+            valid = ", ".join(repr(n) for n in REWARD_NORM_SCOPES.names())
+            raise ValueError(f"unknown reward_norm {reward_norm!r}; valid: {valid} or None") from None
+        out = scope(scores, group_ids, shift, scale, running)
     if reward_clip is not None:
         if reward_clip <= 0:
             raise ValueError(f"reward_clip must be positive or None, got {reward_clip}; e.g. reward_clip=10.0")

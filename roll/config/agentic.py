@@ -9,8 +9,8 @@ from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import check_rules, fld
 from roll.config.worker import GeneratingArgs
-from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, check_not_implemented, check_train_batch,
-                                    global_train_batch, unused_settings)
+from roll.config.validation import (NOT_IMPLEMENTED_AGENTIC, UNUSED, check_not_implemented, check_train_batch,
+                                    global_train_batch)
 
 
 @dataclass
@@ -137,6 +137,9 @@ class AgenticConfig(BaseConfig):
                                         "validation rollouts at every validation (0 = never); `roll view` shows them.")
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
 
+    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    score_normalizer = "episode"
+    pipeline = "agentic"  # the name of this pipeline in :data:`roll.config.validation.UNUSED`; not a field
     #: Keys of the RLVR pipeline, named when they appear in an agentic config (see the loader's unknown-key error).
     ELSEWHERE = {  # not a field (no annotation)
         "validation": "RLVR's block; agentic validation runs val_env_manager every eval_steps",
@@ -145,11 +148,6 @@ class AgenticConfig(BaseConfig):
         "rollout_dump_steps": "RLVR's; the agentic equivalent is trajectory_dump_steps",
         "rollout_dump_max": "RLVR's; the agentic equivalent is trajectory_dump_max",
         "ground_truth_key": "RLVR data only", "tag_key": "RLVR data only", "default_tag": "RLVR data only"}
-
-    def unused_settings(self) -> list[str]:
-        """Warnings for shared keys set to a value the agentic pipeline does not read, with where the equivalent
-        lives (printed by the launch's preflight)."""
-        return unused_settings(self, UNUSED_AGENTIC, "agentic")
 
     def check_pipeline(self) -> None:
         """Rules of the agentic pipeline (see ARCHITECTURE.md section 3); env types and kwargs are checked against
@@ -190,25 +188,13 @@ class AgenticConfig(BaseConfig):
             check_train_batch(self, "critic", self.rollout_batch_size)
 
 
-#: Keys of the shared block the agentic pipeline does not read: key -> where its equivalent lives.
-UNUSED_AGENTIC = {
-    "prompt_length": "the agentic pipeline does not cut prompts; a whole sample is bounded by sequence_length",
-    "response_length": "the agentic pipeline limits each turn instead: use custom_envs.<tag>.max_tokens_per_step",
-    "num_return_sequences_in_group": "the agentic group size is train_env_manager.group_size (envs sharing a seed)",
-    "reward_norm": "agentic scores are normalized by reward_normalization.grouping / .method",
-    "reward_shift": "agentic scores are normalized by reward_normalization.method (e.g. mean)",
-    "reward_scale": "agentic scores are normalized by reward_normalization.method (e.g. mean_std)",
-    "is_use_additional_prompts": "RLVR only (dynamic sampling); the agentic batch refills with "
-                                 "train_env_manager.max_refill_rounds",
-}
-
 
 def check_unused(cfg: "AgenticConfig") -> None:
-    """A key of :data:`UNUSED_AGENTIC` with a value no pipeline could run is an error that names where its
-    equivalent lives (another value is a warning: :meth:`AgenticConfig.unused_settings`)."""
+    """A key the agentic pipeline does not read (:data:`roll.config.validation.UNUSED`) with a value no pipeline
+    could run is an error that names where its equivalent lives (another value is a warning)."""
     for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
         if getattr(cfg, key) < 1:
-            raise ConfigError(key, getattr(cfg, key), f"must be >= 1, and is not used: {UNUSED_AGENTIC[key]}")
+            raise ConfigError(key, getattr(cfg, key), f"must be >= 1, and is not used: {UNUSED[key][2]}")
 
 
 def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from roll.config.errors import ConfigError
 from roll.config.fields import fld
 from roll.config.worker import WorkerConfig
 
@@ -113,7 +114,8 @@ class PPOConfig:
     whiten_rewards: bool = fld(False, "Whiten token rewards over the batch before advantages.")
     whiten_advantages: bool = fld(False, "Whiten advantages over the batch's response tokens.")
     advantage_clip: Optional[float] = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
-    reward_norm: Optional[str] = fld(None, "RLVR reward normalization.", choices=["batch", "group", "running", None])
+    reward_norm: Optional[str] = fld(None, "RLVR reward normalization: the scope of the statistics, registered with "
+                                           "register_reward_norm_scope (built in: batch, group, running), or None.")
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
     use_reward_scaling: bool = fld(False, "Scale rewards (enables use_reward_norm; not implemented yet: "
@@ -123,15 +125,37 @@ class PPOConfig:
     add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
     difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
-    step_adv_weight: float = fld(1.0, "gigpo: weight of the step-level (same-state) advantage.", allowed=">= 0")
-    episode_adv_weight: float = fld(1.0, "gigpo: weight of the episode-level advantage.", allowed=">= 0")
-    step_adv_norm: str = fld("mean_std", "gigpo: normalization of turn returns within a same-state group "
-                                         "(step_reinforce: within the group).",
-                             choices=["mean", "mean_std"])
-    episode_adv_norm: str = fld("mean_std", "gigpo: normalization of episode rewards within a group: mean_std "
-                                            "(GRPO's) or mean (no std: the paper's F_norm = 1; with "
-                                            "step_adv_norm=mean it is verl-agent's gigpo mode mean_norm).",
-                                choices=["mean", "mean_std"])
+    adv_estimator_args: Dict[str, Any] = fld(default_factory=dict, help="Hyperparameters of adv_estimator: its "
+                                             "keyword parameters (gigpo: step_adv_weight, episode_adv_weight, "
+                                             "step_adv_norm, episode_adv_norm; step_reinforce: step_adv_norm); "
+                                             "unknown keys are refused at launch. Defaults: the estimator's.")
+    step_adv_weight: Optional[float] = fld(None, "Alias of adv_estimator_args.step_adv_weight (gigpo: weight of "
+                                                 "the step-level advantage; ROLL: step_reward_weight).",
+                                           allowed=">= 0")
+    episode_adv_weight: Optional[float] = fld(None, "Alias of adv_estimator_args.episode_adv_weight (gigpo: weight "
+                                                    "of the episode-level advantage; ROLL: episode_reward_weight).",
+                                              allowed=">= 0")
+    step_adv_norm: Optional[str] = fld(None, "Alias of adv_estimator_args.step_adv_norm (gigpo, step_reinforce: "
+                                             "mean or mean_std).", choices=[None, "mean", "mean_std"])
+    episode_adv_norm: Optional[str] = fld(None, "Alias of adv_estimator_args.episode_adv_norm (gigpo: mean_std, "
+                                                "GRPO's, or mean, the paper's F_norm = 1).",
+                                          choices=[None, "mean", "mean_std"])
+
+    #: Top-level keys that are aliases of ``adv_estimator_args`` entries of the same name.
+    ESTIMATOR_ARG_ALIASES = ("step_adv_weight", "episode_adv_weight", "step_adv_norm", "episode_adv_norm")
+
+    def estimator_args(self) -> dict[str, Any]:
+        """``adv_estimator_args`` with the aliases that are set; a key set both ways to different values is a
+        ConfigError."""
+        args = dict(self.adv_estimator_args)
+        for key in self.ESTIMATOR_ARG_ALIASES:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if key in args and args[key] != value:
+                raise ConfigError(key, value, f"adv_estimator_args.{key}={args[key]!r} says otherwise; set one")
+            args[key] = value
+        return args
 
 
 @dataclass
@@ -145,8 +169,8 @@ class BaseConfig(PPOConfig):
     logging_dir: str = fld("./output/logs", "Logs, metrics.jsonl, tensorboard and trajectory dumps.")
     render_save_dir: Optional[str] = fld(None, "Save rendered frames of validation episodes here (None = off).")
     system_envs: Dict[str, str] = fld(default_factory=dict, help="Environment variables set for every worker.")
-    track_with: str = fld("stdout", "Tracker; tensorboard and wandb also print to stdout.",
-                          choices=["stdout", "tensorboard", "wandb"])
+    track_with: str = fld("stdout", "Tracker registered with register_tracker: stdout, tensorboard, wandb (both also "
+                                    "print to stdout) or 'package.module:name' of a user module's tracker.")
     tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
     num_nodes: int = fld(1, "Nodes in the Ray cluster.", allowed=">= 1")
     num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.", allowed=">= 0")

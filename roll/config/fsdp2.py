@@ -183,12 +183,8 @@ def check_fsdp2_worker(options: FSDP2Options, worker: Any, key: str, world: int)
                           "fsdp2_train trains in bf16 or fp32 (fp16 needs loss scaling, which it does not do)")
 
 
-def fsdp2_options(worker: Any, role: str, world_size: int) -> FSDP2Options:
-    """The options of ``worker``'s (a ``WorkerConfig``) FSDP2 ``strategy_config``, checked for ``world_size``
+def fsdp2_options(worker: Any, role: str, world_size: int, options: FSDP2Options) -> FSDP2Options:
+    """``options`` (the typed ``strategy_config`` of ``worker``, a ``WorkerConfig``) checked for ``world_size``
     ranks (a strategy's own world size): what the strategies build from."""
-    from roll.config.strategies import parse_options
-
-    key = f"{role}.strategy_args.strategy_config"
-    options = parse_options(FSDP2Options, worker.strategy_args.strategy_config, key)
-    check_fsdp2_worker(options, worker, key, world_size)
+    check_fsdp2_worker(options, worker, f"{role}.strategy_args.strategy_config", world_size)
     return options

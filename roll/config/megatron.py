@@ -60,6 +60,15 @@ class MegatronOptions:
         """Ranks that share one data-parallel replica: TP x PP x CP."""
         return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
 
+    @classmethod
+    def from_mapping(cls, raw: Any, key: str) -> "MegatronOptions":
+        """The parser :func:`roll.config.strategies.parse_options` uses (:func:`parse_megatron_options`)."""
+        return parse_megatron_options(raw or {}, key)
+
+    def packages(self) -> tuple[str, ...]:
+        """pip distributions these options need beyond megatron-core (checked by ``roll doctor``)."""
+        return ("transformer-engine",) if self.transformer_impl == "transformer_engine" else ()
+
     def check_worker(self, worker: Any, key: str) -> None:
         """The rules involving the worker block ``key`` belongs to (``<role>.strategy_args.strategy_config``): GPUs
         given, the layout fits its world size and dtype and (when the model directory is local) the model's heads

@@ -14,14 +14,8 @@ from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
-from roll.config.validation import check_train_batch, global_train_batch, unused_settings
+from roll.config.validation import check_train_batch, global_train_batch
 
-#: Keys of the shared block the RLVR pipeline does not read: key -> where its equivalent lives.
-UNUSED_RLVR = {
-    "val_batch_size": "RLVR validates validation.max_samples prompts (0 = all)",
-    "render_save_dir": "agentic only (frames of env episodes); RLVR validation responses are dumped with "
-                       "rollout_dump_steps",
-}
 from roll.config.worker import GeneratingArgs
 
 
@@ -112,6 +106,9 @@ class RLVRConfig(BaseConfig):
                                      "shows them.")
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
+    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    score_normalizer = "response"
+    pipeline = "RLVR"  # the name of this pipeline in :data:`roll.config.validation.UNUSED`; not a field
     #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).
     ELSEWHERE = {  # not a field (no annotation)
         "custom_envs": "agentic only; an RLVR response is limited by response_length "
@@ -122,10 +119,6 @@ class RLVRConfig(BaseConfig):
         "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
         "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
         "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max"}
-
-    def unused_settings(self) -> list[str]:
-        """Warnings for shared keys set to a value the RLVR pipeline does not read (printed by the preflight)."""
-        return unused_settings(self, UNUSED_RLVR, "RLVR")
 
     def check_pipeline(self) -> None:
         """The RLVR rules (:func:`check_rlvr`)."""

@@ -136,6 +136,10 @@ class DeepSpeedInferOptions:
             raise ConfigError(f"{key}.offload_param", self.offload_param, "needs zero_stage: 3")
 
 
+#: Bytes per weight bucket unless configured (``weight_bucket_bytes``).
+DEFAULT_BUCKET_BYTES = 512 * 2 ** 20
+
+
 @dataclass
 class HFInferOptions:
     """``hf_infer``: transformers ``generate`` and forward passes (CPU or one GPU)."""
@@ -146,12 +150,13 @@ class HFInferOptions:
                                      "(roll.strategies.turn_cache).")
     kv_cache_mb: float = fld(1024, "Memory the kept keys and values may take, in MiB (turn reuse off with "
                                    "reuse_kv_cache: false).", allowed="> 0")
+    weight_bucket_bytes: int = fld(DEFAULT_BUCKET_BYTES, "Bytes per weight bucket of a CUDA-IPC or in-process "
+                                                         "(distributed=local) sync from actor_train.",
+                                   allowed=">= 1")
 
 
 #: Values of :attr:`SGLangOptions.weight_sync` (see :func:`roll.distributed.placement.weight_sync_mode`).
 WEIGHT_SYNC_CHOICES = ("auto", "nccl", "cuda_ipc", "copy")
-#: Bytes per weight bucket unless configured (``weight_bucket_bytes``).
-DEFAULT_BUCKET_BYTES = 512 * 2 ** 20
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import check_field
-from roll.config.megatron import MEGATRON_STRATEGIES
+from roll.config.megatron import MEGATRON_STRATEGIES, parse_megatron_options
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -119,16 +119,11 @@ MASKLESS_ATTENTION = ("flash_attention_2", "flash_attention_3", "roll_varlen")
 
 
 def check_prefix_sharing(worker: Any, role: str) -> None:
-    """``use_prefix_sharing`` needs a strategy that runs roll's own log-prob forward, no packing, and an attention
-    implementation that takes a mask."""
+    """``use_prefix_sharing`` needs no packing and an attention implementation that takes a mask (that the
+    strategy runs roll's log-prob forward is its registry entry's ``prefix_sharing``, checked by the preflight)."""
     key = f"{role}.use_prefix_sharing"
     if worker.use_sequence_packing:
         raise ConfigError(key, True, f"cannot be combined with {role}.use_sequence_packing; choose one")
-    name = worker.strategy_args.strategy_name
-    if name in MEGATRON_STRATEGIES or name == "sglang":
-        why = "shares prompt prefixes itself (its radix cache)" if name == "sglang" else "runs its own forward"
-        raise ConfigError(key, True, f"{name} {why}; prefix sharing is for deepspeed_train, deepspeed_infer, "
-                                     f"fsdp2_train, fsdp2_infer and hf_infer: remove the key")
     if worker.model_args.attn_implementation in MASKLESS_ATTENTION:
         raise ConfigError(key, True, f"{role}.model_args.attn_implementation="
                                      f"{worker.model_args.attn_implementation} takes no attention mask; use sdpa or "
@@ -153,32 +148,53 @@ NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1, "train_env_m
                            "val_env_manager.worker_cls": None}
 
 
-#: ROLL keys whose other value roll accepts but does not act on: key -> (the value roll implements, why, what to
-#: do). A different value is a warning at launch (printed by the preflight), never silently ignored.
-IGNORED = {
-    "generate_opt_level": (1, "roll has one generation protocol (requests are submitted and polled; the engine "
-                              "batches whatever is pending)", "remove the key or set it to 1"),
-    "is_num_return_sequences_expand": (True, "roll always sends each of a prompt's samples as its own request (the "
-                                             "samples are the same; SGLang's prefix cache shares the prompt)",
-                                       "remove the key or set it to true"),
+PIPELINES = ("agentic", "RLVR")
+#: The value a key of :data:`UNUSED` is acted on at: the field's default.
+DEFAULT = "<default>"
+#: Keys of the config roll accepts but does not act on, in one table: key -> (the pipelines that do not act on it,
+#: the value they act on (:data:`DEFAULT`: the field's default), why and what to do instead). Any other value is a
+#: warning at launch (printed by the preflight), never silently ignored. Beside it: a strategy's options name their
+#: own unused keys (``ignored()``), and ROLL's keys without meaning in roll are dropped when the config loads
+#: (:data:`roll.config.roll_compat.IGNORED`).
+UNUSED: dict[str, tuple[tuple[str, ...], Any, str]] = {
+    "generate_opt_level": (PIPELINES, 1, "roll has one generation protocol (requests are submitted and polled; the "
+                                         "engine batches whatever is pending); remove the key or set it to 1"),
+    "is_num_return_sequences_expand": (PIPELINES, True, "roll always sends each of a prompt's samples as its own "
+                                                        "request (the samples are the same; SGLang's prefix cache "
+                                                        "shares the prompt); remove the key or set it to true"),
+    "prompt_length": (("agentic",), DEFAULT, "the agentic pipeline does not cut prompts; a whole sample is bounded "
+                                             "by sequence_length"),
+    "response_length": (("agentic",), DEFAULT, "the agentic pipeline limits each turn instead: use "
+                                               "custom_envs.<tag>.max_tokens_per_step"),
+    "num_return_sequences_in_group": (("agentic",), DEFAULT, "the agentic group size is "
+                                                             "train_env_manager.group_size (envs sharing a seed)"),
+    "reward_norm": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.grouping / "
+                                           ".method"),
+    "reward_shift": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.method (e.g. "
+                                            "mean)"),
+    "reward_scale": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.method (e.g. "
+                                            "mean_std)"),
+    "is_use_additional_prompts": (("agentic",), DEFAULT, "RLVR only (dynamic sampling); the agentic batch refills "
+                                                         "with train_env_manager.max_refill_rounds"),
+    "val_batch_size": (("RLVR",), DEFAULT, "RLVR validates validation.max_samples prompts (0 = all)"),
+    "render_save_dir": (("RLVR",), DEFAULT, "agentic only (frames of env episodes); RLVR validation responses are "
+                                            "dumped with rollout_dump_steps"),
 }
 
 
-def ignored_settings(cfg: Any) -> list[str]:
-    """One line per :data:`IGNORED` key set to a value roll does not act on: the key, the reason, the fix."""
-    out = []
-    for key, (value, why, fix) in IGNORED.items():
-        if getattr(cfg, key, value) != value:
-            out.append(f"{key}={getattr(cfg, key)!r} is ignored: {why}; {fix}")
-    return out
-
-
-def unused_settings(cfg: Any, table: dict[str, str], pipeline: str) -> list[str]:
-    """One warning per key of ``table`` (key -> where its equivalent lives) whose value differs from its default
-    (the declaring dataclass's): ``pipeline`` does not read it."""
+def unused_settings(cfg: Any) -> list[str]:
+    """One warning per :data:`UNUSED` key that ``cfg``'s pipeline (its ``pipeline``) does not act on, set to
+    another value than the one acted on: the key, the value, why and what to do."""
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    return [f"{key}={getattr(cfg, key)!r} is not used by the {pipeline} pipeline: {where}"
-            for key, where in table.items() if getattr(cfg, key) != defaults[key]]
+    pipeline, out = getattr(cfg, "pipeline", None), []
+    for key, (pipelines, acted_on, why) in UNUSED.items():
+        if pipeline not in pipelines and pipelines != PIPELINES:
+            continue
+        value = getattr(cfg, key)
+        if value != (defaults[key] if acted_on == DEFAULT else acted_on):
+            where = "is ignored" if pipelines == PIPELINES else f"is not used by the {pipeline} pipeline"
+            out.append(f"{key}={value!r} {where}: {why}")
+    return out
 
 
 def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
@@ -208,10 +224,7 @@ def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
     parallelism does not divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
     if strategy_name not in MEGATRON_STRATEGIES:
         return 1
-    size = 1
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        size *= int(strategy_config.get(key, 1) or 1)
-    return size
+    return parse_megatron_options(strategy_config, "strategy_args.strategy_config").model_parallel_size
 
 
 def data_parallel_size(worker: Any) -> int:

@@ -4,7 +4,7 @@ generation and strategy arguments, plus placement (``device_mapping``, ``world_s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from roll.config.fields import check_rules, fld
 
@@ -92,6 +92,10 @@ class StrategyArgs:
     strategy_config: Dict[str, Any] = fld(
         default_factory=dict, help="Backend settings, read as the strategy's typed options class (DeepSpeed sections "
                                    "and shorthands, hf_infer or SGLang keys; see 'Strategy options' below).")
+
+    #: ``strategy_config`` parsed into the strategy's typed options class, set once by the launch's preflight
+    #: (:func:`roll.strategies.registry.strategy_options` reads it); not a config key.
+    options: ClassVar[Any] = None
 
 
 @dataclass

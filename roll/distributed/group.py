@@ -110,7 +110,9 @@ class WorkerGroup(ABC):
         """Per rank ``(data-parallel rank, data-parallel size, collects)``, asked once from the initialized
         workers (a megatron role of TP x PP ranks per replica); ``[(r, world_size, True)]`` otherwise."""
         if getattr(self, "_dp_layout", None) is None:
-            self._dp_layout = [tuple(x) for x in self.call("data_parallel_info")]
+            from roll.distributed.worker import Worker
+
+            self._dp_layout = [tuple(x) for x in self.call(Worker.data_parallel_info)]
         return self._dp_layout
 
 

@@ -89,6 +89,40 @@ class TrainProxy(RoleProxy):
         """Every rank restores what :meth:`save_checkpoint` wrote."""
         self.group.call(Worker.load_checkpoint, path)
 
+    # ------------------------------------------------------------------ weights out (roll.distributed.weight_sync)
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The full weights as CPU tensors: every rank takes part in gathering, rank 0's list is returned."""
+        return self.group.call(Worker.named_weights)[0]
+
+    def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
+        """The trainer's bucket plan (``BucketMeta`` dicts), the same on every rank: asked of rank 0."""
+        return self.group.call_rank0(Worker.weight_bucket_metas, bucket_bytes)
+
+    def device_weight_buckets(self, bucket_bytes: int) -> Any:
+        """Rank 0's generator of device buckets (``direct`` sync: in-process only)."""
+        return self.group.call_rank0(Worker.weight_buckets, bucket_bytes)
+
+    def share_weight_bucket(self, bucket_bytes: int) -> list[bytes | None]:
+        """Every rank's CUDA IPC payload of the next bucket (None after the last), in rank order."""
+        return self.group.call(Worker.share_weight_bucket, bucket_bytes)
+
+    def weight_group_endpoint(self) -> tuple[str, int]:
+        """``(node IP, free port)`` on rank 0's node, where it hosts a weight group."""
+        return self.group.call_rank0(Worker.weight_group_endpoint)
+
+    def host_weight_group(self, host: str, port: int, world_size: int, group_name: str, backend: str) -> list[Any]:
+        """Start joining weight group ``group_name`` as its sender (rank 0 hosts it); handles to :meth:`wait` on."""
+        return self.group.call_async(Worker.init_weight_group, host, port, 0, world_size, group_name, backend)
+
+    def broadcast_weights(self, bucket_bytes: int, group_name: str) -> list[Any]:
+        """Start broadcasting every bucket in ``group_name`` (every rank joins the gathers); handles whose first
+        result is rank 0's ``seconds`` / ``buckets`` / ``bytes``."""
+        return self.group.call_async(Worker.broadcast_weights, bucket_bytes, group_name)
+
+    def wait(self, handles: list[Any]) -> list[Any]:
+        """Results of started calls (of any role), failing fast when one raises."""
+        return self.group.wait(handles)
+
 
 class ActorProxy(TrainProxy, ScorerProxy):
     """``actor_train``: trains, and scores sequences (old log-probs)."""
@@ -130,6 +164,23 @@ class InferProxy(RoleProxy):
     def abort(self, by_rank: dict[int, list[str]]) -> None:
         """Abort requests still in flight on the ranks named."""
         self._each(Worker.abort, {r: (rids,) for r, rids in by_rank.items()})
+
+    # ------------------------------------------------------------------ weights in (roll.distributed.weight_sync)
+    def load_weight_bucket(self, per_worker: list[tuple[list[bytes], bool]]) -> list[float]:
+        """Worker ``i`` loads the shared bucket ``per_worker[i]`` (its payloads, whether it is the last); seconds
+        per worker (ability ``ipc_weights``)."""
+        return self.group.call_each(Worker.load_weight_bucket, per_worker)
+
+    def join_weight_group(self, host: str, port: int, ranks_per_worker: int, world_size: int, group_name: str,
+                          backend: str) -> list[Any]:
+        """Start every worker joining weight group ``group_name`` at ranks ``1 + r * ranks_per_worker ..``
+        (ability ``weight_group``); handles to wait on together with the sender's."""
+        return self.group.call_each_async(Worker.init_weight_group, {
+            r: (host, port, 1 + r * ranks_per_worker, world_size, group_name, backend) for r in range(self.world_size)})
+
+    def receive_weights(self, metas: list[dict[str, list]], group_name: str) -> list[Any]:
+        """Start every worker receiving the buckets ``metas`` describes (ability ``weight_group``); handles."""
+        return self.group.call_async(Worker.update_weights_distributed, metas, group_name)
 
     def _each(self, method: Any, per_rank_args: dict[int, tuple]) -> dict[int, Any]:
         if not per_rank_args:

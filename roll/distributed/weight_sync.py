@@ -32,7 +32,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from roll.distributed.group import RayWorkerGroup, WorkerGroup
+from roll.distributed.group import RayWorkerGroup
+from roll.distributed.roles import InferProxy, RoleProxy, TrainProxy
 from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, plan_buckets, tensor_nbytes
 
 
@@ -50,22 +51,22 @@ MODE_IDS = {"copy": 0.0, "nccl": 1.0, "cuda_ipc": 2.0, "direct": 3.0}
 GROUP_NAME = "roll_weights"
 
 
-def copy_weights(train: WorkerGroup, infer: WorkerGroup) -> tuple[list[tuple[str, Any]], list[float]]:
-    """Copy actor_train's weights into every worker of ``infer`` (any role with ``load_weights``); returns the
+def copy_weights(train: TrainProxy, target: RoleProxy) -> tuple[list[tuple[str, Any]], list[float]]:
+    """Copy actor_train's weights into every worker of ``target`` (any role: ``load_weights``); returns the
     weights (CPU tensors) and each worker's ``load_weights`` seconds."""
-    weights = train.call("named_weights")[0]  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
+    weights = train.named_weights()  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
     payload = weights
-    if isinstance(infer, RayWorkerGroup):
+    if isinstance(target.group, RayWorkerGroup):
         import ray
 
         payload = ray.put(weights)
-    return weights, infer.call("load_weights", payload)
+    return weights, target.load_weights(payload)
 
 
 class WeightSync:
     """The actor_train -> actor_infer weight sync of a run; calling it syncs once and returns its metrics."""
 
-    def __init__(self, train: WorkerGroup, infer: WorkerGroup, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    def __init__(self, train: TrainProxy, infer: InferProxy, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False,
                  ipc_routes: list[list[int]] | None = None):
         """``engine_tp_size``: weight-group ranks per inference worker; ``backend``: of the weight group (nccl on
@@ -79,7 +80,7 @@ class WeightSync:
         self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan (nccl, cuda_ipc), asked once
 
     @classmethod
-    def from_config(cls, cfg: Any, train: WorkerGroup, infer: WorkerGroup) -> "WeightSync":
+    def from_config(cls, cfg: Any, train: TrainProxy, infer: InferProxy) -> "WeightSync":
         """The sync ``cfg`` asks for: mode from placement (and sglang's ``weight_sync`` key), bucket size and TP
         size from actor_infer's ``strategy_config``. Prints the mode and why."""
         from roll.distributed.placement import role_mappings, weight_sync_mode
@@ -90,12 +91,12 @@ class WeightSync:
         options = strategy_options(ic, "actor_infer.strategy_args.strategy_config")
         receives = spec.can("weight_group")
         mappings = role_mappings(cfg)
-        mode, why = weight_sync_mode(mappings, cfg.distributed, receives,
-                                     getattr(options, "weight_sync", "auto"),
+        requested = options.weight_sync if receives else "auto"  # only a weight-group receiver has the choice
+        mode, why = weight_sync_mode(mappings, cfg.distributed, receives, requested,
                                      infer_supports_ipc=spec.can("ipc_weights"), infer_in_subprocess=receives)
         tp = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(ic) if receives else 1
         print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
-        return cls(train, infer, mode, getattr(options, "weight_bucket_bytes", DEFAULT_BUCKET_BYTES), tp,
+        return cls(train, infer, mode, options.weight_bucket_bytes, tp,
                    count_buckets=receives, ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker))
 
     def __call__(self) -> dict[str, float]:
@@ -109,16 +110,15 @@ class WeightSync:
         """cuda_ipc: per bucket, every trainer rank shares its GPU's copy; each engine loads the payloads of the
         trainer ranks on its GPUs (see the module docstring). A last call frees the last bucket."""
         if self.metas is None:
-            self.metas = self.train.call_rank0("weight_bucket_metas", self.bucket_bytes)
+            self.metas = self.train.weight_bucket_metas(self.bucket_bytes)
         routes = self.ipc_routes or [[0] * self.engine_tp_size for _ in range(self.infer.world_size)]
         loading = 0.0
         for k in range(len(self.metas)):
-            payloads = self.train.call("share_weight_bucket", self.bucket_bytes)
+            payloads = self.train.share_weight_bucket(self.bucket_bytes)
             last = k == len(self.metas) - 1
-            seconds = self.infer.call_each("load_weight_bucket",
-                                           [([payloads[t] for t in route], last) for route in routes])
+            seconds = self.infer.load_weight_bucket([([payloads[t] for t in route], last) for route in routes])
             loading += max(seconds, default=0.0)
-        if any(p is not None for p in self.train.call("share_weight_bucket", self.bucket_bytes)):
+        if any(p is not None for p in self.train.share_weight_bucket(self.bucket_bytes)):
             raise RuntimeError(f"weight sync: the trainer has more weight buckets than its plan ({len(self.metas)})")
         nbytes = sum(BucketMeta(**m).nbytes for m in self.metas)
         return {"time/sync_push": loading, "sync/buckets": float(len(self.metas)), "sync/gib": nbytes / 2 ** 30}
@@ -126,8 +126,8 @@ class WeightSync:
     def _direct(self) -> dict[str, float]:
         """direct: the trainer's device buckets loaded by the receivers in this process (``distributed=local``)."""
         buckets, nbytes, loading = 0, 0, 0.0
-        for bucket in self.train.call_rank0("weight_buckets", self.bucket_bytes):
-            loading += max(self.infer.call("load_weights", bucket), default=0.0)
+        for bucket in self.train.device_weight_buckets(self.bucket_bytes):
+            loading += max(self.infer.load_weights(bucket), default=0.0)
             buckets += 1
             nbytes += sum(tensor_nbytes(t) for _, t in bucket)
         return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2 ** 30}
@@ -142,22 +142,21 @@ class WeightSync:
 
     def setup_group(self) -> None:
         """Create the weight group (first nccl sync): engines' joins started first, then the trainer's."""
-        host, port = self.train.call_rank0("weight_group_endpoint")
+        host, port = self.train.weight_group_endpoint()
         tp, n = self.engine_tp_size, self.infer.world_size
         world = 1 + n * tp
-        joins = self.infer.call_each_async(
-            "init_weight_group", {r: (host, port, 1 + r * tp, world, GROUP_NAME, self.backend) for r in range(n)})
-        hosting = self.train.call_async("init_weight_group", host, port, 0, world, GROUP_NAME, self.backend)
+        joins = self.infer.join_weight_group(host, port, tp, world, GROUP_NAME, self.backend)
+        hosting = self.train.host_weight_group(host, port, world, GROUP_NAME, self.backend)
         self.train.wait(hosting + joins)  # one wait: a side that fails is reported, not waited for
-        self.metas = self.train.call_rank0("weight_bucket_metas", self.bucket_bytes)
+        self.metas = self.train.weight_bucket_metas(self.bucket_bytes)
         print(f"[roll] weight group {GROUP_NAME!r} up: trainer + {n} engine(s) x TP {tp} = {world} ranks at "
               f"{host}:{port} ({self.backend}), {len(self.metas)} buckets", flush=True)
 
     def _broadcast(self) -> dict[str, float]:
         if self.metas is None:
             self.setup_group()
-        receiving = self.infer.call_async("update_weights_distributed", self.metas, GROUP_NAME)
-        sending = self.train.call_async("broadcast_weights", self.bucket_bytes, GROUP_NAME)
+        receiving = self.infer.receive_weights(self.metas, GROUP_NAME)
+        sending = self.train.broadcast_weights(self.bucket_bytes, GROUP_NAME)
         sent = self.train.wait(sending + receiving)[0]  # fails fast if either side raises
         if int(sent["buckets"]) != len(self.metas):
             raise RuntimeError(f"weight sync: the trainer sent {sent['buckets']:g} buckets, the engines expected "

@@ -1,8 +1,8 @@
 """A worker: one rank of one role, holding one strategy. Runs as a Ray actor or in-process (local mode).
 
-What the strategy must implement is checked once, when the worker is built: the methods its role calls
-(:data:`ROLE_METHODS`) and those of every ability its registry entry declares (:data:`ABILITY_METHODS`). The
-forwarders below then call the strategy directly.
+What the strategy must implement is its registry entry's contract (:mod:`roll.strategies.registry`): the base
+class of its role and the Protocols of its declared abilities, checked when the class is resolved. The forwarders
+below call the strategy's declared methods directly; an ability is read from the entry, never probed.
 """
 
 from __future__ import annotations
@@ -22,29 +22,6 @@ from roll.strategies.registry import get_strategy_class, strategy_spec
 from roll.strategies.weight_buckets import tensor_nbytes
 
 
-#: Strategy methods each role calls.
-ROLE_METHODS = {
-    "actor_train": ("train_step", "compute_log_probs", "named_weights", "load_weights", "reset_optimizer",
-                    "save_pretrained", "save_checkpoint", "load_checkpoint"),
-    "critic": ("train_step", "compute_values", "load_weights", "save_checkpoint", "load_checkpoint"),
-    "actor_infer": ("generate", "load_weights"),
-    "reference": ("compute_log_probs", "load_weights"),
-}
-#: Strategy methods each registered ability (:data:`roll.strategies.registry.ABILITIES`) adds.
-ABILITY_METHODS = {"submit": ("submit", "poll", "abort"),
-                   "weight_group": ("init_weight_group", "update_weights_distributed"),
-                   "ipc_weights": ("load_weight_bucket",)}
-
-
-def check_strategy_class(cls: type, role: str, abilities: frozenset[str]) -> None:
-    """Raise a TypeError naming the missing methods when ``cls`` lacks what ``role`` and ``abilities`` call."""
-    needed = [*ROLE_METHODS.get(role, ()), *(m for a in sorted(abilities) for m in ABILITY_METHODS[a])]
-    missing = [m for m in needed if not callable(getattr(cls, m, None))]
-    if missing:
-        raise TypeError(f"{role}: strategy {cls.__name__} lacks {missing}, which its role and registered abilities "
-                        f"({', '.join(sorted(abilities)) or 'none'}) need")
-
-
 class Worker:
     """Role ``role``, rank ``rank`` of ``world_size``; forwards calls to its strategy and times them."""
 
@@ -59,9 +36,8 @@ class Worker:
             torch.set_num_threads(num_threads)
         self.role, self.rank, self.world_size = role, rank, world_size
         name = config.strategy_args.strategy_name
-        cls = get_strategy_class(name, role)
-        check_strategy_class(cls, role, strategy_spec(name).abilities)
-        self.strategy = cls(config, rank, world_size)
+        self.spec = strategy_spec(name)
+        self.strategy = get_strategy_class(name, role)(config, rank, world_size)  # contract checked there
         self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
 
     def initialize(self, ctx: StrategyContext) -> float:
@@ -78,10 +54,9 @@ class Worker:
         return self.strategy.compute_log_probs(batch, with_entropy)
 
     def data_parallel_info(self) -> tuple[int, int, bool]:
-        """``(data-parallel rank, data-parallel size, whether this rank's results are kept)`` for ``call_dp``:
-        the strategy's (model-parallel backends), else this worker is a replica of its own."""
-        info = getattr(self.strategy, "data_parallel_info", None)
-        return info() if info is not None else (self.rank, self.world_size, True)
+        """``(data-parallel rank, data-parallel size, whether this rank's results are kept)`` for ``call_dp``
+        (:meth:`roll.strategies.base.Strategy.data_parallel_info`)."""
+        return self.strategy.data_parallel_info()
 
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic values ``{"values": (B, L-1)}`` (the critic role)."""
@@ -139,21 +114,22 @@ class Worker:
 
     def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> float:
         """Load one shared bucket (one payload per GPU of this worker, in its GPU order); returns seconds."""
+        self._needs("ipc_weights", "load CUDA IPC weight buckets")
         start = time.perf_counter()
         self.strategy.load_weight_bucket(payloads, flush)
         return time.perf_counter() - start
 
-    def _strategy_method(self, name: str, purpose: str) -> Callable:
-        """``strategy.<name>``, or a TypeError naming the strategy and what was asked of it."""
-        method = getattr(self.strategy, name, None)
-        if method is None:
-            raise TypeError(f"{self.role}: strategy {type(self.strategy).__name__} cannot {purpose} (no {name})")
-        return method
+    def _needs(self, ability: str, purpose: str) -> None:
+        """A TypeError naming the strategy when its registry entry does not declare ``ability``."""
+        if not self.spec.can(ability):
+            raise TypeError(f"{self.role}: strategy {self.spec.name!r} cannot {purpose} (its registry entry "
+                            f"declares no {ability!r} ability)")
 
     # ------------------------------------------------------------------ per-request generation (ability "submit")
     def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
                max_new_tokens: int | None = None) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
+        self._needs("submit", "take single requests")
         return self.strategy.submit(requests, args, max_new_tokens)
 
     def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
@@ -175,11 +151,12 @@ class Worker:
         """Join weight group ``group_name``. A receiving strategy (sglang) joins through its engine at
         ``rank_offset``; a training strategy's rank 0 is the sender (``rank_offset`` 0) and hosts the store, its
         other ranks take no part. Blocks until all ``world_size`` members joined: start the members together."""
-        receiver = getattr(self.strategy, "init_weight_group", None)
-        if receiver is not None:
-            receiver(master_address, master_port, rank_offset, world_size, group_name, backend)
+        if self.spec.can("weight_group"):
+            self.strategy.init_weight_group(master_address, master_port, rank_offset, world_size, group_name, backend)
             return
-        self._strategy_method("weight_buckets", "send weights by broadcast")
+        if self.role != "actor_train":
+            raise TypeError(f"{self.role}: strategy {self.spec.name!r} can neither send weights by broadcast (only "
+                            f"actor_train does) nor receive them (no 'weight_group' ability)")
         if self.rank == 0:
             if group_name in self.weight_groups:
                 raise RuntimeError(f"{self.role}: weight group {group_name!r} is already set up")
@@ -188,8 +165,7 @@ class Worker:
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
         """The sender's bucket plan (``BucketMeta`` as dicts): what receivers allocate, in broadcast order."""
-        metas = self._strategy_method("weight_bucket_metas", "send weights by broadcast")(bucket_bytes)
-        return [m.to_dict() for m in metas]
+        return [m.to_dict() for m in self.strategy.weight_bucket_metas(bucket_bytes)]
 
     def broadcast_weights(self, bucket_bytes: int, group_name: str) -> dict[str, float]:
         """Rank 0 broadcasts every bucket of :meth:`weight_bucket_metas` in ``group_name``; every rank must call
@@ -198,7 +174,7 @@ class Worker:
         group = self.weight_groups.get(group_name)
         if self.rank == 0 and group is None:
             raise RuntimeError(f"{self.role}: no weight group {group_name!r}; call init_weight_group first")
-        for bucket in self._strategy_method("weight_buckets", "send weights by broadcast")(bucket_bytes):
+        for bucket in self.strategy.weight_buckets(bucket_bytes):
             if group is not None:
                 group.send_bucket(bucket)
             buckets += 1
@@ -207,8 +183,8 @@ class Worker:
 
     def update_weights_distributed(self, metas: list[dict[str, list]], group_name: str) -> float:
         """Receive the buckets ``metas`` describes from the group's rank 0; returns seconds."""
-        receive = self._strategy_method("update_weights_distributed", "receive weights by broadcast")
-        return receive(metas, group_name)
+        self._needs("weight_group", "receive weights by broadcast")
+        return self.strategy.update_weights_distributed(metas, group_name)
 
     def save_pretrained(self, path: str) -> None:
         self.strategy.save_pretrained(path)

@@ -18,7 +18,7 @@ from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import logprob_mismatch, perf_metrics
+from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.tracking.dumps import TrajectoryDumps
 
 
@@ -95,15 +95,15 @@ class AgenticPipeline(Pipeline):
         batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(trajs, batch["input_ids"].shape[1])
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         # 3. log-probs (old, reference) and values under the policy that acted
-        trainer.log_probs(step, batch, timings)
+        timings.update(trainer.log_probs(step, batch))
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
         metrics = trainer.advantages(batch, step)
         self.dumps.agentic("train", step, trajs, batch)  # tokens, masks and advantages for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
-        trainer.update(step, batch, metrics, timings)
+        metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
         metrics.update(logprob_mismatch(batch))
-        metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
+        metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)

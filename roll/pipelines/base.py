@@ -15,7 +15,7 @@ from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
 from roll.pipelines import checkpoint as ckpt
-from roll.pipelines.common import colocation_phases, start_roles, sync_weights
+from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
 from roll.pipelines.loss_fns import SFT_LOSS
 from roll.pipelines.ppo import PPOTrainer
 from roll.tracking.rewind import prune_step_dumps
@@ -136,8 +136,7 @@ class Pipeline(ABC):
         """Sync actor_train's weights to actor_infer: NCCL broadcast or copy, chosen once from placement (see
         :class:`~roll.distributed.weight_sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
         if self._weight_sync is None:
-            self._weight_sync = WeightSync.from_config(self.cfg, self.groups["actor_train"],
-                                                       self.groups["actor_infer"])
+            self._weight_sync = WeightSync.from_config(self.cfg, self.roles.actor_train, self.roles.actor_infer)
         return self._weight_sync()
 
     # ------------------------------------------------------------------ the loop

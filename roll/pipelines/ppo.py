@@ -3,14 +3,14 @@
 In the order of one step (CleanRL's order, after the rollout):
 
 1. :meth:`PPOTrainer.log_probs`: old log-probs from ``actor_train`` (skipped where the training forward gives the
-   same values, see :func:`~roll.pipelines.common.skip_old_log_probs`), reference log-probs, critic values.
+   same values, see :func:`~roll.pipelines.epochs.skip_old_log_probs`), reference log-probs, critic values.
 2. :meth:`PPOTrainer.advantages`: episode scores -> the pipeline's score normalization (:class:`EpisodeScoreNorm`
    for agentic episodes, :class:`RLVRScoreNorm` for RLVR responses) -> the scores on the last response token ->
    KL penalty in the reward -> the registered advantage estimator -> whitening / clipping.
 3. :meth:`PPOTrainer.update`: critic epochs, then actor epochs (once past ``critic_warmup``), the KL controller,
    and the weight sync to ``actor_infer``.
 
-Every stage adds its metrics (``critic/*``, ``actor/*``, ``time/*``) to the step's.
+Every stage returns its metrics (``critic/*``, ``actor/*``, ``time/*``); the pipeline adds them to the step's.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import place_at_last_response
 from roll.distributed.roles import Roles
-from roll.pipelines.common import skip_old_log_probs, train_actor, train_critic
+from roll.pipelines.epochs import skip_old_log_probs, train_actor, train_critic
 from roll.pipelines.loss_fns import loss_mask
+from roll.registry import Registry
 
 
 # ---------------------------------------------------------------------------- score normalization
@@ -49,6 +50,13 @@ class ScoreNormalizer(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+#: The score normalization of each pipeline, named by its config's ``score_normalizer``.
+SCORE_NORMALIZERS: Registry[Callable[[Any], ScoreNormalizer]] = Registry("score normalizer",
+                                                                          "register_score_normalizer")
+register_score_normalizer = SCORE_NORMALIZERS.register
+
+
+@register_score_normalizer("episode")
 class EpisodeScoreNorm:
     """Agentic: ``reward_normalization`` (grouping by same-seed group, batch or env tag; method from the score-norm
     registry), then ``reward_clip``."""
@@ -69,6 +77,7 @@ class EpisodeScoreNorm:
         """Stateless."""
 
 
+@register_score_normalizer("response")
 class RLVRScoreNorm:
     """RLVR: ``reward_norm`` (batch, group of one prompt's responses, or running statistics), ``reward_shift``,
     ``reward_scale``, ``reward_clip`` (:func:`~roll.algorithms.reward_norm.postprocess_rlvr_rewards`)."""
@@ -139,9 +148,8 @@ def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, grou
     values = batch.tensors.get("values")
     turns = turn_inputs(batch) if ADVANTAGES.capabilities(cfg.adv_estimator)["needs_turns"] else None
     out = compute_advantage(cfg.adv_estimator, AdvantageInputs(
-        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns,
-        episode_weight=cfg.episode_adv_weight, step_weight=cfg.step_adv_weight, step_norm=cfg.step_adv_norm,
-        episode_norm=cfg.episode_adv_norm))
+        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns),
+        **cfg.estimator_args())
     batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
     batch["returns"] = out.returns
     metrics.update(value_metrics(values, out.returns, mask))
@@ -166,8 +174,9 @@ def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torc
 
 
 def score_normalizer(cfg: BaseConfig) -> ScoreNormalizer:
-    """The score normalization of ``cfg``'s pipeline: per episode (agentic) or per response (RLVR)."""
-    return EpisodeScoreNorm(cfg) if isinstance(cfg, AgenticConfig) else RLVRScoreNorm(cfg)
+    """The score normalization ``cfg``'s pipeline names (its ``score_normalizer``): per episode (agentic) or per
+    response (RLVR)."""
+    return SCORE_NORMALIZERS.get(cfg.score_normalizer)(cfg)
 
 
 def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,
@@ -275,9 +284,10 @@ class PPOTrainer:
         self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
         self.signal = SignalWatch(cfg.zero_signal_patience)
 
-    def log_probs(self, step: int, batch: Batch, timings: dict[str, float]) -> None:
-        """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; ``time/*``."""
-        cfg, roles, start = self.cfg, self.roles, time.perf_counter()
+    def log_probs(self, step: int, batch: Batch) -> dict[str, float]:
+        """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; returns their
+        ``time/*``."""
+        cfg, roles, start, timings = self.cfg, self.roles, time.perf_counter(), {}
         if not skip_old_log_probs(cfg, len(batch), step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)
@@ -293,6 +303,7 @@ class PPOTrainer:
             batch["values"] = roles.critic.compute_values(batch)
             timings["time/values"] = time.perf_counter() - t
         timings["time/log_probs"] = time.perf_counter() - start
+        return timings
 
     def advantages(self, batch: Batch, step: int = 0) -> dict[str, float]:
         """:func:`advantage_step` with this run's score normalization and KL coefficient, then the dead-signal
@@ -301,10 +312,11 @@ class PPOTrainer:
         metrics.update(self.signal(step, batch))
         return metrics
 
-    def update(self, step: int, batch: Batch, metrics: dict[str, float], timings: dict[str, float]) -> None:
-        """Critic first (its warm-up steps skip the actor), then the actor, the KL controller (following the KL
-        measured in the reward) and the weight sync; adds to ``metrics`` / ``timings``."""
-        cfg, roles = self.cfg, self.roles
+    def update(self, step: int, batch: Batch, reward_kl: float | None = None) -> dict[str, float]:
+        """Critic first (its warm-up steps skip the actor), then the actor, the KL controller (following
+        ``reward_kl``, the KL measured in the reward: ``actor/reward_kl`` of :meth:`advantages`) and the weight
+        sync; returns their metrics (``critic/*``, ``actor/*``, ``sync/*``, ``time/train``, ``time/sync``)."""
+        cfg, roles, metrics = self.cfg, self.roles, {}
         t, seed = time.perf_counter(), cfg.seed * 100_003 + step
         if roles.critic is not None:
             metrics.update(train_critic(cfg, roles.critic, batch, seed))
@@ -313,12 +325,11 @@ class PPOTrainer:
             if cfg.train_infer_correction.on():
                 metrics.update(apply_train_infer_correction(cfg.train_infer_correction, batch))
             metrics.update(train_actor(cfg, roles.actor_train, batch, seed))
-        timings["time/train"] = time.perf_counter() - t
+        metrics["time/train"] = time.perf_counter() - t
         if cfg.add_token_level_kl:
-            self.kl_ctl.update(metrics["actor/reward_kl"], n_steps=len(batch))
+            self.kl_ctl.update(reward_kl, n_steps=len(batch))
         metrics["actor/kl_coef"] = self.kl_ctl.value
         due = actor_trains and step % cfg.actor_infer.model_update_frequency == 0
         if due or self.infer_released():  # a released engine gets its weights back by a sync
-            sync = self.sync_infer()
-            timings["time/sync"] = sync.pop("time/sync")
-            metrics.update(sync)
+            metrics.update(self.sync_infer())
+        return metrics

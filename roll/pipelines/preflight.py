@@ -26,7 +26,7 @@ from typing import Any
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import ROLES, ignored_settings
+from roll.config.validation import ROLES, unused_settings
 
 
 def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
@@ -36,7 +36,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     Raises:
         ConfigError: the first failed check (one line: key, value, what is allowed).
     """
-    warnings: list[str] = ignored_settings(cfg) + getattr(cfg, "unused_settings", list)()
+    warnings: list[str] = unused_settings(cfg)
     if gpus is not None:
         check_gpus(cfg, gpus)
     check_strategies(cfg)
@@ -44,6 +44,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     warnings += check_strategy_options(cfg) + check_async_threads(cfg)
     check_weight_sync(cfg)
     check_algorithms(cfg)
+    check_tracker(cfg)
     if isinstance(cfg, AgenticConfig):
         check_envs(cfg)
     if isinstance(cfg, RLVRConfig):
@@ -115,6 +116,13 @@ def check_strategies(cfg: Any) -> None:
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
+        if worker.use_prefix_sharing and spec.prefix_sharing != "roll":
+            from roll.strategies.registry import PREFIX_SHARING
+
+            able = [n for n in list_strategies() if strategy_spec(n).prefix_sharing == "roll"]
+            raise ConfigError(f"{role}.use_prefix_sharing", True, f"{name} {PREFIX_SHARING[spec.prefix_sharing]}; "
+                                                                  f"prefix sharing is for {', '.join(able)}: remove "
+                                                                  f"the key")
 
 
 def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
@@ -159,14 +167,15 @@ def _importable(module: str) -> bool:
 
 
 def check_strategy_options(cfg: Any) -> list[str]:
-    """Each role's ``strategy_config`` parses into its strategy's options class; returns warnings for keys that
-    are accepted but not used."""
-    from roll.strategies.registry import strategy_options
+    """Each role's ``strategy_config`` parses into its strategy's options class, stored for every later reader
+    (:func:`roll.strategies.registry.strategy_options`); returns warnings for keys that are accepted but not
+    used."""
+    from roll.strategies.registry import parse_strategy_options
 
     warnings = []
     for role, worker in _roles(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
-        options = strategy_options(worker, key)
+        options = parse_strategy_options(worker, key)  # the one parse: every later reader gets this object
         check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
         if check_worker is not None:
             check_worker(worker, key)
@@ -205,17 +214,39 @@ def check_weight_sync(cfg: Any) -> None:
                                                    f"worker's GPUs")
 
 
+def check_tracker(cfg: Any) -> None:
+    """``track_with`` names a registered tracker (a user module's tracker is imported here) that accepts
+    ``tracker_kwargs``."""
+    from roll.tracking import get_tracker_class
+    from roll.tracking.base import build_options
+
+    try:
+        build_options(get_tracker_class(cfg.track_with), cfg.track_with, dict(cfg.tracker_kwargs))
+    except ValueError as exc:
+        raise ConfigError("track_with", cfg.track_with, str(exc)) from None
+
+
 # ---------------------------------------------------------------------------- algorithms
 def check_algorithms(cfg: Any) -> None:
     """Every algorithm name is registered, and what the estimator declares it needs is configured."""
-    from roll.algorithms.advantages import ADVANTAGES
+    from roll.algorithms.advantages import ADVANTAGES, estimator_parameters
     from roll.algorithms.aggregation import AGG_MODES
     from roll.algorithms.kl import KL_TYPES
     from roll.algorithms.policy_losses import POLICY_LOSSES
     from roll.algorithms.reward_norm import SCORE_NORMS
 
+    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES
+
+    if cfg.reward_norm is not None:
+        _lookup(REWARD_NORM_SCOPES, "reward_norm", cfg.reward_norm)
     name = cfg.adv_estimator
     needs = _lookup(ADVANTAGES, "adv_estimator", name)
+    known = estimator_parameters(name)
+    for key, value in cfg.estimator_args().items():  # the estimator's keyword parameters are its hyperparameters
+        if key not in known:
+            where = f"adv_estimator_args.{key}" if key in cfg.adv_estimator_args else key
+            raise ConfigError(where, value, f"not a hyperparameter of adv_estimator {name}; it has "
+                                            f"{', '.join(known) or 'none'}")
     if needs["needs_critic"] and cfg.critic is None:
         raise ConfigError("adv_estimator", name, f"{name} needs a critic (its values): add a `critic:` worker block, "
                                                  f"or use a critic-free estimator such as grpo")

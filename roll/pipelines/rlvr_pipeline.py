@@ -25,7 +25,7 @@ from roll.data.files import resolve_data_files
 from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
-from roll.pipelines.common import logprob_mismatch, perf_metrics
+from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.tracking.dumps import TrajectoryDumps
 
@@ -240,12 +240,12 @@ class RLVRPipeline(Pipeline):
         self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] = times["switch"] + time.perf_counter() - t
         timings["time/rollout_generate"] = times["generate"]
-        self.trainer.log_probs(step, batch, timings)
+        timings.update(self.trainer.log_probs(step, batch))
         metrics.update(self.trainer.advantages(batch, step))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
-        self.trainer.update(step, batch, metrics, timings)
+        metrics.update(self.trainer.update(step, batch, metrics.get("actor/reward_kl")))
         metrics.update(logprob_mismatch(batch))
-        metrics.update(perf_metrics(self.roles, batch, timings, cfg.ppo_epochs))
+        metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         metrics["rollout/policy_lag"] = float(ahead)  # updates between the batch's weights and the trained ones
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))

@@ -1,6 +1,6 @@
 """The training step and log-prob pass that torch training backends share (DeepSpeed, FSDP2).
 
-:class:`AccumulatingTrainStrategy` owns the semantics: a ``train_step`` makes one optimizer step per
+:class:`AccumulatingTrainer` owns the semantics: a ``train_step`` makes one optimizer step per
 ``per_device_train_batch_size x gradient_accumulation_steps`` samples it is given; each step's samples are cut into
 micro-batches (fixed or token-budget, padded or packed: :mod:`roll.strategies.microbatch`) and accumulated with
 exact weights, so the gradient equals that of the whole step's loss, on one rank or many (the unit counts are
@@ -20,7 +20,7 @@ import torch
 
 from roll.data.batch import Batch
 from roll.models.logprobs import token_log_probs
-from roll.strategies.base import LossFn, TrainStrategy
+from roll.strategies.base import LossFn, TrainingStrategy
 from roll.strategies.microbatch import accumulation_weights, micro_batches, scatter_rows
 
 
@@ -40,9 +40,9 @@ def merge_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, floa
 
 
 class BatchedForward:
-    """Forward passes over micro-batches (``forward_batch``, ``compute_log_probs``) for a torch backend that
-    implements :meth:`_model`; mixed into a :class:`~roll.strategies.base.Strategy`, whose ``config``, ``device``
-    and ``world_size`` it reads."""
+    """Forward passes over micro-batches (``forward_batch``) for a torch backend that implements :meth:`_model`;
+    mixed into a :class:`~roll.strategies.base.Strategy`, whose ``config``, ``device`` and ``world_size`` it
+    reads."""
 
     #: whether the model's forward can run packed rows (the value model cannot)
     supports_packing = True
@@ -128,12 +128,48 @@ class BatchedForward:
             out["entropy"] = scatter_rows(ents, len(batch), width)
         return out
 
+
+
+class ForwardLogProbs:
+    """``compute_log_probs`` as :meth:`BatchedForward.forward_batch` (the scoring side of a torch backend)."""
+
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        return self.forward_batch(batch, "log_probs", with_entropy)
+        """``{"log_probs": (B, L-1)[, "entropy": (B, L-1)]}`` over inference micro-batches."""
+        return self.forward_batch(batch, "log_probs", with_entropy)  # type: ignore[attr-defined]
 
 
-class AccumulatingTrainStrategy(BatchedForward, TrainStrategy):
-    """``train_step`` / ``compute_log_probs`` over hooks a torch backend implements."""
+def optimizer_steps(strategy: Any, batch: Batch, lr: float | None, return_log_probs: bool, name: str,
+                    one_step: Any) -> dict[str, Any]:
+    """The outer loop every training backend shares: ``batch`` cut into optimizer steps of
+    ``per_device_train_batch_size x gradient_accumulation_steps`` samples (a ValueError otherwise), each run by
+    ``one_step(step_batch, rate) -> (metrics, log_probs (S, L-1) or None)``; ``lr`` (warm start) replaces the
+    scheduled rate (``strategy._scheduled_lr()``) and does not advance ``strategy.optimizer_steps``. Adds
+    ``<metric_prefix>/lr`` per step; returns the steps' mean metrics (and ``"log_probs"`` in batch order)."""
+    targs = strategy.config.training_args
+    per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+    if len(batch) % per_step:
+        raise ValueError(f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
+                         f"per_device_train_batch_size x gradient_accumulation_steps = "
+                         f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}")
+    step_metrics, kept = [], []
+    for start in range(0, len(batch), per_step):
+        rate = lr if lr is not None else strategy._scheduled_lr()
+        metrics, lps = one_step(batch.select(range(start, start + per_step)), rate)
+        metrics[f"{strategy.metric_prefix}/lr"] = rate
+        if lr is None:
+            strategy.optimizer_steps += 1
+        step_metrics.append((1.0 / (len(batch) // per_step), metrics))
+        if lps is not None:
+            kept.append(lps)
+    out: dict[str, Any] = merge_metrics(step_metrics)
+    if return_log_probs:
+        out["log_probs"] = torch.cat(kept) if kept else torch.zeros((0, batch["input_ids"].shape[1] - 1))
+    return out
+
+
+class AccumulatingTrainer(BatchedForward, TrainingStrategy):
+    """``train_step`` over hooks a torch backend implements (both training roles: the actor adds
+    :class:`ForwardLogProbs`, the critic :class:`~roll.strategies.critic.ValueHeadCritic`)."""
 
     metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
 
@@ -157,32 +193,17 @@ class AccumulatingTrainStrategy(BatchedForward, TrainStrategy):
     def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
                    return_log_probs: bool = False) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples (see the
-        module docstring). ``lr`` (warm start) replaces the scheduled rate and does not advance the schedule.
-        ``return_log_probs``: also return ``"log_probs"`` (B, L-1), the detached log-probs of each sample's forward
-        (CPU float32, in ``batch`` order)."""
-        targs = self.config.training_args
-        per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
-        if len(batch) % per_step:
-            raise ValueError(f"{self.metric_prefix} train_step: {len(batch)} samples are not a whole number of "
-                             f"optimizer steps of per_device_train_batch_size x gradient_accumulation_steps = "
-                             f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}")
+        module docstring and :func:`optimizer_steps`). ``return_log_probs``: also return ``"log_probs"`` (B, L-1),
+        the detached log-probs of each sample's forward (CPU float32, in ``batch`` order)."""
         self._train_mode(True)
-        step_metrics, kept = [], []
-        for start in range(0, len(batch), per_step):
-            rate = lr if lr is not None else self._scheduled_lr()
+
+        def one_step(step: Batch, rate: float) -> tuple[dict[str, float], torch.Tensor | None]:
             self._set_lr(rate)
-            metrics, lps = self._accumulate(batch.select(range(start, start + per_step)), loss_fn, with_entropy,
-                                            return_log_probs)
+            metrics, lps = self._accumulate(step, loss_fn, with_entropy, return_log_probs)
             metrics[f"{self.metric_prefix}/grad_norm"] = self._optimizer_step()
-            metrics[f"{self.metric_prefix}/lr"] = rate
-            if lr is None:
-                self.optimizer_steps += 1
-            step_metrics.append((1.0 / (len(batch) // per_step), metrics))
-            kept.append(lps)
-        out: dict[str, Any] = merge_metrics(step_metrics)
-        if return_log_probs:
-            out["log_probs"] = torch.cat(kept)
-        return out
+            return metrics, lps
+
+        return optimizer_steps(self, batch, lr, return_log_probs, self.metric_prefix, one_step)
 
     def _accumulate(self, batch: Batch, loss_fn: LossFn, with_entropy: bool,
                     keep: bool) -> tuple[dict[str, float], torch.Tensor | None]:

@@ -1,19 +1,33 @@
-"""One interface for every backend: the abstract strategies a worker drives.
+"""One interface for every backend: the abstract strategies a worker drives, one base per role.
 
-``InferenceStrategy`` generates and scores; ``TrainStrategy`` also trains, checkpoints and exports weights.
-All calls are synchronous; batching and placement are the caller's concern.
+=============  ============================  =================================================================
+role           base                          what callers use (beyond :class:`Strategy`)
+=============  ============================  =================================================================
+actor_infer    :class:`InferenceStrategy`    ``generate``
+reference      :class:`ScoringStrategy`      ``compute_log_probs``
+actor_train    :class:`TrainStrategy`        ``train_step``, ``compute_log_probs``, weights out, checkpoints
+critic         :class:`CriticStrategy`       ``train_step``, ``compute_values``, checkpoints
+=============  ============================  =================================================================
+
+What a strategy can do beyond its role is an *ability*, a :class:`typing.Protocol` of
+:mod:`roll.strategies.abilities`,
+declared in its registry entry and checked against its class by the registry. Every method a caller (worker,
+weight sync, ``WorkerGroup.call_dp``) uses is declared here or in an ability; nothing is called by a name that is
+declared nowhere. All calls are synchronous; batching and placement are the caller's concern.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
+from roll.strategies.abilities import ABILITIES, protocol_members
+from roll.strategies.weight_buckets import BucketMeta
 
 class LossFn(Protocol):
     """``loss_fn(log_probs (B,T), entropy (B,T) | None, micro_batch) -> (loss, metrics)``; T = sequence - 1.
@@ -46,7 +60,7 @@ class GenerationOutput:
 
 
 class Strategy(ABC):
-    """What every backend does: build its model and move weights in and out."""
+    """What every backend does: build its model, take weights in, free memory between phases."""
 
     def __init__(self, config: WorkerConfig, rank: int = 0, world_size: int = 1):
         self.config, self.rank, self.world_size = config, rank, world_size
@@ -54,10 +68,6 @@ class Strategy(ABC):
     @abstractmethod
     def initialize(self, ctx: StrategyContext) -> None:
         """Load the model (and optimizer) on this worker's device."""
-
-    @abstractmethod
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        """Token log-probs of ``batch['input_ids'][:, 1:]``: ``{"log_probs": (B,T-1)[, "entropy": (B,T-1)]}``."""
 
     @abstractmethod
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -69,9 +79,23 @@ class Strategy(ABC):
     def reload_states(self) -> None:
         """Undo :meth:`offload_states`."""
 
+    def data_parallel_info(self) -> tuple[int, int, bool]:
+        """``(data-parallel rank, data-parallel size, whether this rank's results are kept)``, how
+        ``WorkerGroup.call_dp`` splits a batch: by default every rank is a replica of its own. A model-parallel
+        backend (megatron) overrides it: the ranks of one replica get the same chunk and one of them answers."""
+        return self.rank, self.world_size, True
+
+
+class ScoringStrategy(Strategy):
+    """A backend that scores sequences (the ``reference`` role; the actor too)."""
+
+    @abstractmethod
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """Token log-probs of ``batch['input_ids'][:, 1:]``: ``{"log_probs": (B,T-1)[, "entropy": (B,T-1)]}``."""
+
 
 class InferenceStrategy(Strategy):
-    """A backend that generates."""
+    """A backend that generates (the ``actor_infer`` role)."""
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], args: GeneratingArgs,
@@ -79,8 +103,8 @@ class InferenceStrategy(Strategy):
         """Sample one continuation per prompt (token ids in, token ids out)."""
 
 
-class TrainStrategy(Strategy):
-    """A backend that trains."""
+class TrainingStrategy(Strategy):
+    """What the two training roles share: optimizer steps, weights out, checkpoints."""
 
     @abstractmethod
     def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
@@ -90,7 +114,8 @@ class TrainStrategy(Strategy):
 
         ``lr`` overrides the scheduled learning rate for this step (supervised warm start). ``return_log_probs``:
         the result also holds ``"log_probs"`` (B, L-1), each sample's detached log-probs from its training
-        forward (the old log-probs when the separate pass is skipped)."""
+        forward (the old log-probs when the separate pass is skipped). The critic's ``loss_fn`` gets values
+        (B, L-1) in place of log-probs."""
 
     @abstractmethod
     def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
@@ -99,9 +124,14 @@ class TrainStrategy(Strategy):
         Called on every rank of the role (gathering may be collective); rank 0 returns the weights, other ranks
         may return an empty list."""
 
-    def weight_buckets(self, bucket_bytes: int) -> "Iterable[list[tuple[str, torch.Tensor]]]":
-        """The full weights on this worker's device, bucket by bucket (``weight_buckets.plan_bucket_metas`` order),
-        for zero-copy (CUDA IPC) and broadcast syncs. Every rank iterates (gathers may be collective); a yielded
+    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
+        """The plan of :meth:`weight_buckets`: names, dtypes and full shapes of each bucket, the same on every rank
+        (receivers of a broadcast or IPC sync allocate from it)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot plan weight buckets")
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The full weights on this worker's device, bucket by bucket (:meth:`weight_bucket_metas` order), for
+        zero-copy (CUDA IPC) and broadcast syncs. Every rank iterates (gathers may be collective); a yielded
         bucket stays valid until the next is requested."""
         raise NotImplementedError(f"{type(self).__name__} cannot hand out weight buckets")
 
@@ -120,3 +150,35 @@ class TrainStrategy(Strategy):
     @abstractmethod
     def load_checkpoint(self, path: str) -> None:
         """Restore what :meth:`save_checkpoint` wrote."""
+
+
+class TrainStrategy(TrainingStrategy, ScoringStrategy):
+    """The ``actor_train`` role: trains the policy and scores sequences with it (old log-probs)."""
+
+
+class CriticStrategy(TrainingStrategy):
+    """The ``critic`` role: a value model. ``train_step``'s loss function gets values for log-probs; it has no
+    token log-probs."""
+
+    @abstractmethod
+    def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """``{"values": (B, L-1)}``, one value per position of the log-prob frame (:mod:`roll.data.layout`)."""
+
+
+#: The base class each role's strategy must derive from.
+ROLE_BASES: dict[str, type[Strategy]] = {"actor_infer": InferenceStrategy, "reference": ScoringStrategy,
+                                          "actor_train": TrainStrategy, "critic": CriticStrategy}
+
+
+def contract_gaps(cls: type, role: str, abilities: Iterable[str]) -> list[str]:
+    """What ``cls`` lacks to serve ``role`` with ``abilities``: the missing base class, then missing or still
+    abstract methods (empty when it fits)."""
+    gaps = []
+    base = ROLE_BASES[role]
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        gaps.append(f"subclass {base.__name__}")
+    gaps += [f"implement {m}" for m in sorted(getattr(cls, "__abstractmethods__", ()))]
+    for ability in sorted(abilities):
+        gaps += [f"implement {m} (ability {ability})" for m in protocol_members(ABILITIES[ability])
+                 if not callable(getattr(cls, m, None))]
+    return gaps

@@ -1,8 +1,10 @@
 """The critic side shared by the training strategies: a value model trained through the same accumulating loop.
 
 ``train_step`` hands the loss function values (B, L-1) in place of log-probs (entropy None); the value pass runs
-padded rows (no packing). A backend's critic is ``class XCritic(ValueHeadCritic, XTrainStrategy)`` with its own
-``_load_model`` and the two hooks below.
+padded rows (no packing). A backend's critic is ``class XCritic(ValueHeadCritic, XTrainer, CriticStrategy)``, where
+``XTrainer`` is the backend's training body (an :class:`~roll.strategies.accumulation.AccumulatingTrainer`) that its
+actor ``XTrainStrategy`` shares, with its own ``_load_model`` and the two hooks below. It has no token log-probs:
+:class:`~roll.strategies.base.CriticStrategy` declares ``compute_values`` only.
 """
 
 from __future__ import annotations
@@ -35,9 +37,6 @@ class ValueHeadCritic:
     def compute_values(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``{"values": (B, L-1)}``, aligned with the log-probs (see :func:`sequence_values`)."""
         return self.forward_batch(batch, "values")  # type: ignore[attr-defined]
-
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        raise TypeError("the critic has a value head, not token log-probs; call compute_values")
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load the backbone from policy weights (e.g. after the warm start): names the critic lacks (the LM head)

@@ -16,8 +16,9 @@ from roll.config.strategies import DeepSpeedInferOptions, parse_options
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.models.logprobs import token_log_probs
-from roll.strategies.base import Strategy, StrategyContext
+from roll.strategies.base import ScoringStrategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
+from roll.strategies.registry import strategy_options
 
 def build_infer_ds_config(options: DeepSpeedInferOptions | dict[str, Any], *, micro_batch: int, world_size: int,
                           dtype: str, key: str = "deepspeed_infer.strategy_config") -> dict[str, Any]:
@@ -33,7 +34,7 @@ def build_infer_ds_config(options: DeepSpeedInferOptions | dict[str, Any], *, mi
             "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
 
 
-class DeepSpeedInferStrategy(Strategy):
+class DeepSpeedInferStrategy(ScoringStrategy):
     """A causal LM in a DeepSpeed engine (no optimizer) that scores sequences."""
 
     def initialize(self, ctx: StrategyContext) -> None:
@@ -41,7 +42,7 @@ class DeepSpeedInferStrategy(Strategy):
 
         init_deepspeed_distributed(ctx.seed)
         margs = self.config.model_args
-        self.ds_config = build_infer_ds_config(self.config.strategy_args.strategy_config,
+        self.ds_config = build_infer_ds_config(strategy_options(self.config, cls=DeepSpeedInferOptions),
                                                micro_batch=self.config.infer_batch_size,
                                                world_size=self.world_size, dtype=margs.dtype)
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)

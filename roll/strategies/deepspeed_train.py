@@ -18,10 +18,11 @@ import torch
 from roll.config.strategies import DeepSpeedTrainOptions, parse_options
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
-from roll.strategies.accumulation import AccumulatingTrainStrategy, move_module_and_optimizer
-from roll.strategies.base import StrategyContext
+from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
+from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.build_locks import prepare_deepspeed_comm
+from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
@@ -79,9 +80,9 @@ def init_deepspeed_distributed(seed: int) -> None:
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False)
 
 
-class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
-    """A causal LM wrapped in a DeepSpeed engine; ``train_step`` and ``compute_log_probs`` are the shared ones of
-    :class:`~roll.strategies.accumulation.AccumulatingTrainStrategy` (DeepSpeed's own accumulation counter is
+class DeepSpeedTrainer(AccumulatingTrainer):
+    """A model wrapped in a DeepSpeed engine, the body both roles share; ``train_step`` is the shared one of
+    :class:`~roll.strategies.accumulation.AccumulatingTrainer` (DeepSpeed's own accumulation counter is
     overridden: the boundary is set per micro-batch and gradients are not divided by its accumulation steps)."""
 
     def _load_model(self) -> torch.nn.Module:
@@ -104,7 +105,7 @@ class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
         optimizer = torch.optim.AdamW(model.parameters(), lr=targs.learning_rate,
                                       betas=(targs.adam_beta1, targs.adam_beta2), weight_decay=targs.weight_decay)
         self.ds_config = build_ds_config(
-            self.config.strategy_args.strategy_config, micro_batch=targs.per_device_train_batch_size,
+            strategy_options(self.config, cls=DeepSpeedTrainOptions), micro_batch=targs.per_device_train_batch_size,
             grad_accum=targs.gradient_accumulation_steps, world_size=self.world_size,
             max_grad_norm=ctx.max_grad_norm, dtype=margs.dtype)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
@@ -253,7 +254,11 @@ class DeepSpeedTrainStrategy(AccumulatingTrainStrategy):
         move_module_and_optimizer(self.engine.module, self.optimizer, device)
 
 
-class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainStrategy):
+class DeepSpeedTrainStrategy(ForwardLogProbs, DeepSpeedTrainer, TrainStrategy):
+    """``deepspeed_train`` in the ``actor_train`` role: a causal LM that trains and scores."""
+
+
+class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainer, CriticStrategy):
     """``deepspeed_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) in a DeepSpeed
     engine, trained as :class:`~roll.strategies.critic.ValueHeadCritic` describes."""
 

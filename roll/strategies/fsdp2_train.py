@@ -28,20 +28,21 @@ import torch
 from roll.config.fsdp2 import FSDP2Options, fsdp2_options
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
-from roll.strategies.accumulation import AccumulatingTrainStrategy, move_module_and_optimizer
-from roll.strategies.base import StrategyContext
+from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
+from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.fsdp2_shard import (clip_grad_norm, compute_dtype_of, device_mesh, enable_activation_checkpointing,
                                          full_tensor, init_fsdp2_distributed, load_full, reshard_all, shard_model)
+from roll.strategies.registry import strategy_options
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: File next to the DCP shards holding roll's own state of a checkpoint.
 STATE_FILE = "roll_state.json"
 
 
-class FSDP2TrainStrategy(AccumulatingTrainStrategy):
-    """A causal LM sharded by FSDP2 with a torch AdamW over its shards; ``train_step`` and ``compute_log_probs``
-    are the shared ones of :class:`~roll.strategies.accumulation.AccumulatingTrainStrategy`."""
+class FSDP2Trainer(AccumulatingTrainer):
+    """A model sharded by FSDP2 with a torch AdamW over its shards, the body both roles share; ``train_step`` is
+    the shared one of :class:`~roll.strategies.accumulation.AccumulatingTrainer`."""
 
     name = "fsdp2_train"
     role = "actor_train"  # the worker block named in config errors
@@ -53,7 +54,9 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
                               margs.use_liger_kernel)
 
     def initialize(self, ctx: StrategyContext) -> None:
-        self.options: FSDP2Options = fsdp2_options(self.config, self.role, self.world_size)
+        key = f"{self.role}.strategy_args.strategy_config"
+        self.options: FSDP2Options = fsdp2_options(self.config, self.role, self.world_size,
+                                                   strategy_options(self.config, key, FSDP2Options))
         self.device = init_fsdp2_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
         self.compute_dtype = compute_dtype_of(self.options, margs.dtype)
@@ -98,7 +101,7 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
             group["lr"] = lr
 
     def reset_optimizer(self) -> None:
-        """Drop the Adam moments (see :meth:`DeepSpeedTrainStrategy.reset_optimizer` for why)."""
+        """Drop the Adam moments (see :meth:`DeepSpeedTrainer.reset_optimizer` for why)."""
         self.optimizer.state.clear()
 
     # ------------------------------------------------------------------ weights out and in
@@ -216,7 +219,11 @@ class FSDP2TrainStrategy(AccumulatingTrainStrategy):
         move_module_and_optimizer(self.model, self.optimizer, device)  # FSDP2 re-registers the moved shards
 
 
-class FSDP2CriticStrategy(ValueHeadCritic, FSDP2TrainStrategy):
+class FSDP2TrainStrategy(ForwardLogProbs, FSDP2Trainer, TrainStrategy):
+    """``fsdp2_train`` in the ``actor_train`` role: a causal LM that trains and scores."""
+
+
+class FSDP2CriticStrategy(ValueHeadCritic, FSDP2Trainer, CriticStrategy):
     """``fsdp2_train`` in the ``critic`` role: a value model (:mod:`roll.models.value_model`) sharded by FSDP2,
     trained as :class:`~roll.strategies.critic.ValueHeadCritic` describes."""
 

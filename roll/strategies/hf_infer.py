@@ -10,23 +10,23 @@ from typing import Any, Iterable
 
 import torch
 
-from roll.config.strategies import HFInferOptions, parse_options
+from roll.config.strategies import HFInferOptions
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
-from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
+from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
+from roll.strategies.registry import strategy_options
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
 
-class HFInferStrategy(InferenceStrategy):
+class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     """transformers ``generate`` over left-padded batches; token ids in, token ids out. Registered ability
     ``ipc_weights``: weights may arrive as CUDA-IPC buckets from a trainer on the same GPU
     (:meth:`load_weight_bucket`)."""
 
     def initialize(self, ctx: StrategyContext) -> None:
-        options = parse_options(HFInferOptions, self.config.strategy_args.strategy_config,
-                                "hf_infer.strategy_config")
+        options = strategy_options(self.config, cls=HFInferOptions)
         margs = self.config.model_args
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,

@@ -21,13 +21,15 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from roll.config.megatron import check_megatron_options, parse_megatron_options
+from roll.config.megatron import MegatronOptions, check_megatron_options
 from roll.data.batch import Batch
 from roll.models.loading import load_tokenizer
 from roll.models.mcore.vocab_parallel import vocab_parallel_log_probs
-from roll.strategies.base import LossFn, Strategy, StrategyContext, TrainStrategy
-from roll.strategies.accumulation import merge_metrics
+from roll.strategies.accumulation import merge_metrics, optimizer_steps
+from roll.strategies.base import (CriticStrategy, LossFn, ScoringStrategy, Strategy, StrategyContext, TrainingStrategy,
+                                  TrainStrategy)
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
+from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, iter_buckets, plan_bucket_metas
 
@@ -82,11 +84,11 @@ def pad_width(batch: Batch, multiple: int) -> Batch:
     return out
 
 
-class MegatronInferStrategy(Strategy):
-    """A megatron-core model without optimizer that scores sequences (``megatron_infer``, the reference)."""
+class MegatronModel(Strategy):
+    """A megatron-core model on this rank (TP / PP shards), its forward passes and weights in and out: the body
+    of every megatron role (``value_head``: the critic's ``hidden -> 1`` head in place of the LM head)."""
 
     value_head = False
-    trains = False
 
     def initialize(self, ctx: StrategyContext) -> None:
         from megatron.core import parallel_state as mpu
@@ -95,8 +97,8 @@ class MegatronInferStrategy(Strategy):
         from roll.models.mcore import build, weights
 
         margs = self.config.model_args
-        key = f"{self.config.strategy_args.strategy_name}.strategy_config"
-        self.opts = parse_megatron_options(dict(self.config.strategy_args.strategy_config), key)
+        key = "strategy_args.strategy_config"  # parsed (and errors named by role) at launch
+        self.opts = strategy_options(self.config, key, MegatronOptions)
         check_megatron_options(self.opts, key, self.world_size, margs.dtype,
                                read_hf_config(margs.model_name_or_path))
         init_megatron(self.opts, ctx.seed)
@@ -189,13 +191,6 @@ class MegatronInferStrategy(Strategy):
         entropy = torch.cat([o["entropy"].float().cpu() for o in outs])[:, :width] if with_entropy else None
         return values, entropy
 
-    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        """``{"log_probs": (B, L-1)[, "entropy"]}`` on the collector rank (empty elsewhere)."""
-        if self.value_head:
-            raise TypeError("the critic has a value head, not token log-probs; call compute_values")
-        log_probs, entropy = self._forward_only(batch, with_entropy)
-        return {"log_probs": log_probs, **({"entropy": entropy} if with_entropy else {})}
-
     # ------------------------------------------------------------------ weights
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """Full HF-named weights on CPU at rank 0 (every rank must call: TP/PP gathers are collective)."""
@@ -223,11 +218,23 @@ class MegatronInferStrategy(Strategy):
         """Hook: a training strategy refreshes its fp32 master weights."""
 
 
-class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
-    """``megatron_train``: the actor, trained with megatron-core's DDP, optimizer and schedules."""
+class MegatronLogProbs:
+    """``compute_log_probs`` of a megatron model with its LM head (the actor and the reference)."""
+
+    def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{"log_probs": (B, L-1)[, "entropy"]}`` on the collector rank (empty elsewhere)."""
+        log_probs, entropy = self._forward_only(batch, with_entropy)  # type: ignore[attr-defined]
+        return {"log_probs": log_probs, **({"entropy": entropy} if with_entropy else {})}
+
+
+class MegatronInferStrategy(MegatronLogProbs, MegatronModel, ScoringStrategy):
+    """``megatron_infer``: a megatron-core model without optimizer that scores sequences (the reference)."""
+
+
+class MegatronTrainer(MegatronModel, TrainingStrategy):
+    """A megatron-core model trained with megatron-core's DDP, optimizer and schedules (both training roles)."""
 
     metric_prefix = "actor"
-    trains = True
 
     def initialize(self, ctx: StrategyContext) -> None:
         super().initialize(ctx)
@@ -264,46 +271,37 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
 
     def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
                    return_log_probs: bool = False) -> dict[str, Any]:
-        """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples, through
-        megatron's schedule, accumulated exactly like ``AccumulatingTrainStrategy`` (each micro-batch weighted by
-        its share of the loss's unit, summed over the data-parallel replicas). ``lr`` (warm start) replaces the
-        scheduled rate and does not advance the schedule; ``return_log_probs`` adds ``"log_probs"`` (B, L-1)."""
-        targs = self.config.training_args
-        per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
-        if len(batch) % per_step:
-            raise ValueError(f"megatron_train: {len(batch)} samples are not a whole number of optimizer steps of "
-                             f"per_device_train_batch_size x gradient_accumulation_steps = "
-                             f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}")
+        """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples
+        (:func:`~roll.strategies.accumulation.optimizer_steps`, the loop the torch backends share), each through
+        megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch weighted by its
+        share of the loss's unit, summed over the data-parallel replicas)."""
         for m in self.model:
             m.train()
-        step_metrics, kept = [], []
-        for start in range(0, len(batch), per_step):
-            rate = lr if lr is not None else lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps,
-                                                   self.total_steps, targs.lr_scheduler_type)
+        width = batch["input_ids"].shape[1] - 1
+
+        def one_step(step: Batch, rate: float) -> tuple[dict[str, float], torch.Tensor | None]:
             for group in self.optimizer.param_groups:
                 group["lr"] = rate
             for m in self.model:
                 m.zero_grad_buffer()
             self.optimizer.zero_grad()
-            micro = self._weighted(self._padded(batch.select(range(start, start + per_step))), loss_fn,
-                                   return_log_probs)
+            micro = self._weighted(self._padded(step), loss_fn, return_log_probs)
             outs = self._schedule(micro, loss_fn, with_entropy)
+            kept = None
             if return_log_probs and outs:
-                width = batch["input_ids"].shape[1] - 1
-                kept.append(scatter_rows([(list(range(i * len(micro[0]), (i + 1) * len(micro[0]))),
-                                           o.pop("log_probs")[:, :width]) for i, o in enumerate(outs)],
-                                         per_step, width))
+                kept = scatter_rows([(list(range(i * len(micro[0]), (i + 1) * len(micro[0]))),
+                                      o.pop("log_probs")[:, :width]) for i, o in enumerate(outs)], len(step), width)
             metrics = merge_metrics([(m.info["local_weight"], o) for m, o in zip(micro, outs)])
             _, grad_norm, _ = self.optimizer.step()
             metrics[f"{self.metric_prefix}/grad_norm"] = float(grad_norm or 0.0)
-            metrics[f"{self.metric_prefix}/lr"] = rate
-            step_metrics.append((per_step / len(batch), metrics))
-            if lr is None:
-                self.optimizer_steps += 1
-        out: dict[str, Any] = merge_metrics(step_metrics)
-        if return_log_probs:
-            out["log_probs"] = torch.cat(kept) if kept else torch.zeros((0, batch["input_ids"].shape[1] - 1))
-        return out
+            return metrics, kept
+
+        return optimizer_steps(self, batch, lr, return_log_probs, self.config.strategy_args.strategy_name, one_step)
+
+    def _scheduled_lr(self) -> float:
+        targs = self.config.training_args
+        return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
+                     targs.lr_scheduler_type)
 
     def _weighted(self, batch: Batch, loss_fn: LossFn, keep: bool) -> list[Batch]:
         """Micro-batches of ``per_device_train_batch_size`` carrying their accumulation weight
@@ -372,7 +370,11 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         self._offloaded = None
 
 
-class MegatronCriticStrategy(MegatronTrainStrategy):
+class MegatronTrainStrategy(MegatronLogProbs, MegatronTrainer, TrainStrategy):
+    """``megatron_train`` in the ``actor_train`` role: trains the policy and scores sequences."""
+
+
+class MegatronCriticStrategy(MegatronTrainer, CriticStrategy):
     """``megatron_train`` in the ``critic`` role: the LM head replaced by a zero-initialised ``hidden -> 1``
     value head; ``train_step`` hands the loss function values (B, L-1) in place of log-probs."""
 

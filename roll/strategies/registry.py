@@ -1,32 +1,44 @@
-"""Strategy registry: name -> import path, the roles it serves, its typed options and its abilities.
+"""Strategy registry: name -> everything a caller may rely on about a backend.
 
-Backends register by import path so that nothing heavy (DeepSpeed, SGLang, CUDA) is imported until a worker
-actually builds the strategy; the preflight checks only need what an entry declares:
+A registry entry (:class:`StrategySpec`) is the whole contract of a backend:
 
-- ``roles``: which worker blocks it can serve (``actor_train``, ``critic``: training; ``actor_infer``: generation;
-  ``reference``: log-probs). A strategy serving ``critic`` computes values (``compute_values``).
-- ``options``: ``"package.module:Class"`` of its typed ``strategy_config`` (:mod:`roll.config.strategies`).
-- ``abilities`` (see :data:`ABILITIES`): what callers may ask of it beyond its roles' interface.
-- ``requires`` / ``module``: the pip requirement and the Python module of its backend, for the install check.
+- ``import_path`` (and ``role_paths``): its class, imported lazily (no DeepSpeed, SGLang or CUDA import until a
+  worker builds it). The class derives from the base of each role it serves (:data:`roll.strategies.base.
+  ROLE_BASES`: ``actor_train`` -> ``TrainStrategy``, ``critic`` -> ``CriticStrategy``, ``actor_infer`` ->
+  ``InferenceStrategy``, ``reference`` -> ``ScoringStrategy``), which declare every method a caller uses.
+- ``abilities``: what callers may ask beyond the roles, each a ``Protocol`` of :data:`roll.strategies.abilities.
+  ABILITIES` (``submit``, ``weight_group``, ``ipc_weights``). Role bases and abilities are checked against the
+  class when it is registered, if its module is already imported (a backend registering itself), else when the
+  class is first imported (:func:`get_strategy_class`): a TypeError lists what is missing.
+- ``options``: ``"package.module:Class"`` of its typed ``strategy_config`` (:mod:`roll.config.strategies`),
+  parsed once before any worker starts (:func:`roll.pipelines.preflight.check_strategy_options`).
+- what the doctor and the preflight read: ``packages`` (pip distributions it needs, e.g. ``megatron-core``),
+  ``requires`` (the pip requirement named in errors), ``module`` (its Python module, checked for installation),
+  ``needs_gpu``, and ``prefix_sharing`` (:data:`PREFIX_SHARING`: whether ``use_prefix_sharing`` applies).
 
 A backend in another package registers the same way (``register_strategy("my_backend", "pkg.mod:MyStrategy",
-{"actor_infer"}, options="pkg.options:MyOptions")``), from a module the run imports.
+{"actor_infer"}, options="pkg.options:MyOptions")``), from a module the run imports; ``docs/architecture.md``
+walks through one.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
+from roll.config.validation import ROLES
 from roll.config.vllm_compat import VLLM_UNAVAILABLE
+from roll.registry import import_user_module
+from roll.strategies.abilities import ABILITIES
 
 TRAIN_ROLES = frozenset({"actor_train", "critic"})
-#: Abilities a strategy may declare, and what each lets callers do.
-ABILITIES = {
-    "submit": "takes generation requests one at a time (submit / poll / abort), batching them itself",
-    "weight_group": "receives weights by broadcast in an NCCL weight group (disaggregated sync)",
-    "ipc_weights": "receives weights as CUDA-IPC buckets from a trainer on the same GPUs",
+#: Values of ``prefix_sharing``: how a strategy relates to ``use_prefix_sharing``.
+PREFIX_SHARING = {
+    "roll": "runs roll's log-prob forward, which shares prompt prefixes when use_prefix_sharing is set",
+    "engine": "shares prompt prefixes itself (its radix cache): use_prefix_sharing does not apply",
+    "none": "runs its own forward, which cannot share prefixes",
 }
 #: Strategy names of ROLL's guide that no registered backend serves: what is missing and what to use instead.
 UNAVAILABLE = {"vllm": VLLM_UNAVAILABLE}
@@ -34,7 +46,7 @@ UNAVAILABLE = {"vllm": VLLM_UNAVAILABLE}
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """What one registered strategy declares."""
+    """What one registered strategy declares (see the module docstring)."""
 
     name: str
     import_path: str  # "package.module:ClassName"
@@ -44,9 +56,12 @@ class StrategySpec:
     requires: str = ""  # pip requirement to name in errors when the import fails
     module: str = ""  # the backend's Python module (checked for installation before workers start)
     role_paths: tuple[tuple[str, str], ...] = ()  # (role, import path) where a role needs its own class
+    packages: tuple[str, ...] = ()  # pip distributions the doctor checks
+    needs_gpu: bool = False  # runs only on a CUDA GPU
+    prefix_sharing: str = "roll"  # a key of PREFIX_SHARING
 
     def can(self, ability: str) -> bool:
-        """Whether the strategy declared ``ability`` (a key of :data:`ABILITIES`)."""
+        """Whether the strategy declared ``ability`` (a key of :data:`roll.strategies.abilities.ABILITIES`)."""
         if ability not in ABILITIES:
             raise KeyError(f"unknown strategy ability {ability!r}; known: {sorted(ABILITIES)}")
         return ability in self.abilities
@@ -54,6 +69,10 @@ class StrategySpec:
     def options_class(self) -> type:
         """The dataclass of this strategy's ``strategy_config``."""
         return _import(self.options)
+
+    def class_path(self, role: str) -> str:
+        """Import path of the class serving ``role``."""
+        return dict(self.role_paths).get(role, self.import_path)
 
 
 _STRATEGIES: dict[str, StrategySpec] = {}
@@ -64,25 +83,58 @@ def _import(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def check_contract(spec: StrategySpec, role: str, cls: type) -> None:
+    """Raise a TypeError when ``cls`` does not derive from ``role``'s base or lacks a declared ability's methods."""
+    from roll.strategies.base import contract_gaps  # torch: only where a class is checked
+
+    gaps = contract_gaps(cls, role, spec.abilities)
+    if gaps:
+        raise TypeError(f"strategy {spec.name!r} ({cls.__name__}) cannot serve {role} with abilities "
+                        f"{sorted(spec.abilities) or 'none'}: {'; '.join(gaps)}")
+
+
+def _already_imported(path: str) -> Any:
+    """The object at ``path`` when its module is imported already (else None: nothing is imported here)."""
+    module, _, attr = path.partition(":")
+    return getattr(sys.modules.get(module), attr, None)
+
+
 def register_strategy(name: str, import_path: str, roles: set[str] | frozenset[str], requires: str = "",
                       role_paths: dict[str, str] | None = None, *, options: str,
-                      abilities: set[str] | frozenset[str] = frozenset(), module: str = "") -> None:
-    """Register a backend; a duplicate name, an unknown ability or a role path outside ``roles`` raises.
-    ``role_paths`` maps a role to its own class (e.g. the critic's value-model variant of a training backend)."""
+                      abilities: set[str] | frozenset[str] = frozenset(), module: str = "",
+                      packages: tuple[str, ...] = (), needs_gpu: bool = False, prefix_sharing: str = "roll") -> None:
+    """Register a backend (fields: :class:`StrategySpec`). Raises a ValueError for a duplicate name, an unknown
+    role, ability or ``prefix_sharing`` value, or a role path outside ``roles``; a TypeError when a class already
+    imported does not fulfil its roles and abilities."""
     if name in _STRATEGIES:
         raise ValueError(f"strategy {name!r} is already registered ({_STRATEGIES[name].import_path})")
+    unknown_roles = set(roles) - set(ROLES)
+    if unknown_roles:
+        raise ValueError(f"strategy {name!r}: unknown roles {sorted(unknown_roles)}; known: {sorted(ROLES)}")
     extra = set(role_paths or {}) - set(roles)
     if extra:
         raise ValueError(f"strategy {name!r}: role_paths names roles {sorted(extra)} outside its roles {sorted(roles)}")
     unknown = set(abilities) - set(ABILITIES)
     if unknown:
         raise ValueError(f"strategy {name!r}: unknown abilities {sorted(unknown)}; known: {sorted(ABILITIES)}")
-    _STRATEGIES[name] = StrategySpec(name, import_path, frozenset(roles), options, frozenset(abilities), requires,
-                                     module, tuple(sorted((role_paths or {}).items())))
+    if prefix_sharing not in PREFIX_SHARING:
+        raise ValueError(f"strategy {name!r}: prefix_sharing={prefix_sharing!r}; known: {sorted(PREFIX_SHARING)}")
+    spec = StrategySpec(name, import_path, frozenset(roles), options, frozenset(abilities), requires, module,
+                        tuple(sorted((role_paths or {}).items())), tuple(packages), needs_gpu, prefix_sharing)
+    for role in sorted(spec.roles):
+        cls = _already_imported(spec.class_path(role))
+        if cls is not None:
+            check_contract(spec, role, cls)
+    _STRATEGIES[name] = spec
 
 
 def strategy_spec(name: str) -> StrategySpec:
-    """What strategy ``name`` declared; a ValueError lists the registered names."""
+    """What strategy ``name`` declared; ``"package.module:name"`` imports ``package.module`` first (a user module
+    that registers its backend). A ValueError lists the registered names."""
+    try:
+        name = import_user_module(name)
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
     if name not in _STRATEGIES:
         hint = f" ({name} {UNAVAILABLE[name]})" if name in UNAVAILABLE else ""
         raise ValueError(f"unknown strategy {name!r}{hint}; valid: {', '.join(list_strategies())}")
@@ -99,48 +151,76 @@ def list_strategies() -> list[str]:
     return sorted(_STRATEGIES)
 
 
-def strategy_options(worker: Any, key: str = "strategy_args.strategy_config") -> Any:
-    """The typed options of a worker block's strategy (its ``strategy_config`` parsed by the registered options
-    class; a ConfigError names ``key``)."""
+def strategy_options(worker: Any, key: str = "strategy_args.strategy_config", cls: type | None = None) -> Any:
+    """The typed options of a worker block's strategy: its ``strategy_config`` parsed by the registered options
+    class. Parsed once: the launch's preflight (:func:`parse_strategy_options`) stores them on
+    ``strategy_args.options``, and every later reader (strategies, weight sync, doctor) gets that object; a block
+    that was not launched (a unit test) is parsed here. ``cls``: the options class the caller (a strategy) reads,
+    else the registered one of ``strategy_name``. A ConfigError names ``key``
+    (``<role>.strategy_args.strategy_config.<key>``)."""
     from roll.config.strategies import parse_options
 
-    spec = strategy_spec(worker.strategy_args.strategy_name)
-    return parse_options(spec.options_class(), worker.strategy_args.strategy_config, key)
+    args = worker.strategy_args
+    cls = cls or strategy_spec(args.strategy_name).options_class()
+    if isinstance(args.strategy_config, cls):  # typed options given directly
+        return args.strategy_config
+    stored = getattr(args, "options", None)  # None on a block that is not a StrategyArgs (the doctor's)
+    if stored is not None and isinstance(stored[1], cls) and stored[0] == dict(args.strategy_config or {}):
+        return stored[1]
+    return parse_options(cls, args.strategy_config, key)
+
+
+def parse_strategy_options(worker: Any, key: str) -> Any:
+    """Parse a worker block's ``strategy_config`` (``key``: its dotted path, for errors) and store the typed
+    options on its ``strategy_args`` (with the mapping they came from: a later change of the mapping is parsed
+    afresh); returns them."""
+    from roll.config.strategies import parse_options
+
+    args = worker.strategy_args
+    options = parse_options(strategy_spec(args.strategy_name).options_class(), args.strategy_config, key)
+    args.options = (dict(args.strategy_config or {}), options)
+    return options
 
 
 def get_strategy_class(name: str, role: str | None = None) -> type:
-    """Import and return the class of strategy ``name`` (for ``role``, when that role has its own class); a clear
-    error when it or its backend is missing."""
+    """Import and return the class of strategy ``name`` (for ``role``, when that role has its own class), checked
+    against the role's base and the declared abilities; a clear error when it or its backend is missing."""
     spec = strategy_spec(name)
-    path = dict(spec.role_paths).get(role, spec.import_path)
+    path = spec.class_path(role) if role else spec.import_path
     try:
-        return _import(path)
+        cls = _import(path)
     except ImportError as exc:
         hint = f" Install it with: pip install '{spec.requires}'" if spec.requires else ""
         raise ImportError(f"strategy {name!r} needs a backend that failed to import: {exc}.{hint}") from exc
+    for served in ([role] if role else sorted(r for r in spec.roles if spec.class_path(r) == path)):
+        check_contract(spec, served, cls)
+    return cls
 
 
 register_strategy("hf_infer", "roll.strategies.hf_infer:HFInferStrategy", {"actor_infer", "reference"},
-                  requires="transformers", module="transformers", abilities={"ipc_weights"},
+                  requires="transformers", module="transformers", packages=("transformers",), abilities={"ipc_weights"},
                   options="roll.config.strategies:HFInferOptions")
 register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedTrainStrategy",
-                  {"actor_train", "critic"}, requires="deepspeed", module="deepspeed",
+                  {"actor_train", "critic"}, requires="deepspeed", module="deepspeed", packages=("deepspeed",),
                   role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"},
                   options="roll.config.strategies:DeepSpeedTrainOptions")
 register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy", {"reference"},
-                  requires="deepspeed", module="deepspeed", options="roll.config.strategies:DeepSpeedInferOptions")
+                  requires="deepspeed", module="deepspeed", packages=("deepspeed",),
+                  options="roll.config.strategies:DeepSpeedInferOptions")
 register_strategy("fsdp2_train", "roll.strategies.fsdp2_train:FSDP2TrainStrategy", {"actor_train", "critic"},
-                  requires="torch>=2.6", module="torch",
+                  requires="torch>=2.6", module="torch", packages=("torch",),
                   role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"},
                   options="roll.config.fsdp2:FSDP2Options")
 register_strategy("fsdp2_infer", "roll.strategies.fsdp2_infer:FSDP2InferStrategy", {"reference"},
-                  requires="torch>=2.6", module="torch", options="roll.config.fsdp2:FSDP2Options")
+                  requires="torch>=2.6", module="torch", packages=("torch",), options="roll.config.fsdp2:FSDP2Options")
 register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
                   {"actor_train", "critic"}, requires="roll[megatron]", module="megatron.core",
-                  role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},
+                  packages=("megatron-core",), needs_gpu=True, prefix_sharing="none", role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},
                   options="roll.config.megatron:MegatronOptions")
 register_strategy("megatron_infer", "roll.strategies.megatron_train:MegatronInferStrategy", {"reference"},
-                  requires="roll[megatron]", module="megatron.core", options="roll.config.megatron:MegatronOptions")
+                  requires="roll[megatron]", module="megatron.core", packages=("megatron-core",), needs_gpu=True,
+                  prefix_sharing="none", options="roll.config.megatron:MegatronOptions")
 register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]",
-                  module="sglang", abilities={"submit", "weight_group", "ipc_weights"},
+                  module="sglang", packages=("sglang",), needs_gpu=True, prefix_sharing="engine",
+                  abilities={"submit", "weight_group", "ipc_weights"},
                   options="roll.config.strategies:SGLangOptions")

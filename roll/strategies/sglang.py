@@ -59,8 +59,9 @@ def engine_kwargs(model_path: str, dtype: str, options: SGLangOptions | dict[str
 def engine_tp_size(config: Any) -> int:
     """Tensor-parallel size of one engine of a worker block: ``strategy_config.tp_size``, default
     ``num_gpus_per_worker``. Each engine holds that many ranks of a weight group."""
-    return parse_options(SGLangOptions, config.strategy_args.strategy_config, "sglang.strategy_config").tp_size \
-        or config.num_gpus_per_worker
+    from roll.strategies.registry import strategy_options
+
+    return strategy_options(config, cls=SGLangOptions).tp_size or config.num_gpus_per_worker
 
 
 def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_id: int | None) -> dict[str, Any]:
@@ -172,7 +173,9 @@ class SGLangStrategy(InferenceStrategy):
         except ImportError as exc:
             raise ImportError(f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
                               f"machine, or use strategy_name: hf_infer") from exc
-        options = parse_options(SGLangOptions, self.config.strategy_args.strategy_config, "sglang.strategy_config")
+        from roll.strategies.registry import strategy_options
+
+        options = strategy_options(self.config, cls=SGLangOptions)
         margs = self.config.model_args
         self.bucket_bytes = options.weight_bucket_bytes
         self.release_tags = options.release_tags

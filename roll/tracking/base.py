@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Callable, ClassVar, TypeVar
 
+from roll.registry import import_user_module
+
 #: Keys printed first on the stdout line and shown in the progress bar postfix, in this order.
 DEFAULT_HEADLINE_KEYS: tuple[str, ...] = (
     "rollout/success_rate",
@@ -56,6 +58,8 @@ class Tracker(ABC):
     """
 
     options_cls: ClassVar[type[TrackerOptions]] = TrackerOptions
+    #: pip distributions the tracker needs (checked by ``roll doctor``).
+    packages: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def __init__(
@@ -186,17 +190,23 @@ def list_trackers() -> list[str]:
 
 
 def get_tracker_class(track_with: str) -> type[Tracker]:
-    """The tracker class registered as ``track_with``.
+    """The tracker class registered as ``track_with``; ``"package.module:name"`` imports ``package.module`` first
+    (a user module that registers its tracker with :func:`register_tracker`).
 
     Raises:
-        ValueError: no tracker has that name; the message lists the registered names.
+        ValueError: no tracker has that name (the message lists the registered names), or its module does not
+            import.
     """
     try:
-        return _TRACKERS[track_with]
+        name = import_user_module(track_with)
+    except ImportError as exc:
+        raise ValueError(f"track_with={track_with!r}: {exc}") from None
+    try:
+        return _TRACKERS[name]
     except KeyError:
         raise ValueError(
             f"unknown tracker track_with={track_with!r}; valid names: {list_trackers()}. "
-            "Set track_with to one of them (or import the module that registers yours)."
+            "Set track_with to one of them (or name the module that registers yours: 'package.module:name')."
         ) from None
 
 

@@ -44,6 +44,7 @@ class TensorboardTracker(Tracker):
     """
 
     options_cls = TensorboardOptions
+    packages = ("tensorboard",)
 
     def __init__(
         self,

@@ -66,6 +66,7 @@ class WandbTracker(Tracker):
     """
 
     options_cls = WandbOptions
+    packages = ("wandb",)
 
     def __init__(
         self,

@@ -235,18 +235,17 @@ def test_step_reinforce_hand_computed():
                        state_ids=torch.tensor([7, 8, 7, 9]))
     inputs = AdvantageInputs(token_level_rewards=torch.zeros(3, 5), response_mask=mask,
                              group_ids=torch.tensor([0, 0, 1]),
-                             gamma=0.5, turns=turns, step_norm="mean")
-    adv = compute_advantage("step_reinforce", inputs).advantages
+                             gamma=0.5, turns=turns)
+    adv = compute_advantage("step_reinforce", inputs, step_adv_norm="mean").advantages
     expected = torch.tensor([[-2 / 3, -2 / 3, -1 / 6, -1 / 6, 0], [5 / 6, 5 / 6, 5 / 6, 0, 0], [0, 0, 0, 0, 0]])
     torch.testing.assert_close(adv, expected)
-    inputs.step_norm = "mean_std"  # sample std of (0.5, 1, 2) = sqrt(7/12)
-    std = (7 / 12) ** 0.5
+    std = (7 / 12) ** 0.5  # mean_std (the default): sample std of (0.5, 1, 2) = sqrt(7/12)
     adv = compute_advantage("step_reinforce", inputs).advantages
     torch.testing.assert_close(adv[0, 0], torch.tensor(-2 / 3 / (std + 1e-6)))
 
 
 def test_gigpo_episode_norm_mean_hand_computed():
-    """GiGPO's F_norm = 1 at the episode level (``episode_norm="mean"``): R_i - mean_g, no std.
+    """GiGPO's F_norm = 1 at the episode level (``episode_adv_norm="mean"``): R_i - mean_g, no std.
 
     Group 0: episode rewards 1, 0, 0 (mean 1/3): episode terms 2/3, -1/3, -1/3 (with mean_std: divided by the
     sample std 0.57735, i.e. 1.1547, -0.57735, -0.57735). Sample 3 is alone in group 1: 0. One turn per sample,
@@ -259,12 +258,22 @@ def test_gigpo_episode_norm_mean_hand_computed():
     turns = TurnInputs(sample=torch.tensor([0, 1, 2, 3]), start=torch.zeros(4, dtype=torch.long),
                        end=torch.full((4,), 2, dtype=torch.long), rewards=torch.tensor([1.0, 0.0, 0.0, 3.0]),
                        state_ids=torch.tensor([0, 1, 2, 3]))
-    inputs = AdvantageInputs(rewards, mask, group_ids=torch.tensor([0, 0, 0, 1]), turns=turns, episode_norm="mean")
-    adv = compute_advantage("gigpo", inputs).advantages
+    inputs = AdvantageInputs(rewards, mask, group_ids=torch.tensor([0, 0, 0, 1]), turns=turns)
+    adv = compute_advantage("gigpo", inputs, episode_adv_norm="mean").advantages
     torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]))
-    inputs.episode_norm = "mean_std"  # today's default: GRPO's episode term
-    std = (1 / 3) ** 0.5
+    std = (1 / 3) ** 0.5  # the default, mean_std: GRPO's episode term
     adv = compute_advantage("gigpo", inputs).advantages
     torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]) / (std + 1e-6))
-    with pytest.raises(ValueError, match="episode_norm"):
-        AdvantageInputs(rewards, mask, episode_norm="std")
+    with pytest.raises(ValueError, match="episode_adv_norm must be one of"):
+        compute_advantage("gigpo", inputs, episode_adv_norm="std")
+    with pytest.raises(ValueError, match="step_adv_norm must be one of"):
+        compute_advantage("step_reinforce", inputs, step_adv_norm="median")
+
+
+def test_estimator_hyperparameters_are_its_keyword_parameters():
+    from roll.algorithms.advantages import estimator_parameters
+
+    assert estimator_parameters("gigpo") == {"episode_adv_weight": 1.0, "step_adv_weight": 1.0,
+                                             "step_adv_norm": "mean_std", "episode_adv_norm": "mean_std"}
+    assert estimator_parameters("step_reinforce") == {"step_adv_norm": "mean_std"}
+    assert estimator_parameters("grpo") == {}

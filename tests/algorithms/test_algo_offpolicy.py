@@ -108,7 +108,7 @@ def test_the_pipeline_stores_weights_and_mask_and_the_loss_applies_them():
 
 def test_correction_turns_off_the_skipped_old_log_prob_pass():
     from roll.config.agentic import AgenticConfig
-    from roll.pipelines.common import actor_mini_batch, skip_old_log_probs
+    from roll.pipelines.epochs import actor_mini_batch, skip_old_log_probs
 
     cfg = AgenticConfig()
     n = actor_mini_batch(cfg)

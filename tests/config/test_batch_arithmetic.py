@@ -70,7 +70,7 @@ def test_pipeline_batch_units_count_data_parallel_replicas_not_ranks():
     128-sample rollout emptied every batch: found on two H100s)."""
     from roll.agentic.rollout import train_batch_multiple
     from roll.config.loader import load_config
-    from roll.pipelines.common import actor_mini_batch
+    from roll.pipelines.epochs import actor_mini_batch
 
     cfg = load_config("sokoban_qwen05b_megatron_tp2")
     assert cfg.actor_train.world_size == 2

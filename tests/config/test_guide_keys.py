@@ -188,7 +188,6 @@ def test_unimplemented_loss_switches_rejected(base_cfg, key):
     ("max_running_requests", 0),
     ("max_additional_running_prompts", -1),
     ("actor_infer.model_update_frequency", 0),
-    ("track_with", "mlflow"),
 ])
 def test_scheduling_and_choice_values_checked(base_cfg, dotted, value):
     cfg = copy.deepcopy(base_cfg)

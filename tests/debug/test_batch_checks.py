@@ -154,7 +154,7 @@ def _strict_cfg(strict: bool):
 
 
 def test_pipeline_hand_offs_check_when_strict(monkeypatch):
-    from roll.pipelines.common import train_actor
+    from roll.pipelines.epochs import train_actor
     from roll.pipelines.ppo import compute_advantages
 
     monkeypatch.delenv(ENV_VAR, raising=False)

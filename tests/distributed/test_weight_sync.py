@@ -15,8 +15,10 @@ from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
 from roll.distributed.weight_group import WeightGroup
 from roll.distributed.weight_sync import GROUP_NAME, WeightSync
+from roll.distributed.roles import ActorProxy, InferProxy
 from roll.distributed.worker import Worker
 from roll.pipelines.preflight import check_strategy_options, check_weight_sync
+from roll.strategies.registry import strategy_spec
 from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
 
 
@@ -143,6 +145,8 @@ def test_from_config_reads_mode_buckets_and_tp(capsys):
     assert (sync.mode, sync.engine_tp_size) == ("copy", 2)
     hf = WeightSync.from_config(_cfg("hf_infer"), train=None, infer=None)
     assert (hf.mode, hf.engine_tp_size, hf.count_buckets) == ("copy", 1, False)
+    hf = WeightSync.from_config(_cfg("hf_infer", infer_gpus=(0,), weight_bucket_bytes=8192), train=None, infer=None)
+    assert (hf.mode, hf.bucket_bytes) == ("cuda_ipc", 8192)  # colocated hf_infer: its own bucket size option
 
 
 # ---------------------------------------------------------------------------- async calls of a local group
@@ -239,18 +243,20 @@ class _Engine:
         self.weights.update({n: t.clone() for n, t in named})
 
 
-def _worker(role: str, rank: int, strategy) -> Worker:
-    """A :class:`Worker` around a stand-in strategy (the forwarders under test, without building a backend)."""
+def _worker(role: str, rank: int, strategy, name: str = "deepspeed_train") -> Worker:
+    """A :class:`Worker` around a stand-in strategy (the forwarders under test, without building a backend),
+    with the registry entry of strategy ``name`` (what it declares: its abilities)."""
     w = Worker.__new__(Worker)
-    w.role, w.rank, w.strategy, w.weight_groups = role, rank, strategy, {}
+    w.role, w.rank, w.strategy, w.weight_groups, w.spec = role, rank, strategy, {}, strategy_spec(name)
     return w
 
 
 def _groups(engines):
+    """The trainer and the sync's two role proxies over local groups (the engines declare sglang's abilities)."""
     trainer = _Trainer()
     train = LocalWorkerGroup.of("actor_train", [_worker("actor_train", 0, trainer)])
-    infer = LocalWorkerGroup.of("actor_infer", [_worker("actor_infer", r, e) for r, e in enumerate(engines)])
-    return trainer, train, infer
+    infer = LocalWorkerGroup.of("actor_infer", [_worker("actor_infer", r, e, "sglang") for r, e in enumerate(engines)])
+    return trainer, ActorProxy(train), InferProxy(infer)
 
 
 def _equal(engine: _Engine, trainer: _Trainer) -> bool:
@@ -272,7 +278,7 @@ def test_broadcast_sync_two_engines_of_tp2_over_gloo():
     trainer.weights = _weights(shift=1.0)  # the next step's weights: same group, new tensors
     sync()
     assert all(_equal(e, trainer) for e in engines) and all(len(e.joins) == 1 for e in engines)
-    train.workers[0].weight_groups[GROUP_NAME].close()
+    train.group.workers[0].weight_groups[GROUP_NAME].close()
 
 
 def test_copy_sync_counts_buckets_of_the_engine_push():
@@ -284,16 +290,13 @@ def test_copy_sync_counts_buckets_of_the_engine_push():
 
 
 def test_worker_refuses_what_its_strategy_cannot_do():
-    receiver_only = _worker("actor_infer", 0, object())
-    with pytest.raises(TypeError, match="cannot receive weights by broadcast"):
+    receiver_only = _worker("actor_infer", 0, object(), "hf_infer")  # declares ipc_weights, not weight_group
+    with pytest.raises(TypeError, match="strategy 'hf_infer' cannot receive weights by broadcast .*no 'weight_group'"):
         receiver_only.update_weights_distributed([], GROUP_NAME)
-    with pytest.raises(TypeError, match="cannot send weights by broadcast"):
+    with pytest.raises(TypeError, match="can neither send weights by broadcast .* nor receive them"):
         receiver_only.init_weight_group("127.0.0.1", 1, 0, 2, GROUP_NAME)
-    from roll.distributed.worker import check_strategy_class
-
-    with pytest.raises(TypeError, match=r"actor_infer: strategy object lacks \['generate', 'load_weights', 'submit', "
-                                        r"'poll', 'abort'\], which its role and registered abilities \(submit\)"):
-        check_strategy_class(object, "actor_infer", frozenset({"submit"}))  # checked when the worker is built
+    with pytest.raises(TypeError, match="strategy 'hf_infer' cannot take single requests"):
+        receiver_only.submit([], None)
     with pytest.raises(RuntimeError, match="call init_weight_group first"):
         _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
 

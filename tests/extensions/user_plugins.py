@@ -1,9 +1,14 @@
-"""A user module, as a project outside roll would write one: an advantage estimator, a policy loss, a reward and an
-env, each registered with roll's decorator. Configs name them as ``"tests.extensions.user_plugins:<name>"``; importing
-this module (roll does it when it meets the name) registers them."""
+"""A user module, as a project outside roll would write one: an advantage estimator, a policy loss, a reward, an env,
+a tracker and a training backend, each registered with roll's decorator or register function. Configs name them as
+``"tests.extensions.user_plugins:<name>"``; importing this module (roll does it when it meets the name) registers
+them."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -12,9 +17,13 @@ import torch
 from roll.algorithms.advantages import AdvantageInputs, AdvantageOutputs, register_advantage
 from roll.algorithms.aggregation import agg_loss
 from roll.algorithms.policy_losses import register_policy_loss
+from roll.algorithms.reward_norm import register_reward_norm_scope
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.rewards.registry import RewardResult, register_reward
+from roll.strategies.deepspeed_train import DeepSpeedTrainStrategy
+from roll.strategies.registry import register_strategy
+from roll.tracking import StdoutTracker, TrackerOptions, register_tracker
 
 MODULE = "tests.extensions.user_plugins"
 
@@ -26,6 +35,16 @@ def fixed_baseline(inputs: AdvantageInputs) -> AdvantageOutputs:
     mask = inputs.response_mask
     episode = (inputs.token_level_rewards * mask).sum(-1)  # (B,)
     adv = (episode - 0.5)[:, None] * mask
+    return AdvantageOutputs(advantages=adv, returns=adv.clone())
+
+
+@register_advantage("scaled_baseline")
+@torch.no_grad()
+def scaled_baseline(inputs: AdvantageInputs, *, baseline: float = 0.5, scale: float = 1.0) -> AdvantageOutputs:
+    """``A_i = scale * (R_i - baseline)`` on every response token: an estimator with its own hyperparameters
+    (set by ``adv_estimator_args``)."""
+    mask = inputs.response_mask
+    adv = (scale * ((inputs.token_level_rewards * mask).sum(-1) - baseline))[:, None] * mask
     return AdvantageOutputs(advantages=adv, returns=adv.clone())
 
 
@@ -50,6 +69,12 @@ def exact_text(response: str, ground_truth: str, *, bonus: float = 1.0) -> Rewar
     """``bonus`` if the stripped response equals the ground truth, else 0."""
     correct = response.strip() == ground_truth.strip()
     return RewardResult(score=bonus if correct else 0.0, correct=correct, extracted=response.strip(), format_ok=True)
+
+
+@register_reward_norm_scope("median_scope")
+def median_scope(scores: torch.Tensor, group_ids, shift: bool, scale: bool, running) -> torch.Tensor:
+    """RLVR ``reward_norm``: subtract the batch median (``shift``/``scale`` are ignored). (B,) -> (B,)."""
+    return scores - scores.median()
 
 
 @register_env("count_up")
@@ -88,3 +113,44 @@ class CountUp(TextEnv):
 
     def _observation(self) -> str:
         return f"Say {self.n}."
+
+
+@dataclasses.dataclass
+class TallyOptions(TrackerOptions):
+    """``tracker_kwargs`` of ``tally``."""
+
+    file_name: str = dataclasses.field(default="tally.json", metadata={"help": "File in logging_dir."})
+
+
+@register_tracker("tally")
+class TallyTracker(StdoutTracker):
+    """The stdout tracker that also writes, at ``finish``, how many values each step logged (``tally.json``)."""
+
+    options_cls = TallyOptions
+
+    def __init__(self, *, log_dir: str, options: TrackerOptions, **kwargs: Any) -> None:
+        super().__init__(log_dir=log_dir, options=options, **kwargs)
+        self.path, self.counts = os.path.join(log_dir, options.file_name), {}
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        super().log(metrics, step)
+        self.counts[step] = self.counts.get(step, 0) + len(metrics)
+
+    def finish(self) -> None:
+        super().finish()
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump(self.counts, f)
+
+
+class CountingDeepSpeed(DeepSpeedTrainStrategy):
+    """``deepspeed_train`` that counts its optimizer steps into the metrics (``actor/user_steps``): a training
+    backend as a small subclass of an existing one."""
+
+    def train_step(self, batch, loss_fn, lr=None, with_entropy=False, return_log_probs=False):
+        metrics = super().train_step(batch, loss_fn, lr, with_entropy, return_log_probs)
+        metrics["actor/user_steps"] = float(self.optimizer_steps)
+        return metrics
+
+
+register_strategy("counting_deepspeed", f"{MODULE}:CountingDeepSpeed", {"actor_train"}, requires="deepspeed",
+                  module="deepspeed", packages=("deepspeed",), options="roll.config.strategies:DeepSpeedTrainOptions")

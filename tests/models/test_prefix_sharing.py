@@ -153,5 +153,22 @@ def test_config_refuses_what_cannot_share():
         check_prefix_sharing(worker, "actor_train")
     worker.model_args.attn_implementation = None
     worker.strategy_args.strategy_name = "sglang"
-    with pytest.raises(ConfigError, match="radix cache"):
-        check_prefix_sharing(worker, "actor_infer")
+    check_prefix_sharing(worker, "actor_infer")  # the strategy's part is its registry entry's, checked at launch
+
+
+@pytest.mark.parametrize("role, name, why", [("actor_infer", "sglang", "radix cache"),
+                                             ("reference", "megatron_infer", "runs its own forward")])
+def test_launch_refuses_prefix_sharing_where_the_strategy_entry_says_so(role, name, why):
+    """What a strategy does about prefixes is its registry entry's ``prefix_sharing``; the preflight reads it."""
+    from types import SimpleNamespace
+
+    from roll.pipelines.preflight import check_strategies
+
+    worker = WorkerConfig()
+    worker.use_prefix_sharing, worker.strategy_args.strategy_name = True, name
+    cfg = SimpleNamespace(ray_address="auto", **{r: None for r in ("actor_train", "actor_infer", "reference",
+                                                                    "critic")})
+    setattr(cfg, role, worker)
+    with pytest.raises(ConfigError, match=rf"{role}.use_prefix_sharing=True: {name} .*{why}.*prefix sharing is for "
+                                          r".*deepspeed_infer, deepspeed_train, fsdp2_infer, fsdp2_train, hf_infer"):
+        check_strategies(cfg)

@@ -28,7 +28,7 @@ from roll.config.loader import load_config
 from roll.config.validation import validate
 from roll.pipelines.launch import load_checked
 from roll.pipelines.preflight import check_algorithms, preflight
-from roll.pipelines.common import actor_loss_config
+from roll.pipelines.epochs import actor_loss_config
 from roll.pipelines.ppo import advantage_step, group_keys
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 
@@ -69,9 +69,11 @@ def test_every_algo_config_loads_with_its_recipe(name):
               "dapo": dict(pg_clip_low=0.2, pg_clip_high=0.28, use_kl_loss=False, add_token_level_kl=False),
               "reinforce_plus_plus": dict(add_token_level_kl=True, init_kl_coef=0.01),
               "rloo": dict(add_token_level_kl=True, init_kl_coef=0.05),
-              "gigpo": dict(gamma=0.95, step_adv_norm="mean_std")}[name]
+              "gigpo": dict(gamma=0.95)}[name]
     for key, value in recipe.items():
         assert getattr(cfg, key) == value, key
+    if name == "gigpo":
+        assert cfg.estimator_args() == {"episode_adv_weight": 1.0, "step_adv_weight": 1.0, "step_adv_norm": "mean_std"}
 
 
 @pytest.mark.parametrize("name, overrides, key", [
@@ -224,7 +226,7 @@ def test_gigpo_hand_computed():
     # Turn returns with gamma 0.5: A: G1 = 0 + 0.5 * 1 = 0.5, G2 = 1; B, C, D: 0.
     # Anchor (group 0, S0) = {A1: 0.5, B1: 0}: mean_std -> +-1/sqrt(2); every other anchor has one turn or no
     # spread -> 0. Episode (grpo): A +1/sqrt(2), B -1/sqrt(2), C = D = 0. Combined = 1.0 * episode + 0.5 * step.
-    _, batch, _ = pipeline_advantages("gigpo", {"gamma": 0.5, "step_adv_weight": 0.5})
+    _, batch, _ = pipeline_advantages("gigpo", {"gamma": 0.5, "adv_estimator_args": {"step_adv_weight": 0.5}})
     want = [[R + 0.5 * R, R], [-R - 0.5 * R, -R], [0.0, 0.0], [0.0, 0.0]]
     for i in range(4):
         for turn, idx in enumerate(turn_tokens(batch, i)):

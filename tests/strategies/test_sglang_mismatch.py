@@ -7,7 +7,7 @@ import torch
 
 from roll.data.layout import prompt_response_batch, response_log_probs, rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
-from roll.pipelines.common import logprob_mismatch
+from roll.pipelines.step_metrics import logprob_mismatch
 
 
 def _trajs():

@@ -1,0 +1,76 @@
+"""Starting a run's roles: Ray (or local mode), placement, the worker groups behind their typed proxies, the
+colocation phases, and the weight copy to the roles that only load weights (reference, critic)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+from roll.config.base import BaseConfig
+from roll.config.validation import ROLES, optimizer_steps_per_rollout
+from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
+from roll.distributed.roles import RoleProxy, Roles, TrainProxy
+from roll.distributed.weight_sync import copy_weights
+from roll.strategies.base import StrategyContext
+
+
+def start_roles(cfg: BaseConfig) -> Roles:
+    """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
+    role's strategy checked against the registry) and initialise their strategies."""
+    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    for worker in workers.values():
+        if not worker.model_args.model_name_or_path:
+            worker.model_args.model_name_or_path = cfg.pretrain
+    if cfg.distributed == "local":
+        groups: dict[str, WorkerGroup] = {
+            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in workers.items()}
+    else:
+        from roll.distributed.cluster import start_ray
+
+        needed = sum(w.num_cpus_per_worker * w.world_size for w in workers.values()) + 1
+        start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
+                  num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
+                  env_vars=dict(cfg.system_envs))
+        from roll.distributed.placement import check_feasible, create_placement_groups, plan_placement
+
+        plan = plan_placement(workers, cfg.num_gpus_per_node)
+        import ray
+
+        check_feasible(plan, ray.cluster_resources())
+        pgs = create_placement_groups(plan, timeout_s=min(cfg.rpc_timeout, 120))
+        groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r],
+                                    placement_groups=pgs) for r, w in workers.items()}
+    samples = cfg.rollout_batch_size * max(1, getattr(cfg, "num_return_sequences_in_group", 1))
+    per_rollout = optimizer_steps_per_rollout(cfg, "actor_train", samples)
+    train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, per_rollout)
+    ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
+                          max_running_requests=cfg.max_running_requests)
+    roles = Roles.of(groups, cfg)
+    for role, proxy in roles.items():
+        with start_notice(role, cfg.rpc_timeout):
+            proxy.initialize(ctx)
+        print(f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
+              f"worker(s)", flush=True)
+    return roles
+
+
+def colocation_phases(cfg: BaseConfig) -> Any:
+    """The :class:`~roll.distributed.colocation.ColocationPhases` of ``cfg``'s roles (no-op on CPU), with the
+    ``colocated_offload`` policy."""
+    from roll.distributed.colocation import ColocationPhases
+    from roll.distributed.placement import plan_placement
+
+    roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated, cfg.colocated_offload)
+
+
+def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
+    """Copy actor_train's weights into every worker of ``target`` (reference, critic); returns seconds.
+
+    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.distributed.weight_sync.WeightSync`: NCCL
+    broadcast when disaggregated, this copy otherwise)."""
+    start = time.perf_counter()
+    copy_weights(train, target)
+    return time.perf_counter() - start
