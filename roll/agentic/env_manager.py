@@ -9,13 +9,15 @@ validation is comparable across steps).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
-from roll.agentic.env_pool import CallOutcome, EnvCallPool
+from roll.agentic.env_pool import CallOutcome, EnvCallPool, TooManyHungCalls
+from roll.agentic.failures import record_error, record_failure
 from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
@@ -78,9 +80,10 @@ class EnvManager:
     """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns.
 
     The envs' turns go to the generator as requests (:meth:`rollout`); the envs step concurrently on an
-    :class:`EnvCallPool`. Fault isolation: an env call that raises ends its
-    trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``); one that
-    exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh instance.
+    :class:`EnvCallPool`. Fault isolation: an env call that raises, or returns a reward that is NaN or infinite,
+    ends its trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``);
+    one that exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh
+    instance (built on the pool too, under the same deadline). See :mod:`roll.agentic.failures` for what is recorded.
     """
 
     def __init__(self, manager: EnvManagerConfig, groups: list[GroupSpec], tokenizer_path: str,
@@ -102,22 +105,40 @@ class EnvManager:
                   **dict(spec.env.env_config)}
         return make_env(spec.env.env_type, kwargs)
 
+    def _run(self, xs: list[_Live], calls: list, what: str) -> list[CallOutcome]:
+        """``calls`` on the pool under ``env_step_timeout``; too many calls that never return stop the run."""
+        try:
+            return self.pool.run_all(calls, self.cfg.env_step_timeout)
+        except TooManyHungCalls as exc:
+            tags = sorted({x.spec.tag for x in xs})
+            raise RuntimeError(f"env {what} of tag(s) {tags} never returns: {exc}, each abandoned after "
+                               f"env_step_timeout={self.cfg.env_step_timeout}s. Fix the env (or its tool) so that "
+                               f"its calls return.") from None
+
     def _call_envs(self, xs: list[_Live], calls: list, what: str, result: ManagerResult) -> list[CallOutcome]:
         """Run env calls concurrently; record errors/timeouts on the trajectories; replace hung envs."""
         timeout = self.cfg.env_step_timeout
-        outcomes = self.pool.run_all(calls, timeout)
+        outcomes = self._run(xs, calls, what)
+        hung = []
         for x, outcome in zip(xs, outcomes):
             if outcome.error is not None:
                 if self.raise_env_errors:
                     raise outcome.error  # keeps the env's own traceback (debug mode)
-                x.traj.failure, x.traj.failure_kind = f"env.{what}: {type(outcome.error).__name__}: " \
-                                                      f"{outcome.error}", "error"
+                record_error(x.traj, f"env.{what}", outcome.error)
                 x.done = True
             elif outcome.timed_out:
-                x.traj.failure, x.traj.failure_kind = f"env.{what}: no return within {timeout}s", "timeout"
+                record_failure(x.traj, "timeout", "Timeout", f"env.{what}: no return within "
+                               f"env_step_timeout={timeout}s (the env was replaced)")
                 x.done = True
+                hung.append(x)
+        if hung:  # the hung instances stay with their abandoned threads; fresh ones, built under the deadline too
+            fresh = self._run(hung, [lambda x=x: self._make_env(x.spec) for x in hung], "construction")
+            for x, outcome in zip(hung, fresh):
+                if not outcome.ok:
+                    raise RuntimeError(f"env tag {x.spec.tag!r}: replacing a hung env failed ("
+                                       f"{'timed out' if outcome.timed_out else repr(outcome.error)})")
                 gi, ei = x.slot
-                self.envs[gi][ei] = self._make_env(x.spec)  # the hung instance stays with its abandoned thread
+                self.envs[gi][ei] = outcome.value
                 result.envs_replaced += 1
         return outcomes
 
@@ -186,6 +207,14 @@ class EnvManager:
     def _after_step(self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool,
                     info: dict[str, Any]) -> None:
         turn = x.traj.turns[-1]
+        if not math.isfinite(float(reward)):  # named at its source; never reaches the scores
+            message = (f"env.step of {type(x.env).__qualname__} returned reward={reward} for the reply "
+                       f"{turn.response_text[:80]!r}")
+            if self.raise_env_errors:
+                raise ValueError(message)
+            record_failure(x.traj, "error", "NonFiniteReward", message)
+            x.done = True
+            return
         turn.reward, turn.parsed_action = float(reward), info.get("parsed_action")
         turn.action_is_valid = bool(info.get("action_is_valid", False))
         x.traj.success = bool(info.get("success", False))

@@ -111,3 +111,6 @@ class ScriptedGenerator(BatchedClient):
 
     def leave(self) -> None:
         """No batching here."""
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to a Ray env manager: the script too, not only the client
+        return {**super().__getstate__(), "ids": self.ids, "eos": self.eos, "cut_every": self.cut_every, "calls": []}
