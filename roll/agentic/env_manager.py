@@ -212,7 +212,8 @@ class EnvManager:
                        f"{turn.response_text[:80]!r}")
             if self.raise_env_errors:
                 raise ValueError(message)
-            record_failure(x.traj, "error", "NonFiniteReward", message)
+            cls = type(x.env)
+            record_failure(x.traj, "error", "NonFiniteReward", message, f"{cls.__module__}.{cls.__qualname__}.step")
             x.done = True
             return
         turn.reward, turn.parsed_action = float(reward), info.get("parsed_action")

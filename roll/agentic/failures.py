@@ -45,19 +45,26 @@ def record_error(traj: Trajectory, call: str, exc: BaseException) -> None:
                    raised_at(exc))
 
 
+def distinct(traj: Trajectory) -> tuple:
+    """What makes failures the same: type and raising line (the message where no line is known, e.g. timeouts)."""
+    return (traj.failure_kind, traj.failure_type, traj.failure_at or traj.failure)
+
+
 def failure_report(trajectories: list[Trajectory], phase: str, step: int, prefix: str,
                    max_lines: int = 10) -> tuple[list[str], dict[str, float]]:
-    """One line per distinct failure (same type and message) with how many trajectories it ended and the tag,
+    """One line per distinct failure (:func:`distinct`) with how many trajectories it ended and the message, tag,
     seed and turn of its first occurrence, plus ``{prefix}/env_errors/<type>`` counts."""
     failed = [t for t in trajectories if t.failure]
     counts = Counter(t.failure_type or "Unknown" for t in failed)
     metrics = {f"{prefix}/env_errors/{name}": float(n) for name, n in counts.items()}
-    first: dict[str, Trajectory] = {}
-    seen = Counter(t.failure for t in failed)
+    first: dict[tuple, Trajectory] = {}
+    seen: Counter = Counter()
     for t in failed:
-        first.setdefault(t.failure, t)
-    lines = [f"[roll] {phase} step {step}: {seen[msg]} trajectories failed: {msg} (first: env tag {t.tag!r}, "
-             f"seed {t.seed}, turn {t.failure_turn}, id {t.traj_id})" for msg, t in list(first.items())[:max_lines]]
+        key = distinct(t)
+        first.setdefault(key, t)
+        seen[key] += 1
+    lines = [f"[roll] {phase} step {step}: {seen[key]} trajectories failed: {t.failure} (first: env tag {t.tag!r}, "
+             f"seed {t.seed}, turn {t.failure_turn}, id {t.traj_id})" for key, t in list(first.items())[:max_lines]]
     if len(first) > max_lines:
         lines.append(f"[roll] {phase} step {step}: {len(first) - max_lines} more distinct failures (see the "
                      f"trajectory dumps and {prefix}/env_errors/*)")

@@ -118,6 +118,9 @@ class BaseConfig(PPOConfig):
                                         "time spent, so a resumed run goes on counting.", allowed=">= 0")
     save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
+    max_skipped_updates: int = fld(3, "Stop the run (one line, exit 1) after this many steps in a row whose actor "
+                                      "update was skipped for a non-finite gradient norm (actor/skipped_updates); "
+                                      "0 = never stop.", allowed=">= 0")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")
     resume_from_checkpoint: Any = fld(False, "true: continue from the newest complete checkpoint in output_dir; "
                                              "or a checkpoint path.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import traceback
 from typing import Any, Mapping
 
@@ -10,7 +11,11 @@ from roll.rewards import math_answer  # noqa: F401  (registers the built-in "mat
 from roll.rewards.registry import (REWARDS, RewardFn, RewardResult, get_reward_fn, register_reward,
                                    registered_rewards)
 
-__all__ = ["RewardWorker", "RewardWorkerPool", "register_reward"]
+__all__ = ["NonFiniteReward", "RewardWorker", "RewardWorkerPool", "register_reward"]
+
+
+class NonFiniteReward(ValueError):
+    """A reward function returned a score that is NaN or infinite (the message names the function and sample)."""
 
 
 def user_registered_rewards() -> dict[str, RewardFn]:
@@ -19,11 +24,16 @@ def user_registered_rewards() -> dict[str, RewardFn]:
     return {name: fn for name, fn in fns.items() if not getattr(fn, "__module__", "").startswith("roll.")}
 
 
+def _defined_at(fn: Any) -> tuple[Any, str]:
+    """The function's code object (or None) and ``file:line`` where it is defined."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code, f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+
+
 def reward_failure_note(name: str, fn: Any, exc: BaseException, index: int, tag: str, response: str) -> str:
     """A one-line note for an exception raised by reward ``name``: where the function is defined and the line
     (in its own file when the traceback passes through it, else the deepest frame) that raised."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    defined = f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
+    code, defined = _defined_at(fn)
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if code is not None and f.filename == code.co_filename]
     raised = (own or frames)[-1] if frames else None
@@ -62,6 +72,7 @@ class RewardWorker:
         Raises:
             ValueError: if the three lists differ in length.
             KeyError: if a tag maps to no registered reward (the message lists the registered ones).
+            NonFiniteReward: a reward returned a score that is not a finite number (NaN, inf, None).
         """
         if not len(responses) == len(ground_truths) == len(tags):
             raise ValueError(
@@ -73,10 +84,17 @@ class RewardWorker:
             name = self.tag_to_reward.get(tag, tag)
             fn = get_reward_fn(name)
             try:
-                results.append(fn(response, truth, **self.reward_options.get(name, {})))
+                result = fn(response, truth, **self.reward_options.get(name, {}))
             except Exception as exc:  # keep the user's exception and traceback; say which reward and sample
                 exc.add_note(reward_failure_note(name, fn, exc, i, tag, response))
                 raise
+            score = getattr(result, "score", None)
+            if not isinstance(score, (int, float)) or not math.isfinite(score):
+                raise NonFiniteReward(
+                    f"reward function {name!r} ({getattr(fn, '__qualname__', fn)!s} defined at {_defined_at(fn)[1]}) "
+                    f"returned score={score!r} for sample {i} (tag {tag!r}, response {response[:80]!r}); a reward "
+                    f"must return RewardResult with a finite float score")
+            results.append(result)
         return results
 
 

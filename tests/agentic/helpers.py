@@ -32,8 +32,9 @@ class FlakyEnv(TextEnv):
     max_active = 0
 
     def __init__(self, fail_every: int = 0, hang_every: int = 0, hang_s: float = 3.0, step_sleep: float = 0.0,
-                 max_steps: int = 3, **kwargs: Any):
+                 max_steps: int = 3, reward: float = 1.0, **kwargs: Any):
         super().__init__(max_steps=max_steps, **kwargs)
+        self.reward = reward
         self.fail_every, self.hang_every, self.hang_s, self.step_sleep = fail_every, hang_every, hang_s, step_sleep
         self.pos = 0
 
@@ -64,7 +65,7 @@ class FlakyEnv(TextEnv):
 
     def _apply(self, action: str) -> Transition:
         self.pos += 1
-        return Transition(f"pos {self.pos}", 1.0, False)
+        return Transition(f"pos {self.pos}", self.reward, False)
 
     def _observation(self) -> str:
         return f"pos {self.pos}"

@@ -68,3 +68,25 @@ def test_pool_on_ray_shards_and_keeps_order(ray_session):
         assert pool.compute(["\\boxed{1}"], ["1"], ["math"])[0].correct  # fewer samples than actors
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), None])
+def test_non_finite_score_is_named_at_its_source(bad):
+    from roll.rewards import registry
+    from roll.rewards.workers import NonFiniteReward
+
+    name = "test_nan_reward"
+    register_reward(name)(lambda response, ground_truth: RewardResult(bad if response == "x" else 1.0, False, None,
+                                                                     False))
+    try:
+        worker = RewardWorker()
+        assert [r.score for r in worker.compute(["a", "b"], ["", ""], [name] * 2)] == [1.0, 1.0]
+        with pytest.raises(NonFiniteReward) as info:
+            worker.compute(["a", "x"], ["", ""], [name] * 2)
+    finally:
+        registry.REWARDS.unregister(name)
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "register_reward(name)(lambda" in text)
+    assert str(info.value) == (f"reward function {name!r} (test_non_finite_score_is_named_at_its_source.<locals>."
+                               f"<lambda> defined at {__file__}:{line}) returned score={bad!r} for sample 1 (tag "
+                               f"{name!r}, response 'x'); a reward must return RewardResult with a finite float score")
