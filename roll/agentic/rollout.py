@@ -211,7 +211,9 @@ def fit_batch(trajectories: list[Trajectory], target: int, multiple: int, min_gr
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> dict[str, float]:
-    """Success rate, mean reward, invalid-action rate, actions per episode, truncations (per tag when several)."""
+    """Success rate, mean reward, invalid-action rate, actions per episode, truncations (per tag when several),
+    and each env metric (``info["metrics"]``) as its mean per tag: ``env/<tag>/<name>`` (validation:
+    ``val/env/<tag>/<name>``)."""
     n = max(1, len(trajectories))
     actions = sum(len(t.turns) for t in trajectories)
     invalid = sum(1 for t in trajectories for turn in t.turns if not turn.action_is_valid)
@@ -231,6 +233,15 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
     if len(by_tag) > 1:
         for tag, ts in by_tag.items():
             metrics[f"{prefix}/{tag}/success_rate"] = sum(t.success for t in ts) / len(ts)
+    env = "env" if prefix == "rollout" else f"{prefix}/env"
+    for tag, ts in by_tag.items():  # the env's own metrics (info["metrics"] of its last step), mean per tag
+        values: dict[str, list[float]] = defaultdict(list)
+        for t in ts:
+            for name, value in t.env_metrics.items():
+                if isinstance(value, (int, float)):
+                    values[name].append(float(value))
+        for name, vs in sorted(values.items()):
+            metrics[f"{env}/{tag}/{name}"] = sum(vs) / len(vs)
     return metrics
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from roll.agentic.batching import BatchingGenerator, GroupGenerator
-from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups
+from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups, rollout_metrics
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory
 from roll.strategies.base import GenerationOutput, StrategyContext
@@ -46,6 +46,16 @@ class _CountingInner:
 
     def leave(self):
         pass
+
+
+def test_env_metrics_reach_the_metrics_per_tag():
+    trajs = [Trajectory(f"t{i}", env_id=i, group_id=0, tag=tag, seed=0, env_metrics=m) for i, (tag, m) in enumerate([
+        ("Tools", {"tool_calls": 2.0, "tool_errors": 1.0}), ("Tools", {"tool_calls": 3.0}),
+        ("Sokoban", {"boxes_on_target": 1.0, "note": "text is skipped"})])]
+    metrics = rollout_metrics(trajs)
+    env = {k: v for k, v in metrics.items() if k.startswith("env/")}
+    assert env == {"env/Tools/tool_calls": 2.5, "env/Tools/tool_errors": 1.0, "env/Sokoban/boxes_on_target": 1.0}
+    assert rollout_metrics(trajs, "val")["val/env/Tools/tool_calls"] == 2.5
 
 
 def test_batching_generator_merges_clients():
