@@ -16,7 +16,7 @@ from typing import Any
 
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
-from roll.agentic.env_pool import CallOutcome, EnvCallPool, TooManyHungCalls
+from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.agentic.failures import record_error, record_failure
 from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
@@ -80,7 +80,7 @@ class EnvManager:
     """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns.
 
     The envs' turns go to the generator as requests (:meth:`rollout`); the envs step concurrently on an
-    :class:`EnvCallPool`. Fault isolation: an env call that raises, or returns a reward that is NaN or infinite,
+    :class:`CallPool`. Fault isolation: an env call that raises, or returns a reward that is NaN or infinite,
     ends its trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``);
     one that exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh
     instance (built on the pool too, under the same deadline). See :mod:`roll.agentic.failures` for what is recorded.
@@ -96,7 +96,7 @@ class EnvManager:
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.formatters = {g.tag: ChatFormatter(self.tokenizer, g.env.system_prompt) for g in groups}
         self.envs = [[self._make_env(spec) for _ in range(manager.group_size)] for spec in groups]
-        self.pool = EnvCallPool(manager.env_threads)
+        self.pool = CallPool(manager.env_threads)
 
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env

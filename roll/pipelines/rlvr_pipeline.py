@@ -27,7 +27,7 @@ from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_datase
 from roll.pipelines.base import Pipeline, RunStopped
 from roll.pipelines.common import logprob_mismatch, perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
-from roll.rewards.workers import NonFiniteReward
+from roll.rewards.workers import NonFiniteReward, RewardTimeout
 from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
@@ -96,8 +96,9 @@ def data_corpus(examples: list[RLVRExample], cfg: RLVRConfig) -> list[str]:
     return lines + [str(n) for n in range(200)]
 
 
-def non_finite_stop(phase: str, step: int, exc: NonFiniteReward) -> RunStopped:
-    """The one line a non-finite reward stops the run with (under Ray the message sits among the actor's lines)."""
+def reward_stop(phase: str, step: int, exc: Exception) -> RunStopped:
+    """The one line a non-finite or hung reward stops the run with (under Ray the message sits among the actor's
+    lines)."""
     line = next((x for x in str(exc).splitlines() if "reward function" in x), str(exc)).strip()
     return RunStopped(f"{phase} step {step}: {line}")
 
@@ -155,7 +156,8 @@ class RLVRPipeline(Pipeline):
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
-                                        tag_to_reward=dict(cfg.rewards.tag_to_reward))
+                                        tag_to_reward=dict(cfg.rewards.tag_to_reward),
+                                        timeout_s=cfg.rewards.timeout_s)
         self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)
         self.start_tracker(run_id, headline_keys=HEADLINE_KEYS)
 
@@ -223,8 +225,8 @@ class RLVRPipeline(Pipeline):
         try:
             groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts,
                                           1, self.cfg.validation.generating_args)
-        except NonFiniteReward as exc:
-            raise non_finite_stop("val", step, exc) from exc
+        except (NonFiniteReward, RewardTimeout) as exc:
+            raise reward_stop("val", step, exc) from exc
         self.dumps.rlvr("val", step, groups, self.val_examples)
         metrics = rollout_metrics(groups, self.val_examples, "val")
         metrics["time/val"] = time.perf_counter() - start
@@ -240,8 +242,8 @@ class RLVRPipeline(Pipeline):
         ahead = self.next_batch.started
         try:
             prompt_groups, metrics, times = self.next_batch.take() if ahead else self.collect()
-        except NonFiniteReward as exc:  # named at its source: the reward function and the sample
-            raise non_finite_stop("train", step, exc) from exc
+        except (NonFiniteReward, RewardTimeout) as exc:  # named at its source: the reward function and the sample
+            raise reward_stop("train", step, exc) from exc
         if cfg.async_generation_ratio and step < cfg.max_steps:
             self.next_batch.start(self.collect)
         timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the batch made during the last step

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from roll.agentic.env_manager import EnvManager, plan_groups
-from roll.agentic.env_pool import EnvCallPool, TooManyHungCalls
+from roll.calls import CallPool, TooManyHungCalls
 from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
 from tests.agentic import hang_tool
 from tests.agentic.helpers import ScriptedGenerator
@@ -53,7 +53,7 @@ def test_pool_survives_more_hung_calls_than_threads():
     """2 threads, 6 calls that never return among 4 that do: every call gets an outcome, the pool keeps 2 working
     threads (a next batch runs), and an abandoned call's thread retires when the call finally returns."""
     gate = threading.Event()
-    pool = EnvCallPool(2)
+    pool = CallPool(2)
     calls = [(lambda i=i: gate.wait() or i) if i % 5 < 3 else (lambda i=i: i) for i in range(10)]
     outcomes = bounded(lambda: pool.run_all(calls, timeout=0.2))
     assert [o.timed_out for o in outcomes] == [i % 5 < 3 for i in range(10)]
@@ -72,9 +72,9 @@ def test_pool_survives_more_hung_calls_than_threads():
 
 def test_pool_stops_after_max_hung_calls():
     gate = threading.Event()
-    pool = EnvCallPool(1, max_hung=3)
+    pool = CallPool(1, max_hung=3)
     try:
-        with pytest.raises(TooManyHungCalls, match="4 env calls never returned"):
+        with pytest.raises(TooManyHungCalls, match="4 calls never returned"):
             bounded(lambda: pool.run_all([gate.wait] * 6, timeout=0.1))
     finally:
         gate.set()

@@ -84,8 +84,9 @@ def test_env_error_in_local_mode_is_isolated_and_names_user_line(tiny_model_dir,
     assert f'File "{USER_FILE}", line {ENV_LINE}, in step' in text, text
 
 
-def test_reward_error_in_local_mode_points_at_user_line():
-    pool = RewardWorkerPool(num_workers=2, use_ray=False)
+@pytest.mark.parametrize("timeout_s", [0.0, 5.0])  # called directly, or on a deadline thread
+def test_reward_error_in_local_mode_points_at_user_line(timeout_s):
+    pool = RewardWorkerPool(num_workers=2, use_ray=False, timeout_s=timeout_s)
     assert [r.score for r in pool.compute(["a", "b"], ["a", "c"], [user.REWARD_NAME] * 2)] == [1.0, 0.0]
     with pytest.raises(ZeroDivisionError) as info:  # the user's own exception type, unchanged
         pool.compute(["a", "boom"], ["a", "a"], [user.REWARD_NAME] * 2)

@@ -1,4 +1,5 @@
-"""Concurrent calls into user code (env reset/step, env construction) with an enforced deadline: :class:`EnvCallPool`.
+"""Concurrent calls into user code with an enforced deadline: :class:`CallPool`. The env managers run env
+reset/step and env construction on one, the reward workers their reward functions.
 
 Calls of different envs run on a pool of daemon threads, so one slow env (a sandboxed tool, a remote simulator)
 does not serialize the rest. Each call's clock starts when a thread picks it up; a call still running ``timeout``
@@ -38,7 +39,7 @@ class CallOutcome:
 
 
 class TooManyHungCalls(RuntimeError):
-    """More than ``max_hung`` abandoned calls are still running: the env never returns, so the run stops."""
+    """More than ``max_hung`` abandoned calls are still running: the user code never returns, so the run stops."""
 
 
 @dataclass
@@ -49,12 +50,12 @@ class _Task:
     abandoned: bool = False  # timed out: its thread retires when (if ever) the call returns
 
 
-class EnvCallPool:
+class CallPool:
     """``num_threads`` daemon threads running calls; :meth:`run_all` applies the deadline."""
 
     def __init__(self, num_threads: int, max_hung: int = 256):
         if num_threads < 1:
-            raise ValueError(f"EnvCallPool: num_threads={num_threads} must be >= 1")
+            raise ValueError(f"CallPool: num_threads={num_threads} must be >= 1")
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.max_hung = max_hung
@@ -65,7 +66,7 @@ class EnvCallPool:
             self._spawn()
 
     def _spawn(self) -> None:
-        thread = threading.Thread(target=self._work, daemon=True, name="roll-env")
+        thread = threading.Thread(target=self._work, daemon=True, name="roll-call")
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
@@ -101,7 +102,7 @@ class EnvCallPool:
             self.hung += 1
             hung = self.hung
         if hung > self.max_hung:
-            raise TooManyHungCalls(f"{hung} env calls never returned (more than max_hung={self.max_hung})")
+            raise TooManyHungCalls(f"{hung} calls never returned (more than max_hung={self.max_hung})")
         self._spawn()
         return True
 
