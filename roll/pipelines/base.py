@@ -6,6 +6,7 @@ loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.pipelines.pp
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import sys
@@ -249,7 +250,9 @@ class Pipeline(ABC):
                  "train_seconds": self.train_seconds, **self.driver_state()}
         path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
                                     int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
-        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        seconds = json.loads((path / ckpt.COMPLETE).read_text())["seconds"]
+        print(f"[roll] checkpoint step {step} saved to {path} ({size / 2**20:.1f} MiB in {seconds:.1f} s)", flush=True)
 
     def resume(self, path: Path) -> int:
         """Restore checkpoint ``path`` into the workers and the driver, sync the actor; returns its step."""
