@@ -1,4 +1,4 @@
-"""Every Python code block in docs/ runs: each in a fresh interpreter (registries start empty), from a scratch
+"""Every Python code block in docs/ (but the generated API signatures) runs: each in a fresh interpreter (registries start empty), from a scratch
 directory, with the repository on the import path (``examples.*`` modules import as from a launch there)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
 def snippets() -> list[tuple[str, str]]:
-    """``(id, code)`` of every fenced Python block of docs/*.md and docs/*/*.md; id = ``file:line``."""
+    """``(id, code)`` of every fenced Python block of docs/ (the API pages' signatures excepted: generated from the
+    code, they are signatures, not programs); id = ``file:line``."""
     found = []
-    for path in sorted(REPO.glob("docs/**/*.md")):
+    for path in sorted(p for p in REPO.glob("docs/**/*.md") if "api" not in p.relative_to(REPO / "docs").parts):
         text = path.read_text()
         for match in BLOCK.finditer(text):
             line = text[:match.start()].count("\n") + 1

@@ -4,7 +4,7 @@ Accepts ``--config-name``/``--config_name``, ``--config-path``/``--config_path``
 ``+key=value`` (add), ``++key=value`` (add or replace) and ``~key`` / ``~key=value`` (delete).
 A bad config prints one line naming the key and exits with code 2, before any worker starts; a run that stops
 because it cannot usefully go on (:class:`~roll.pipelines.base.RunStopped`) prints one line and exits with code 1.
-SIGTERM is handled like Ctrl-C, so a killed run prints how to resume it.
+SIGTERM is handled like Ctrl-C (exit code 130, no traceback), so a killed run prints how to resume it.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
     except RunStopped as exc:
         print(f"roll: run stopped: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pipeline printed where it stopped and how to resume
+        return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0

@@ -5,8 +5,11 @@ in a row), and every early stop prints how to resume."""
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,29 @@ def test_skipped_updates_are_counted_and_stop_the_run(tiny_model_dir, tmp_path, 
     assert "final actor saved" not in out and not (tmp_path / "final").exists()
     assert "[roll] run stopped by RunStopped at step 2; resume from the step-1 checkpoint with: python " in out
     assert out.strip().splitlines()[-1].endswith(" resume_from_checkpoint=true")
+
+
+@pytest.mark.slow
+def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_model_dir, tmp_path):
+    """A run killed with SIGTERM after its first checkpoint exits 130 with the command that resumes it, and that
+    command (run as printed) continues from the checkpoint to the end."""
+    script = REPO / "examples" / "start_rlvr_pipeline.py"
+    cmd = [sys.executable, str(script), "--config-name", "rlvr_tiny", *overrides(tiny_model_dir, tmp_path,
+                                                                                "max_steps=400", "save_steps=1")]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not (tmp_path / "checkpoints" / "step_1" / "COMPLETE").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("[roll] run interrupted at step "))
+    assert "; resume from the step-" in line and line.endswith(" resume_from_checkpoint=true"), line
+    command = shlex.split(line.split(" with: ", 1)[1])  # a shell command line, quoted where needed
+    assert command[0] == "python" and command[1:-1] == cmd[1:]  # the launch's own arguments, then the flag
+    step = int(line.split("resume from the step-")[1].split()[0])
+    command = [c.replace("max_steps=400", f"max_steps={step + 2}") for c in command]  # two more steps suffice
+    resumed = subprocess.run([sys.executable, *command[1:]], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "[roll] resumed from" in resumed.stdout and "final actor saved" in resumed.stdout
