@@ -12,8 +12,8 @@ the faults are a function of the trajectory and ``--fault-seed``):
 
 Then :func:`compare` checks that the soak run logged every step exactly once (``metrics.jsonl``, the TensorBoard
 events, the per-step trajectory dumps) with the same metrics and dumps as the reference, and that the faults were
-counted (``rollout/env_failures``, ``rollout/env_timeouts``, ``rollout/env_errors/<type>``). Local mode (``distributed=local``): the driver is the
-whole run, so a SIGKILL leaves nothing behind.
+counted (``rollout/env_failures``, ``rollout/env_timeouts``, ``rollout/env_errors/<type>``). Local mode
+(``distributed=local``): the driver is the whole run, so a SIGKILL leaves nothing behind.
 
     python benchmarks/soak.py --out output/soak                      # 12 steps, 3 kills
     python benchmarks/soak.py --out output/soak --steps 20 --kills 5 -- actor_train.training_args.learning_rate=1e-3

@@ -21,8 +21,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = REPO / "docs" / "api"
-MARKED = re.compile(r"(<!-- api: (?P<target>[\w.]+)(?: members=(?P<members>[\w,]+))? -->\n)(?P<body>.*?)(<!-- /api -->)",
-                    re.S)
+MARKED = re.compile(r"(<!-- api: (?P<target>[\w.]+)(?: members=(?P<members>[\w,]+))? -->\n)(?P<body>.*?)"
+                    r"(<!-- /api -->)", re.S)
 SECTIONS = ("Args", "Arguments", "Attributes", "Returns", "Raises", "Yields")
 
 

@@ -1,5 +1,6 @@
-"""Every Python code block in docs/ (but the generated API signatures) runs: each in a fresh interpreter (registries start empty), from a scratch
-directory, with the repository on the import path (``examples.*`` modules import as from a launch there)."""
+"""Every Python code block in docs/ (but the generated API signatures) runs: each in a fresh interpreter
+(registries start empty), from a scratch directory, with the repository on the import path (``examples.*``
+modules import as from a launch there)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,10 @@ from roll.data.batch import Batch
 
 
 #: Why a seed gave no demonstration (counted in the error when none does).
-NO_PLAN, TOO_LONG, NO_SUCCESS = "solution() returned no plan", "the plan was longer than max_actions_per_traj", \
-    "the plan did not reach success (no step reported info['success']=True before the episode ended or the plan ran out)"
+NO_PLAN = "solution() returned no plan"
+TOO_LONG = "the plan was longer than max_actions_per_traj"
+NO_SUCCESS = ("the plan did not reach success (no step reported info['success']=True before the episode ended or "
+              "the plan ran out)")
 
 
 def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int,

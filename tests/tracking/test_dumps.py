@@ -155,6 +155,6 @@ def test_failed_trajectories_follow_the_batch_with_their_error(tmp_path, tokeniz
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if '{}["board"]' in text)
     assert records[2]["failure"] == f"env.step: KeyError: 'board' (at {__file__}:{line} in " \
                                     f"test_failed_trajectories_follow_the_batch_with_their_error)"
-    assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2,
-                                   "at": f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"}
+    at = f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"
+    assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
     assert "adv" not in records[2]["turns"][0] and records[2]["turns"][1]["mask"] == [1, 0]  # not trained on
