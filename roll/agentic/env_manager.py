@@ -16,8 +16,8 @@ from typing import Any
 
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
-from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.agentic.failures import record_error, record_failure
+from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
@@ -207,7 +207,11 @@ class EnvManager:
     def _after_step(self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool,
                     info: dict[str, Any]) -> None:
         turn = x.traj.turns[-1]
-        if not math.isfinite(float(reward)):  # named at its source; never reaches the scores
+        try:
+            value = float(reward)
+        except (TypeError, ValueError):  # None, a string: no number at all
+            value = math.nan
+        if not math.isfinite(value):  # named at its source; never reaches the scores
             message = (f"env.step of {type(x.env).__qualname__} returned reward={reward} for the reply "
                        f"{turn.response_text[:80]!r}")
             if self.raise_env_errors:
@@ -216,7 +220,7 @@ class EnvManager:
             record_failure(x.traj, "error", "NonFiniteReward", message, f"{cls.__module__}.{cls.__qualname__}.step")
             x.done = True
             return
-        turn.reward, turn.parsed_action = float(reward), info.get("parsed_action")
+        turn.reward, turn.parsed_action = value, info.get("parsed_action")
         turn.action_is_valid = bool(info.get("action_is_valid", False))
         x.traj.success = bool(info.get("success", False))
         x.traj.terminated = bool(terminated)
