@@ -95,8 +95,8 @@ class EnvManager:
         self.args, self.sequence_length, self.raise_env_errors = generating_args, sequence_length, raise_env_errors
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.formatters = {g.tag: ChatFormatter(self.tokenizer, g.env.system_prompt) for g in groups}
-        self.envs = [[self._make_env(spec) for _ in range(manager.group_size)] for spec in groups]
         self.pool = CallPool(manager.env_threads)
+        self.envs = [self._build([spec] * manager.group_size) for spec in groups]
 
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env
@@ -104,6 +104,18 @@ class EnvManager:
         kwargs = {"format_penalty": self.cfg.format_penalty, "action_format": self.cfg.action_format,
                   **dict(spec.env.env_config)}
         return make_env(spec.env.env_type, kwargs)
+
+    def _build(self, specs: list[GroupSpec]) -> list[Any]:
+        """Fresh envs for ``specs``, built concurrently under ``env_step_timeout`` (constructors are user code)."""
+        outcomes = self.pool.run_all([lambda spec=spec: self._make_env(spec) for spec in specs],
+                                     self.cfg.env_step_timeout)
+        for spec, outcome in zip(specs, outcomes):
+            if outcome.error is not None:
+                raise outcome.error
+            if outcome.timed_out:
+                raise RuntimeError(f"env tag {spec.tag!r}: building the env did not return within "
+                                   f"env_step_timeout={self.cfg.env_step_timeout}s")
+        return [outcome.value for outcome in outcomes]
 
     def _run(self, xs: list[_Live], calls: list, what: str) -> list[CallOutcome]:
         """``calls`` on the pool under ``env_step_timeout``; too many calls that never return stop the run."""
@@ -132,13 +144,9 @@ class EnvManager:
                 x.done = True
                 hung.append(x)
         if hung:  # the hung instances stay with their abandoned threads; fresh ones, built under the deadline too
-            fresh = self._run(hung, [lambda x=x: self._make_env(x.spec) for x in hung], "construction")
-            for x, outcome in zip(hung, fresh):
-                if not outcome.ok:
-                    raise RuntimeError(f"env tag {x.spec.tag!r}: replacing a hung env failed ("
-                                       f"{'timed out' if outcome.timed_out else repr(outcome.error)})")
+            for x, env in zip(hung, self._build([x.spec for x in hung])):
                 gi, ei = x.slot
-                self.envs[gi][ei] = outcome.value
+                self.envs[gi][ei] = env
                 result.envs_replaced += 1
         return outcomes
 

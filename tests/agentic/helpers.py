@@ -32,9 +32,11 @@ class FlakyEnv(TextEnv):
     max_active = 0
 
     def __init__(self, fail_every: int = 0, hang_every: int = 0, hang_s: float = 3.0, step_sleep: float = 0.0,
-                 max_steps: int = 3, reward: float = 1.0, **kwargs: Any):
+                 max_steps: int = 3, reward: float = 1.0, hang_init: bool = False, **kwargs: Any):
         super().__init__(max_steps=max_steps, **kwargs)
         self.reward = reward
+        if hang_init:  # a constructor that never returns (it waits for a server that never answers)
+            threading.Event().wait()
         self.fail_every, self.hang_every, self.hang_s, self.step_sleep = fail_every, hang_every, hang_s, step_sleep
         self.pos = 0
 

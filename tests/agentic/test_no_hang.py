@@ -140,3 +140,22 @@ def test_hung_tool_ray_mode(ray_session, qwen_tokenizer_dir):
     for step, hung in ((1, 4), (2, 2)):
         check_rollout(ray.get(manager.rollout.remote(step, generator), timeout=BOUND_S), hung)
     ray.kill(manager)
+
+
+def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
+    """The preflight builds each env under env_step_timeout (one config-error line naming the tag), and so do the
+    env managers."""
+    from roll.config.errors import ConfigError
+    from roll.pipelines.preflight import check_envs
+    from tests.agentic.conftest import make_cfg
+
+    cfg = make_cfg(env_config={"hang_init": True}, env_step_timeout=0.5)
+    with pytest.raises(ConfigError) as info:
+        bounded(lambda: check_envs(cfg))
+    assert str(info.value) == ("custom_envs.Flaky.env_type='flaky_test': building the env did not return within "
+                               "env_step_timeout=0.5s; its constructor hangs")
+    m = cfg.train_env_manager
+    with pytest.raises(RuntimeError, match="env tag 'Flaky': building the env did not return within "
+                                           "env_step_timeout=0.5s"):
+        bounded(lambda: EnvManager(m, plan_groups(m, cfg.custom_envs), qwen_tokenizer_dir,
+                                   cfg.actor_infer.generating_args, 2048, 42, "train"))
