@@ -1,7 +1,7 @@
 """A user tool that never returns, for the no-hang tests: ``hang`` blocks forever on every other instance.
 
-Importing this module registers the tool; the env type :data:`ENV_TYPE` (``tool_use`` reached through this module)
-makes Ray env managers import it too. The ``hang`` tool of an even-numbered instance never returns (it waits on an
+Importing this module registers the tool; the env type ``tests.agentic.hang_tool:tool_use`` (``tool_use`` reached
+through this module) makes Ray env managers import it too. The ``hang`` tool of an even-numbered instance never returns (it waits on an
 event nobody sets); the others answer ``"ok"``. :data:`HANGING` holds the events, so a test can let them go.
 """
 
@@ -13,8 +13,6 @@ from typing import Any
 
 from roll.envs.tool_use.tools import Tool, ToolResult, list_tools, register_tool
 
-ENV_TYPE = "tests.agentic.hang_tool:tool_use"
-CALL = '<tool_call>{"name": "hang", "arguments": {}}</tool_call>'
 _instances = itertools.count()
 HANGING: list[threading.Event] = []
 

@@ -17,7 +17,6 @@ import pytest
 from roll.agentic.env_manager import EnvManager, plan_groups
 from roll.calls import CallPool, TooManyHungCalls
 from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
-from tests.agentic import hang_tool
 from tests.agentic.helpers import ScriptedGenerator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,10 +42,25 @@ def bounded(fn: Callable[[], Any], seconds: float = BOUND_S) -> Any:
     return box["value"]
 
 
-def release_hung_calls() -> None:
-    for event in hang_tool.HANGING:
+@pytest.fixture(scope="module")
+def hang_tool():
+    """The never-returning tool, registered for this module's tests only (other tests list the registry)."""
+    import importlib
+    import sys
+
+    from roll.envs.tool_use import tools
+
+    module = importlib.import_module("tests.agentic.hang_tool")
+    yield module
+    release_hung_calls(module)
+    tools._TOOLS.pop("hang", None)
+    sys.modules.pop("tests.agentic.hang_tool", None)
+
+
+def release_hung_calls(module) -> None:
+    for event in module.HANGING:
         event.set()
-    hang_tool.HANGING.clear()
+    module.HANGING.clear()
 
 
 def test_pool_survives_more_hung_calls_than_threads():
@@ -85,7 +99,9 @@ def tool_config(env_threads: int, timeout: float) -> EnvManagerConfig:
                             env_step_timeout=timeout)
 
 
-CUSTOM = {"Tools": CustomEnvConfig(env_type=hang_tool.ENV_TYPE, env_config={"tools": ["hang"], "max_steps": 3},
+ENV_TYPE = "tests.agentic.hang_tool:tool_use"  # importing the module registers the tool (in Ray actors too)
+CALL = '<tool_call>{"name": "hang", "arguments": {}}</tool_call>'
+CUSTOM = {"Tools": CustomEnvConfig(env_type=ENV_TYPE, env_config={"tools": ["hang"], "max_steps": 3},
                                    max_actions_per_traj=2, max_tokens_per_step=40, system_prompt="You play.")}
 
 
@@ -103,19 +119,18 @@ def check_rollout(result: Any, hung: int) -> None:
     assert len(finished) == 8 - hung and all(len(t.turns) == 2 for t in finished)  # the others played on
 
 
-def test_hung_tool_local_mode(qwen_tokenizer_dir):
+def test_hung_tool_local_mode(hang_tool, qwen_tokenizer_dir):
     """8 envs, 2 threads, 4 tools that never return in the first rollout (even-numbered tool instances): the
     rollout ends, the hung envs are replaced, and the next rollout (2 of the 4 fresh envs hang) ends too."""
-    release_hung_calls()
     hang_tool._instances = iter(range(0, 10_000))  # instance 0 hangs, 1 answers, ...
     manager = EnvManager(*manager_args(tool_config(env_threads=2, timeout=0.5), qwen_tokenizer_dir))
-    generator = ScriptedGenerator(manager.tokenizer, hang_tool.CALL)
+    generator = ScriptedGenerator(manager.tokenizer, CALL)
     try:
         check_rollout(bounded(lambda: manager.rollout(1, generator)), hung=4)
         check_rollout(bounded(lambda: manager.rollout(2, generator)), hung=2)
         assert manager.pool.hung == 6
     finally:
-        release_hung_calls()
+        release_hung_calls(hang_tool)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +143,7 @@ def ray_session():
 
 
 @pytest.mark.slow
-def test_hung_tool_ray_mode(ray_session, qwen_tokenizer_dir):
+def test_hung_tool_ray_mode(ray_session, hang_tool, qwen_tokenizer_dir):
     """The same under Ray: the env manager is an actor (as the rollout scheduler makes it), its hung tool calls are
     abandoned inside the actor, and the driver's ``ray.get`` returns."""
     ray = ray_session
@@ -136,7 +151,7 @@ def test_hung_tool_ray_mode(ray_session, qwen_tokenizer_dir):
     manager = cls.remote(*manager_args(tool_config(env_threads=2, timeout=0.5), qwen_tokenizer_dir))
     from roll.models.loading import load_tokenizer
 
-    generator = ScriptedGenerator(load_tokenizer(qwen_tokenizer_dir), hang_tool.CALL)
+    generator = ScriptedGenerator(load_tokenizer(qwen_tokenizer_dir), CALL)
     for step, hung in ((1, 4), (2, 2)):
         check_rollout(ray.get(manager.rollout.remote(step, generator), timeout=BOUND_S), hung)
     ray.kill(manager)

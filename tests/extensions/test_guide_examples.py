@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,22 @@ TINY = ["distributed=local", "max_steps=1", "eval_steps=0", "track_with=stdout",
 @pytest.fixture(autouse=True)
 def repo_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO))  # examples.* import from the repo root, like a launch there
+
+
+@pytest.fixture(autouse=True, scope="module")
+def unregister_examples():
+    """The examples register a tool, a task and a reward on import: removed again after this module, so that other
+    tests see the registries as they were (and a later import registers them afresh)."""
+    yield
+    from roll.envs.tool_use import tasks, tools
+    from roll.rewards.registry import REWARDS, registered_rewards
+
+    tools._TOOLS.pop("unit_convert", None)
+    tasks._TASKS.pop("convert_length", None)
+    if "tagged_integer" in registered_rewards():
+        REWARDS.unregister("tagged_integer")
+    for name in ("examples.custom_tool.unit_convert", "examples.custom_reward.tagged_integer"):
+        sys.modules.pop(name, None)
 
 
 def test_reward_example_scores_by_hand():

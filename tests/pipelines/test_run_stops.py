@@ -36,6 +36,18 @@ def overrides(model_dir: str, out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def unregister_debug_rewards():
+    """The in-process runs import tests.debug.nan_reward (it registers two rewards): removed after this module."""
+    yield
+    from roll.rewards.registry import REWARDS, registered_rewards
+
+    for name in ("debug_nan_reward", "debug_huge_reward"):
+        if name in registered_rewards():
+            REWARDS.unregister(name)
+    sys.modules.pop("tests.debug.nan_reward", None)
+
+
 def test_resume_command_replaces_an_earlier_resume_flag():
     assert resume_command(["examples/start_rlvr_pipeline.py", "--config-name", "rlvr_tiny", "max_steps=5",
                            "resume_from_checkpoint=false"]) == \
@@ -87,9 +99,10 @@ def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_mod
                                                                                 "max_steps=400", "save_steps=1")]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
-    while not (tmp_path / "checkpoints" / "step_1" / "COMPLETE").exists() and proc.poll() is None:
+    while not list(tmp_path.glob("checkpoints/step_*/COMPLETE")) and proc.poll() is None:  # (2 are kept)
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before a checkpoint"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
