@@ -6,6 +6,7 @@ loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.pipelines.pp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shlex
@@ -200,7 +201,8 @@ class Pipeline(ABC):
                               f"({self.train_seconds:.0f} s of training)", flush=True)
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
-            self.tracker.finish()
+            with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
+                self.tracker.finish()
             print(self.resume_hint(step, exc), flush=True)
             raise
         final = self.output_dir / "final"
