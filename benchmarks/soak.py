@@ -1,8 +1,9 @@
 """Soak: the embedded default shrunk to minutes, with failing envs and a driver killed by SIGKILL, resumed each time.
 
 Two runs of ``sokoban_tiny`` (shrunk: :func:`soak_overrides`) on ``benchmarks.faulty_env:faulty_sokoban``, whose steps
-raise in ``--error-rate`` of the cases and hang past ``env_step_timeout`` in ``--hang-rate`` (reproducibly: the
-faults are a function of the trajectory and ``--fault-seed``):
+raise in ``--error-rate`` of the cases, hang past ``env_step_timeout`` in ``--hang-rate`` and never return in
+``--never-rate`` (more never-returning calls than ``env_threads``: the pool must abandon them and go on; reproducibly:
+the faults are a function of the trajectory and ``--fault-seed``):
 
 1. the reference: straight through;
 2. the soak: the driver is killed with SIGKILL at ``--kills`` random moments (after a random step's record
@@ -11,8 +12,8 @@ faults are a function of the trajectory and ``--fault-seed``):
 
 Then :func:`compare` checks that the soak run logged every step exactly once (``metrics.jsonl``, the TensorBoard
 events, the per-step trajectory dumps) with the same metrics and dumps as the reference, and that the faults were
-counted (``rollout/env_failures``, ``rollout/env_timeouts``). Local mode (``distributed=local``): the driver is the
-whole run, so a SIGKILL leaves nothing behind.
+counted (``rollout/env_failures``, ``rollout/env_timeouts``, ``rollout/env_errors/<type>``). Local mode
+(``distributed=local``): the driver is the whole run, so a SIGKILL leaves nothing behind.
 
     python benchmarks/soak.py --out output/soak                      # 12 steps, 3 kills
     python benchmarks/soak.py --out output/soak --steps 20 --kills 5 -- actor_train.training_args.learning_rate=1e-3
@@ -39,11 +40,13 @@ VOLATILE = ("time/", "perf/")
 
 
 def soak_overrides(run_dir: Path, steps: int, save_steps: int, fault_seed: int, error_rate: float,
-                   hang_rate: float, env_step_timeout: float = 1.0) -> dict[str, str]:
+                   hang_rate: float, env_step_timeout: float = 1.0, never_rate: float = 0.0,
+                   env_threads: int = 2) -> dict[str, str]:
     """``sokoban_tiny`` shrunk to a few minutes on faulty envs, as ``{key: value}`` overrides: 16 trajectories a
     step (4 groups x 4; update batches of 8, so that a batch thinned by faults still fits), 16 validation rooms at
     the start and the end, a 20-step warm start, a checkpoint every ``save_steps`` steps, a trajectory dump every
-    step. Faulty steps end their trajectory, so up to 4 refill rounds make up the batch."""
+    step. Faulty steps end their trajectory, so up to 4 refill rounds make up the batch. ``env_threads`` is small, so
+that never-returning calls soon outnumber the pool's threads."""
     env = "custom_envs.SimpleSokoban"
     overrides = {
         "output_dir": run_dir, "logging_dir": run_dir / "logs", "distributed": "local", "track_with": "tensorboard",
@@ -54,11 +57,11 @@ def soak_overrides(run_dir: Path, steps: int, save_steps: int, fault_seed: int, 
         "actor_train.training_args.gradient_accumulation_steps": 2,
         f"{env}.env_type": FAULTY_ENV, f"+{env}.env_config.error_rate": error_rate,
         f"+{env}.env_config.hang_rate": hang_rate, f"+{env}.env_config.hang_s": env_step_timeout + 1.0,
-        f"+{env}.env_config.fault_seed": fault_seed,
+        f"+{env}.env_config.fault_seed": fault_seed, f"+{env}.env_config.never_rate": never_rate,
     }
     for manager in ("train_env_manager", "val_env_manager"):
         overrides.update({f"{manager}.env_step_timeout": env_step_timeout, f"{manager}.raise_env_errors": "false",
-                          f"{manager}.max_refill_rounds": 4})
+                          f"{manager}.max_refill_rounds": 4, f"{manager}.env_threads": env_threads})
     return {key: str(value) for key, value in overrides.items()}
 
 
@@ -215,6 +218,7 @@ def compare(reference: Path, soak: Path) -> dict[str, float]:
             "max_abs_diff": worst, "problems": float(len(problems)),
             "env_failures": sum(r.get("rollout/env_failures", 0.0) for r in train),
             "env_timeouts": sum(r.get("rollout/env_timeouts", 0.0) for r in train),
+            "injected_faults": sum(r.get("rollout/env_errors/InjectedFault", 0.0) for r in train),
             "val_env_failures": sum(r.get("val/env_failures", 0.0) for r in got),
             "envs_replaced": sum(r.get("rollout/envs_replaced", 0.0) for r in train),
             "trajectories": sum(r.get("rollout/batch_size", 0.0) for r in train),
@@ -231,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-seed", type=int, default=0)
     parser.add_argument("--error-rate", type=float, default=0.10)
     parser.add_argument("--hang-rate", type=float, default=0.02)
+    parser.add_argument("--never-rate", type=float, default=0.02, help="steps that never return")
     parser.add_argument("--model", default=None, help="pretrain directory (default: built under --out)")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds each of the two runs may take")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for both runs (after --)")
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, kills in (("reference", []), ("soak", kill_steps)):
         run_dir = args.out / name
         overrides = as_args(soak_overrides(run_dir, args.steps, args.save_steps, args.fault_seed, args.error_rate,
-                                           args.hang_rate)) + model + list(args.overrides)
+                                           args.hang_rate, never_rate=args.never_rate)) + model + list(args.overrides)
         runs[name] = run_with_kills(overrides, run_dir, kills, rng, args.timeout)
         print(f"{name}: {len(runs[name].launches)} launch(es), {runs[name].wall_s:.0f} s, killed after steps "
               f"{[x.killed_after_step for x in runs[name].launches if x.killed_after_step is not None]}", flush=True)

@@ -27,7 +27,10 @@ HEADER = """# Configuration reference
 
 Keys follow ROLL's configuration guide. A config file is YAML composed by Hydra: a `defaults` list may pull in
 fragments (`- ../config/deepspeed_zero2@_here_`), values may interpolate (`${pretrain}`), and top-level keys that
-are only interpolation sources or fragment blocks are YAML variables, dropped after resolution. An unknown key, a
+are only interpolation sources or fragment blocks are YAML variables, dropped after resolution. A config in your
+own folder (`--config-path my_configs --config-name hangman`) may inherit a shipped one by name
+(`defaults: [sokoban_tiny, _self_]`, then your keys): the shipped configs and fragments are on the search path after
+your folder, and a parent found in neither is named in the error. An unknown key, a
 wrong type, a bad choice or a value outside the "allowed" range of the tables below is a one-line error naming the
 key, the value and what is allowed (exit code 2 from the start scripts), before any worker starts. Rules across
 fields are checked too (batch arithmetic below, lengths, strategy options against the worker block), and at launch

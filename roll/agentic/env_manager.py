@@ -9,13 +9,15 @@ validation is comparable across steps).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter
-from roll.agentic.env_pool import CallOutcome, EnvCallPool
+from roll.agentic.failures import record_error, record_failure
+from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
@@ -78,9 +80,10 @@ class EnvManager:
     """Owns ``group_size`` envs for each of its groups and rolls them out in lock-step turns.
 
     The envs' turns go to the generator as requests (:meth:`rollout`); the envs step concurrently on an
-    :class:`EnvCallPool`. Fault isolation: an env call that raises ends its
-    trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``); one that
-    exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh instance.
+    :class:`CallPool`. Fault isolation: an env call that raises, or returns a reward that is NaN or infinite,
+    ends its trajectory with ``failure_kind="error"`` (or re-raises with its traceback when ``raise_env_errors``);
+    one that exceeds ``env_step_timeout`` ends it with ``failure_kind="timeout"`` and the env is replaced by a fresh
+    instance (built on the pool too, under the same deadline). See :mod:`roll.agentic.failures` for what is recorded.
     """
 
     def __init__(self, manager: EnvManagerConfig, groups: list[GroupSpec], tokenizer_path: str,
@@ -92,8 +95,8 @@ class EnvManager:
         self.args, self.sequence_length, self.raise_env_errors = generating_args, sequence_length, raise_env_errors
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.formatters = {g.tag: ChatFormatter(self.tokenizer, g.env.system_prompt) for g in groups}
-        self.envs = [[self._make_env(spec) for _ in range(manager.group_size)] for spec in groups]
-        self.pool = EnvCallPool(manager.env_threads)
+        self.pool = CallPool(manager.env_threads)
+        self.envs = [self._build([spec] * manager.group_size) for spec in groups]
 
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env
@@ -102,22 +105,48 @@ class EnvManager:
                   **dict(spec.env.env_config)}
         return make_env(spec.env.env_type, kwargs)
 
+    def _build(self, specs: list[GroupSpec]) -> list[Any]:
+        """Fresh envs for ``specs``, built concurrently under ``env_step_timeout`` (constructors are user code)."""
+        outcomes = self.pool.run_all([lambda spec=spec: self._make_env(spec) for spec in specs],
+                                     self.cfg.env_step_timeout)
+        for spec, outcome in zip(specs, outcomes):
+            if outcome.error is not None:
+                raise outcome.error
+            if outcome.timed_out:
+                raise RuntimeError(f"env tag {spec.tag!r}: building the env did not return within "
+                                   f"env_step_timeout={self.cfg.env_step_timeout}s")
+        return [outcome.value for outcome in outcomes]
+
+    def _run(self, xs: list[_Live], calls: list, what: str) -> list[CallOutcome]:
+        """``calls`` on the pool under ``env_step_timeout``; too many calls that never return stop the run."""
+        try:
+            return self.pool.run_all(calls, self.cfg.env_step_timeout)
+        except TooManyHungCalls as exc:
+            tags = sorted({x.spec.tag for x in xs})
+            raise RuntimeError(f"env {what} of tag(s) {tags} never returns: {exc}, each abandoned after "
+                               f"env_step_timeout={self.cfg.env_step_timeout}s. Fix the env (or its tool) so that "
+                               f"its calls return.") from None
+
     def _call_envs(self, xs: list[_Live], calls: list, what: str, result: ManagerResult) -> list[CallOutcome]:
         """Run env calls concurrently; record errors/timeouts on the trajectories; replace hung envs."""
         timeout = self.cfg.env_step_timeout
-        outcomes = self.pool.run_all(calls, timeout)
+        outcomes = self._run(xs, calls, what)
+        hung = []
         for x, outcome in zip(xs, outcomes):
             if outcome.error is not None:
                 if self.raise_env_errors:
                     raise outcome.error  # keeps the env's own traceback (debug mode)
-                x.traj.failure, x.traj.failure_kind = f"env.{what}: {type(outcome.error).__name__}: " \
-                                                      f"{outcome.error}", "error"
+                record_error(x.traj, f"env.{what}", outcome.error)
                 x.done = True
             elif outcome.timed_out:
-                x.traj.failure, x.traj.failure_kind = f"env.{what}: no return within {timeout}s", "timeout"
+                record_failure(x.traj, "timeout", "Timeout", f"env.{what}: no return within "
+                               f"env_step_timeout={timeout}s (the env was replaced)")
                 x.done = True
+                hung.append(x)
+        if hung:  # the hung instances stay with their abandoned threads; fresh ones, built under the deadline too
+            for x, env in zip(hung, self._build([x.spec for x in hung])):
                 gi, ei = x.slot
-                self.envs[gi][ei] = self._make_env(x.spec)  # the hung instance stays with its abandoned thread
+                self.envs[gi][ei] = env
                 result.envs_replaced += 1
         return outcomes
 
@@ -186,7 +215,20 @@ class EnvManager:
     def _after_step(self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool,
                     info: dict[str, Any]) -> None:
         turn = x.traj.turns[-1]
-        turn.reward, turn.parsed_action = float(reward), info.get("parsed_action")
+        try:
+            value = float(reward)
+        except (TypeError, ValueError):  # None, a string: no number at all
+            value = math.nan
+        if not math.isfinite(value):  # named at its source; never reaches the scores
+            message = (f"env.step of {type(x.env).__qualname__} returned reward={reward} for the reply "
+                       f"{turn.response_text[:80]!r}")
+            if self.raise_env_errors:
+                raise ValueError(message)
+            cls = type(x.env)
+            record_failure(x.traj, "error", "NonFiniteReward", message, f"{cls.__module__}.{cls.__qualname__}.step")
+            x.done = True
+            return
+        turn.reward, turn.parsed_action = value, info.get("parsed_action")
         turn.action_is_valid = bool(info.get("action_is_valid", False))
         x.traj.success = bool(info.get("success", False))
         x.traj.terminated = bool(terminated)

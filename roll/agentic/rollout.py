@@ -7,7 +7,9 @@ training batch. Their group keeps its other members and is normalized without th
 short, up to ``max_refill_rounds`` extra rounds (fresh seeds) refill it; whatever is still missing makes the batch
 smaller, trimmed to a multiple of the train mini-batch so the update still runs. Every round gives each env one
 trajectory; ``max_traj_per_env`` (when > 0) caps the rounds of a step, refills included. Counts go to
-``rollout/env_failures``, ``rollout/env_timeouts`` and ``rollout/dropped_trajectories``.
+``rollout/env_failures``, ``rollout/env_timeouts``, ``rollout/env_errors/<type>`` and
+``rollout/dropped_trajectories``; each distinct failure is printed once per step on one line
+(:mod:`roll.agentic.failures`), and the failed trajectories are kept in :attr:`RolloutScheduler.failed` for the dumps.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenerator, Generator, GroupGenerator,
                                    RemoteGenerator)
 from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
+from roll.agentic.failures import failure_report, print_lines
 from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.config.validation import global_train_batch
@@ -59,7 +62,8 @@ class RolloutScheduler:
                 self.batcher = BatchingGenerator(inner, manager.batch_max_size, manager.batch_max_wait_ms)
                 inner = self.batcher
         self.generator: Generator = generation_client(infer, inner)
-        raise_errors = (not use_ray) if manager.raise_env_errors is None else manager.raise_env_errors
+        raise_errors = manager.raise_env_errors
+        self.failed: list[Trajectory] = []  # the failed trajectories of the last rollout (for the dumps)
         groups = plan_groups(manager, cfg.custom_envs)
         per = len(groups) // n
         sampling = manager.generating_args or cfg.actor_infer.generating_args
@@ -123,13 +127,30 @@ class RolloutScheduler:
                     break
                 refills += 1
         batch = fit_batch(usable, batch_size, self.batch_multiple, self.min_group)
+        everything = [t for r in results for t in r.trajectories]
+        self.failed = [t for t in everything if t.failure]
+        lines, error_counts = failure_report(self.failed, self.phase, step, self.prefix)
+        print_lines(lines)
         if not batch:
-            failures = [t.failure for r in results for t in r.trajectories if t.failure]
-            raise RuntimeError(f"{self.phase} rollout at step {step}: no usable trajectories ({len(failures)} of "
-                               f"{produced} failed; first: {failures[:1]}). Fix the env, or raise "
-                               f"env_step_timeout / max_refill_rounds.")
+            raise RuntimeError(self._empty_batch_message(step, everything, len(usable)))
         metrics = self._metrics(results, batch, refills, time.perf_counter() - start)
+        metrics.update(error_counts)
         return batch, metrics
+
+    def _empty_batch_message(self, step: int, trajectories: list[Trajectory], usable: int) -> str:
+        """Why a rollout gave no batch: what failed (by kind) and what was left, and the fix for that case."""
+        failed = [t for t in trajectories if t.failure]
+        kinds = {kind: sum(t.failure_kind == kind for t in failed) for kind in ("error", "timeout")}
+        left = len(trajectories) - len(failed)
+        what = (f"{len(failed)} of {len(trajectories)} trajectories failed ({kinds['error']} raised or returned a "
+                f"non-finite reward, {kinds['timeout']} timed out after env_step_timeout="
+                f"{self.manager.env_step_timeout}s); {left} finished, {usable} of them in groups of >= "
+                f"{self.min_group}, too few for a batch (a multiple of {self.batch_multiple})")
+        first = f"first failure: {failed[0].failure}" if failed else "no env failed"
+        fix = ("fix the env (its failures are listed above)" if kinds["error"] >= kinds["timeout"] else
+               "fix the env's hanging call, or raise env_step_timeout if it is only slow")
+        return (f"{self.phase} rollout at step {step}: no usable trajectories: {what}; {first}. To go on: {fix}, "
+                f"or raise max_refill_rounds.")
 
     def _metrics(self, results: list[ManagerResult], batch: list[Trajectory], refills: int,
                  wall: float) -> dict[str, float]:
@@ -190,7 +211,9 @@ def fit_batch(trajectories: list[Trajectory], target: int, multiple: int, min_gr
 
 
 def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> dict[str, float]:
-    """Success rate, mean reward, invalid-action rate, actions per episode, truncations (per tag when several)."""
+    """Success rate, mean reward, invalid-action rate, actions per episode, truncations (per tag when several),
+    and each env metric (``info["metrics"]``) as its mean per tag: ``env/<tag>/<name>`` (validation:
+    ``val/env/<tag>/<name>``)."""
     n = max(1, len(trajectories))
     actions = sum(len(t.turns) for t in trajectories)
     invalid = sum(1 for t in trajectories for turn in t.turns if not turn.action_is_valid)
@@ -210,6 +233,15 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
     if len(by_tag) > 1:
         for tag, ts in by_tag.items():
             metrics[f"{prefix}/{tag}/success_rate"] = sum(t.success for t in ts) / len(ts)
+    env = "env" if prefix == "rollout" else f"{prefix}/env"
+    for tag, ts in by_tag.items():  # the env's own metrics (info["metrics"] of its last step), mean per tag
+        values: dict[str, list[float]] = defaultdict(list)
+        for t in ts:
+            for name, value in t.env_metrics.items():
+                if isinstance(value, (int, float)):
+                    values[name].append(float(value))
+        for name, vs in sorted(values.items()):
+            metrics[f"{env}/{tag}/{name}"] = sum(vs) / len(vs)
     return metrics
 
 

@@ -54,11 +54,12 @@ class EnvManagerConfig:
                                           "only null accepted; register an env instead).")
     num_env_managers: int = fld(1, "Env manager workers the groups are spread over.")
     action_format: str = fld("answer", "Action format: 'answer', 'think_answer' or a regex with one group.")
-    env_step_timeout: float = fld(60.0, "Seconds an env reset/step may take; a slower call ends its trajectory as a "
-                                        "timeout and the env is replaced (0 = no limit).")
+    env_step_timeout: float = fld(60.0, "Seconds an env reset/step (or its constructor) may take; a slower call is "
+                                        "abandoned, ends its trajectory as a timeout and the env is replaced (a "
+                                        "constructor: the run stops with one line); 0 = no limit.")
     env_threads: int = fld(16, "Threads per env manager stepping different envs concurrently.")
-    raise_env_errors: Optional[bool] = fld(None, "Re-raise env exceptions with their traceback (None: true with "
-                                                 "distributed=local, false under Ray, where they are recorded).")
+    raise_env_errors: bool = fld(False, "Re-raise env exceptions with their traceback (debugging); by default they "
+                                        "end their trajectory and are counted and printed, in local and Ray mode.")
     max_refill_rounds: int = fld(1, "Extra rollout rounds run when env failures leave the batch short.")
     conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
     batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")

@@ -197,12 +197,20 @@ class BaseConfig(PPOConfig):
     zero_signal_patience: int = fld(5, "Stop the run after this many steps in a row whose advantages are all zero "
                                        "(no learning signal: groups solved alike, constant rewards); the first such "
                                        "step warns with the likely cause; 0 = never stop.", allowed=">= 0")
-    save_steps: int = fld(0, "Save a checkpoint every N steps (0 = only the final model).", allowed=">= 0")
+    save_steps: int = fld(10, "Save a checkpoint every N steps (0 = only the final model), so that a crash or kill "
+                              "loses at most N steps. One costs a save of the training state: 21 MiB in 0.2 s for "
+                              "sokoban_tiny's model on CPU, 6.5 GB for a 0.5B model with Adam; "
+                              "checkpoint_config.max_to_keep bounds the disk.", allowed=">= 0")
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
+    max_skipped_updates: int = fld(3, "Stop the run (one line, exit 1) after this many steps in a row whose actor "
+                                      "update was skipped for a non-finite gradient norm (actor/skipped_updates); "
+                                      "0 = never stop.", allowed=">= 0")
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")
     resume_from_checkpoint: Any = fld(False, "true: continue from the newest complete checkpoint in output_dir; "
                                              "or a checkpoint path.")
-    checkpoint_config: Dict[str, Any] = fld(default_factory=dict, help="Checkpoint options (e.g. max_to_keep).")
+    checkpoint_config: Dict[str, Any] = fld(default_factory=lambda: {"max_to_keep": 2},
+                                            help="Checkpoint options: max_to_keep (the newest N complete "
+                                                 "checkpoints are kept; 0 = all).")
     rollout_batch_size: int = fld(64, "Samples (agentic: trajectories; RLVR: prompts) per training step.",
                                   allowed=">= 1")
     val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).", allowed=">= 0")

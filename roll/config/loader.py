@@ -21,6 +21,7 @@ from typing import Any, Iterable, Type, TypeVar
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -64,11 +65,23 @@ def is_fragment(path: str | Path) -> bool:
 
 
 def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictConfig:
+    """Hydra's compose of ``config_name``; a config outside ``examples/config`` may also name the shipped configs
+    and fragments in its defaults list (they are on the search path after its own folder)."""
     GlobalHydra.instance().clear()
+    shipped = [] if config_dir == DEFAULT_CONFIG_DIR else [f"hydra.searchpath=[file://{DEFAULT_CONFIG_DIR}]"]
     with initialize_config_dir(config_dir=str(config_dir), version_base=None), warnings.catch_warnings():
         # ROLL configs list fragments without `_self_`; Hydra then merges the file itself last, which is intended.
         warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")
-        return compose(config_name=config_name, overrides=overrides)
+        try:
+            return compose(config_name=config_name, overrides=shipped + overrides)
+        except MissingConfigException as exc:
+            missing = re.search(r"Could not load '([^']+)'", str(exc))
+            if missing is None:
+                raise
+            shipped_names = sorted(p.stem for p in DEFAULT_CONFIG_DIR.glob("*.yaml"))
+            raise ConfigError("defaults", missing.group(1), f"{config_name}.yaml inherits a config that is neither in "
+                                                            f"{config_dir} nor shipped in {DEFAULT_CONFIG_DIR} "
+                                                            f"(shipped: {', '.join(shipped_names)})") from None
 
 
 def _referenced_roots(node: Any) -> set[str]:

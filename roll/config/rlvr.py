@@ -53,6 +53,8 @@ class RewardsConfig:
         default_factory=dict, help="Options per reward name, e.g. {math: {format_reward: 0.1, timeout_s: 1.0}}.")
     num_workers: int = fld(2, "Reward workers (Ray actors; in-process when distributed=local).")
     num_cpus_per_worker: float = fld(0.25, "CPUs each reward actor reserves.")
+    timeout_s: float = fld(60.0, "Seconds one reward call may take; a call still running then stops the run with one "
+                                 "line naming the reward function and the sample (0 = no limit).", allowed=">= 0")
 
 
 @dataclass

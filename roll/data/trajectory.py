@@ -47,8 +47,11 @@ class Trajectory:
     success: bool = False
     terminated: bool = False
     truncated_by_length: bool = False
-    failure: str | None = None  # an env error or timeout, recorded instead of crashing the rollout
+    failure: str | None = None  # an env error or timeout, recorded instead of crashing the rollout (one line)
     failure_kind: str | None = None  # "error" (reset/step raised) or "timeout" (no return within env_step_timeout)
+    failure_type: str | None = None  # the exception's class name, "Timeout" or "NonFiniteReward"
+    failure_at: str | None = None  # "file:line in function" that raised (the user's code when it is in the traceback)
+    failure_turn: int | None = None  # model turns before the failure (0: in reset, k: in the step after reply k)
     template_conforms: bool | None = None  # token ids == chat template of the whole conversation (None: unchecked)
     env_metrics: dict[str, float] = field(default_factory=dict)
     final_observation: str | None = None  # what the env showed after the last action (None: no step completed)

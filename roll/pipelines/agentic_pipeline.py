@@ -70,7 +70,7 @@ class AgenticPipeline(Pipeline):
         size = self.cfg.val_batch_size or manager.env_groups * manager.group_size
         trajs, rollout_stats = self.val_rollout.rollout(0, size)
         dump_val_renders(self.cfg, trajs, step)
-        self.dumps.agentic("val", step, trajs)
+        self.dumps.agentic("val", step, trajs, failed=self.val_rollout.failed)
         metrics = rollout_metrics(trajs, prefix="val")
         metrics.update(rollout_stats)
         metrics["time/val"] = time.perf_counter() - start
@@ -98,7 +98,7 @@ class AgenticPipeline(Pipeline):
         timings.update(trainer.log_probs(step, batch))
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
         metrics = trainer.advantages(batch, step)
-        self.dumps.agentic("train", step, trajs, batch)  # tokens, masks and advantages for `roll view`
+        self.dumps.agentic("train", step, trajs, batch, self.train_rollout.failed)  # for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts

@@ -6,6 +6,11 @@ loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.pipelines.pp
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import shlex
+import sys
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -15,10 +20,17 @@ from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
 from roll.pipelines import checkpoint as ckpt
+from roll.pipelines.errors import RunStopped
 from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
 from roll.pipelines.loss_fns import SFT_LOSS
 from roll.pipelines.ppo import PPOTrainer
 from roll.tracking.rewind import prune_step_dumps
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command line that resumes this run: the launch's own arguments plus ``resume_from_checkpoint=true``."""
+    args = [a for a in (sys.argv if argv is None else argv) if not a.lstrip("+").startswith("resume_from_checkpoint=")]
+    return shlex.join(["python", *args, "resume_from_checkpoint=true"])
 
 
 class Pipeline(ABC):
@@ -37,6 +49,7 @@ class Pipeline(ABC):
         self.log_dir = Path(cfg.logging_dir)
         self._weight_sync: WeightSync | None = None
         self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
+        self.skipped_in_a_row = 0  # steps in a row whose actor update had a non-finite gradient norm
         self.roles: Roles
         self.trainer: PPOTrainer
 
@@ -160,24 +173,34 @@ class Pipeline(ABC):
             self.tracker.log(self.validate(0), step=0)
         last: dict[str, float] = {}
         bar_keys = {"postfix_keys": self.headline_keys} if self.headline_keys else {}
-        with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
-            for step in range(first, last_step + 1):
-                metrics = self.train_step(step)
-                self.train_seconds += metrics.get("time/step", 0.0)
-                out_of_time = self.out_of_time()
-                final_step = step == cfg.max_steps or out_of_time
-                if validating and (step % cfg.eval_steps == 0 or final_step):
-                    metrics.update(self.validate(step))
-                if step % cfg.logging_steps == 0 or final_step:
-                    self.tracker.log(metrics, step=step)
-                if cfg.save_steps and step % cfg.save_steps == 0:
-                    self.save(step)
-                bar.advance(metrics)
-                last = metrics
-                if out_of_time and step < cfg.max_steps:
-                    print(f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
-                          f"({self.train_seconds:.0f} s of training)", flush=True)
-                    break
+        step = first - 1
+        try:
+            with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
+                for step in range(first, last_step + 1):
+                    metrics = self.train_step(step)
+                    stop = self.count_skipped_update(step, metrics)
+                    self.train_seconds += metrics.get("time/step", 0.0)
+                    out_of_time = self.out_of_time()
+                    final_step = step == cfg.max_steps or out_of_time
+                    if validating and (step % cfg.eval_steps == 0 or final_step) and not stop:
+                        metrics.update(self.validate(step))
+                    if step % cfg.logging_steps == 0 or final_step or stop:
+                        self.tracker.log(metrics, step=step)
+                    if cfg.save_steps and step % cfg.save_steps == 0 and not stop:
+                        self.save(step)
+                    bar.advance(metrics)
+                    last = metrics
+                    if stop:
+                        raise RunStopped(stop)
+                    if out_of_time and step < cfg.max_steps:
+                        print(f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
+                              f"({self.train_seconds:.0f} s of training)", flush=True)
+                        break
+        except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
+            with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
+                self.tracker.finish()
+            print(self.resume_hint(step, exc), flush=True)
+            raise
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
@@ -185,6 +208,35 @@ class Pipeline(ABC):
         self.plot()
         print(f"[roll] final actor saved to {final}", flush=True)
         return last
+
+    def count_skipped_update(self, step: int, metrics: dict[str, float]) -> str | None:
+        """Add ``actor/skipped_updates`` (1 when this step's actor update had a non-finite gradient norm, which
+        the optimizer skips) and return why the run must stop once ``max_skipped_updates`` steps in a row did."""
+        norm = metrics.get("actor/grad_norm")
+        if norm is None:
+            return None
+        skipped = not math.isfinite(norm)
+        metrics["actor/skipped_updates"] = float(skipped)
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+        limit = self.cfg.max_skipped_updates
+        if not limit or self.skipped_in_a_row < limit:
+            return None
+        return (f"the actor's last {self.skipped_in_a_row} updates (steps {step - self.skipped_in_a_row + 1}-{step}) "
+                f"had a non-finite gradient norm (actor/grad_norm={norm}), which the optimizer skips: nothing is being "
+                f"learned. "
+                f"Look for NaN/inf in rewards, advantages or the loss (strict_data_check=true checks every batch), "
+                f"or lower the learning rate; max_skipped_updates={limit} sets this limit (0 = never stop)")
+
+    def resume_hint(self, step: int, exc: BaseException) -> str:
+        """One line for a run that stopped early: at which step, and the command that resumes it from the newest
+        checkpoint (or that there is none)."""
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
+        found = ckpt.list_checkpoints(self.output_dir)
+        if not found:
+            return (f"[roll] run {why} at step {step}; no checkpoint to resume from (save_steps="
+                    f"{self.cfg.save_steps})")
+        return (f"[roll] run {why} at step {step}; resume from the step-{found[-1][0]} checkpoint with: "
+                f"{resume_command()}")
 
     def out_of_time(self) -> bool:
         """Whether ``max_train_minutes`` (0 = off) has been spent."""
@@ -196,7 +248,9 @@ class Pipeline(ABC):
                  "train_seconds": self.train_seconds, **self.driver_state()}
         path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
                                     int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
-        print(f"[roll] checkpoint step {step} saved to {path}", flush=True)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        seconds = json.loads((path / ckpt.COMPLETE).read_text())["seconds"]
+        print(f"[roll] checkpoint step {step} saved to {path} ({size / 2**20:.1f} MiB in {seconds:.1f} s)", flush=True)
 
     def resume(self, path: Path) -> int:
         """Restore checkpoint ``path`` into the workers and the driver, sync the actor; returns its step."""

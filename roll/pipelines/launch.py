@@ -2,13 +2,16 @@
 
 Accepts ``--config-name``/``--config_name``, ``--config-path``/``--config_path`` and Hydra's overrides: ``key=value``,
 ``+key=value`` (add), ``++key=value`` (add or replace) and ``~key`` / ``~key=value`` (delete).
-A bad config prints one line naming the key and exits with code 2, before any worker starts.
+A bad config prints one line naming the key and exits with code 2, before any worker starts; a run that stops
+because it cannot usefully go on (:class:`~roll.pipelines.base.RunStopped`) prints one line and exits with code 1.
+SIGTERM is handled like Ctrl-C (exit code 130, no traceback), so a killed run prints how to resume it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
@@ -57,11 +60,20 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
         print(f"roll: config error: {exc}", file=sys.stderr)
         return 2
     apply_system_envs(cfg.system_envs)
-    from roll.pipelines.ppo import NoLearningSignal
+    from roll.pipelines.errors import RunStopped
 
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the run like Ctrl-C: the resume line is printed
     try:
         pipeline_factory(cfg).run()
-    except NoLearningSignal as exc:
+    except RunStopped as exc:
         print(f"roll: run stopped: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pipeline printed where it stopped and how to resume
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

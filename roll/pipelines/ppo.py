@@ -35,6 +35,7 @@ from roll.data.checks import check_batch_if
 from roll.data.layout import place_at_last_response
 from roll.distributed.roles import Roles
 from roll.pipelines.epochs import skip_old_log_probs, train_actor, train_critic
+from roll.pipelines.errors import RunStopped
 from roll.pipelines.loss_fns import loss_mask
 from roll.registry import Registry
 
@@ -213,7 +214,7 @@ def apply_train_infer_correction(cfg: TrainInferCorrectionConfig, batch: Batch) 
 
 
 # ---------------------------------------------------------------------------- a dead learning signal
-class NoLearningSignal(RuntimeError):
+class NoLearningSignal(RunStopped):
     """``zero_signal_patience`` steps in a row had only zero advantages: the run stops (one line, the cause)."""
 
 

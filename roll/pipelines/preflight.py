@@ -290,10 +290,14 @@ def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool]) -> None:
 
 # ---------------------------------------------------------------------------- envs (agentic)
 def check_envs(cfg: AgenticConfig) -> None:
-    """Every tag an env manager uses names a registered env that accepts its ``env_config``."""
+    """Every tag an env manager uses names a registered env that accepts its ``env_config`` and is built within
+    ``env_step_timeout`` (the constructor is user code: it runs on a :class:`~roll.calls.CallPool` thread)."""
+    from roll.calls import CallPool
     from roll.envs.registry import get_env_class, list_envs, make_env
 
     managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
+    timeout = min(m.env_step_timeout for m in managers) if managers else 0.0
+    pool = CallPool(1)
     for tag in dict.fromkeys(t for m in managers for t in m.tags):
         spec = cfg.custom_envs[tag]
         try:
@@ -301,10 +305,15 @@ def check_envs(cfg: AgenticConfig) -> None:
         except (ValueError, ImportError) as exc:
             raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
                               f"unknown env ({exc}); registered: {', '.join(list_envs())}") from None
-        try:
-            make_env(spec.env_type, dict(spec.env_config))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"custom_envs.{tag}.env_config", dict(spec.env_config), str(exc)) from None
+        built = pool.run_all([lambda spec=spec: make_env(spec.env_type, dict(spec.env_config))], timeout)[0]
+        if built.timed_out:
+            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
+                              f"building the env did not return within env_step_timeout={timeout}s; its "
+                              f"constructor hangs")
+        if isinstance(built.error, (TypeError, ValueError)):
+            raise ConfigError(f"custom_envs.{tag}.env_config", dict(spec.env_config), str(built.error)) from None
+        if built.error is not None:
+            raise built.error
 
 
 # ---------------------------------------------------------------------------- data and rewards (RLVR)

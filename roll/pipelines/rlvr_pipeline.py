@@ -25,8 +25,10 @@ from roll.data.files import resolve_data_files
 from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
+from roll.pipelines.errors import RunStopped
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
+from roll.rewards.workers import NonFiniteReward, RewardTimeout
 from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
@@ -95,6 +97,13 @@ def data_corpus(examples: list[RLVRExample], cfg: RLVRConfig) -> list[str]:
     return lines + [str(n) for n in range(200)]
 
 
+def reward_stop(phase: str, step: int, exc: Exception) -> RunStopped:
+    """The one line a non-finite or hung reward stops the run with (under Ray the message sits among the actor's
+    lines)."""
+    line = next((x for x in str(exc).splitlines() if "reward function" in x), str(exc)).strip()
+    return RunStopped(f"{phase} step {step}: {line}")
+
+
 class RLVRPipeline(Pipeline):
     """Prompts -> grouped responses -> rule rewards -> advantages -> update; ``run()`` (see :class:`Pipeline`)
     returns the last step's metrics."""
@@ -148,7 +157,8 @@ class RLVRPipeline(Pipeline):
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
-                                        tag_to_reward=dict(cfg.rewards.tag_to_reward))
+                                        tag_to_reward=dict(cfg.rewards.tag_to_reward),
+                                        timeout_s=cfg.rewards.timeout_s)
         self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)
         self.start_tracker(run_id, headline_keys=HEADLINE_KEYS)
 
@@ -213,8 +223,11 @@ class RLVRPipeline(Pipeline):
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
         self.next_batch.wait()  # the engine finishes the next step's batch first
         start = time.perf_counter()
-        groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts, 1,
-                                      self.cfg.validation.generating_args)
+        try:
+            groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts,
+                                          1, self.cfg.validation.generating_args)
+        except (NonFiniteReward, RewardTimeout) as exc:
+            raise reward_stop("val", step, exc) from exc
         self.dumps.rlvr("val", step, groups, self.val_examples)
         metrics = rollout_metrics(groups, self.val_examples, "val")
         metrics["time/val"] = time.perf_counter() - start
@@ -228,7 +241,10 @@ class RLVRPipeline(Pipeline):
         cfg, timings = self.cfg, {}
         t0 = time.perf_counter()
         ahead = self.next_batch.started
-        prompt_groups, metrics, times = self.next_batch.take() if ahead else self.collect()
+        try:
+            prompt_groups, metrics, times = self.next_batch.take() if ahead else self.collect()
+        except (NonFiniteReward, RewardTimeout) as exc:  # named at its source: the reward function and the sample
+            raise reward_stop("train", step, exc) from exc
         if cfg.async_generation_ratio and step < cfg.max_steps:
             self.next_batch.start(self.collect)
         timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the batch made during the last step

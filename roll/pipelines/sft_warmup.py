@@ -7,6 +7,7 @@ learns the very token layout it will later be sampled in.
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
@@ -16,17 +17,28 @@ from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
 
 
-def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str) -> Trajectory | None:
+#: Why a seed gave no demonstration (counted in the error when none does).
+NO_PLAN = "solution() returned no plan"
+TOO_LONG = "the plan was longer than max_actions_per_traj"
+NO_SUCCESS = ("the plan did not reach success (no step reported info['success']=True before the episode ended or "
+              "the plan ran out)")
+
+
+def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int,
+                    tag: str) -> Trajectory | str:
     """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
-    action format (``env.parser.render``); None if there is no solution within ``max_actions_per_traj``.
+    action format (``env.parser.render``); the reason (:data:`NO_PLAN`, :data:`TOO_LONG`, :data:`NO_SUCCESS`) when
+    it gives no demonstration.
 
     Raises:
         ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
     """
     obs, info = env.reset(seed=seed)
     plan = env.solution()
-    if not plan or len(plan) > spec.max_actions_per_traj:
-        return None
+    if not plan:
+        return NO_PLAN
+    if len(plan) > spec.max_actions_per_traj:
+        return TOO_LONG
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
     text = spec.turn_text(0, obs, instruction=info["env_instruction"])
     prompt = formatter.first_prompt(text)
@@ -43,7 +55,7 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
             traj.success = bool(info.get("success"))
             break
         prompt = formatter.turn_delta(spec.turn_text(len(traj.turns), obs, reward=reward))
-    return traj if traj.success else None
+    return traj if traj.success else NO_SUCCESS
 
 
 def make_demo_batches(spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int,
@@ -53,16 +65,20 @@ def make_demo_batches(spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: s
 
     env = make_env(spec.env_type, env_kwargs)
     formatter = ChatFormatter(tokenizer, spec.system_prompt)
-    demos = []
+    demos: list[Trajectory] = []
+    missed: Counter = Counter()
     index = 0
     while len(demos) < num_demos and index < num_demos * 5:
         traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag)
         index += 1
-        if traj is not None:
+        if isinstance(traj, str):
+            missed[traj] += 1
+        else:
             demos.append(traj)
     if not demos:
-        raise RuntimeError(f"sft_warmup: env {spec.env_type!r} produced no solvable demonstrations "
-                           f"(does it implement solution()?)")
+        why = "; ".join(f"{n} of {index}: {reason}" for reason, n in missed.most_common())
+        raise RuntimeError(f"sft_warmup: env {spec.env_type!r} gave no demonstration from {index} seeds ({why}; "
+                           f"max_actions_per_traj={spec.max_actions_per_traj})")
     rng = random.Random(seed)
     batches = []
     order: list[int] = []

@@ -21,7 +21,10 @@ A record::
                 "tokens": ["<answer>", "Up", "</answer>", "<|im_end|>"], "mask": [1, 1, 1, 1],
                 "adv": [0.52, 0.52, 0.52, 0.52], "logp": [-0.01, -0.3, 0.0, -0.02]}]}
 
-``final_observation`` is what the env showed after the last action (agentic). ``case`` names the start state
+``failure`` is null, or (agentic) the one-line error of a trajectory that an env exception, timeout or non-finite
+reward ended; such records follow the batch's, carry ``"error": {"kind", "type", "at", "turn"}`` (see
+``roll.agentic.failures``) and have no ``adv`` (they are not trained on). ``final_observation`` is what the env
+showed after the last action (agentic). ``case`` names the start state
 (env tag and seed; RLVR: data file name and row): equal across steps for the same room or prompt. ``tokens`` are the
 reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained on; 0 e.g. for an end-of-turn token
 appended after a length cut); ``adv`` the advantage of each token (train files only) and ``logp`` the inference
@@ -72,6 +75,10 @@ class TrajectoryLike(Protocol):
     success: bool
     truncated_by_length: bool
     failure: str | None
+    failure_kind: str | None
+    failure_type: str | None
+    failure_at: str | None
+    failure_turn: int | None
     env_metrics: dict[str, float]
     final_observation: str | None
 
@@ -189,14 +196,17 @@ class TrajectoryDumps:
         return self.every > 0 and (phase == "val" or step % self.every == 0)
 
     def agentic(self, phase: str, step: int, trajectories: Sequence[TrajectoryLike],
-                batch: BatchLike | None = None) -> Path | None:
-        """Dump multi-turn ``trajectories`` (rows of ``batch`` in the same order, when given); returns the file
-        written, or None when ``phase`` at ``step`` is not due."""
+                batch: BatchLike | None = None, failed: Sequence[TrajectoryLike] = ()) -> Path | None:
+        """Dump multi-turn ``trajectories`` (rows of ``batch`` in the same order, when given), then the ``failed``
+        ones (each capped at ``cap``); returns the file written, or None when ``phase`` at ``step`` is not due."""
         if not self.due(phase, step):
             return None
         keep = pick_whole_groups([t.group_id for t in trajectories], self.cap)
         layout = TokenLayout(batch, keep)
-        return self._write(phase, step, (self._episode(trajectories[i], i, layout) for i in keep))
+        errors = list(range(len(failed) if self.cap <= 0 else min(len(failed), self.cap)))
+        no_rows = TokenLayout(None, errors)
+        records = [self._episode(trajectories[i], i, layout) for i in keep]
+        return self._write(phase, step, records + [self._episode(failed[i], i, no_rows) for i in errors])
 
     def rlvr(self, phase: str, step: int, groups: Sequence[PromptGroupLike], examples: Sequence[ExampleLike],
              batch: BatchLike | None = None) -> Path | None:
@@ -236,7 +246,9 @@ class TrajectoryDumps:
                 "case": f"{traj.tag}/{traj.seed}", "seed": traj.seed, "score": num(traj.score, 6),
                 "success": bool(traj.success), "failure": traj.failure, "truncated": bool(traj.truncated_by_length),
                 "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()}, "turns": turns,
-                "final_observation": traj.final_observation}
+                "final_observation": traj.final_observation,
+                **({"error": {"kind": traj.failure_kind, "type": traj.failure_type, "at": traj.failure_at,
+                              "turn": traj.failure_turn}} if traj.failure else {})}
 
     def _response(self, phase: str, step: int, group: PromptGroupLike, k: int, j: int,
                   examples: Sequence[ExampleLike], row: int, layout: TokenLayout) -> dict[str, Any]:

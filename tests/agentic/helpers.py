@@ -32,8 +32,11 @@ class FlakyEnv(TextEnv):
     max_active = 0
 
     def __init__(self, fail_every: int = 0, hang_every: int = 0, hang_s: float = 3.0, step_sleep: float = 0.0,
-                 max_steps: int = 3, **kwargs: Any):
+                 max_steps: int = 3, reward: float = 1.0, hang_init: bool = False, **kwargs: Any):
         super().__init__(max_steps=max_steps, **kwargs)
+        self.reward = reward
+        if hang_init:  # a constructor that never returns (it waits for a server that never answers)
+            threading.Event().wait()
         self.fail_every, self.hang_every, self.hang_s, self.step_sleep = fail_every, hang_every, hang_s, step_sleep
         self.pos = 0
 
@@ -64,7 +67,7 @@ class FlakyEnv(TextEnv):
 
     def _apply(self, action: str) -> Transition:
         self.pos += 1
-        return Transition(f"pos {self.pos}", 1.0, False)
+        return Transition(f"pos {self.pos}", self.reward, False)
 
     def _observation(self) -> str:
         return f"pos {self.pos}"
@@ -111,3 +114,6 @@ class ScriptedGenerator(BatchedClient):
 
     def leave(self) -> None:
         """No batching here."""
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to a Ray env manager: the script too, not only the client
+        return {**super().__getstate__(), "ids": self.ids, "eos": self.eos, "cut_every": self.cut_every, "calls": []}

@@ -109,6 +109,21 @@ def test_faults_recorded_and_env_replaced(qwen_tokenizer_dir):
             assert len(t.turns) == 3  # the others ran to the end
 
 
+@pytest.mark.parametrize("reward", [float("nan"), float("inf")])
+def test_non_finite_env_reward_ends_the_trajectory_named(reward, qwen_tokenizer_dir):
+    FlakyEnv.reset_log()
+    manager = _manager(make_cfg(env_config={"reward": reward}, group_size=2, env_groups=1), qwen_tokenizer_dir)
+    result = manager.rollout(1, ScriptedGenerator(manager.tokenizer))
+    for t in result.trajectories:
+        assert (t.failure_kind, t.failure_type, t.failure_turn) == ("error", "NonFiniteReward", 1)
+        assert t.failure == f"env.step of FlakyEnv returned reward={reward} for the reply '<answer>go</answer>' " \
+                            f"(at tests.agentic.helpers.FlakyEnv.step)"
+        assert all(turn.reward == 0.0 for turn in t.turns)  # the non-finite value never reaches a score
+    with pytest.raises(ValueError, match=f"returned reward={reward}"):  # debugging: raised where it happened
+        _manager(make_cfg(env_config={"reward": reward}), qwen_tokenizer_dir, raise_errors=True).rollout(
+            1, ScriptedGenerator(manager.tokenizer))
+
+
 def test_raise_env_errors_keeps_the_env_traceback(qwen_tokenizer_dir):
     FlakyEnv.reset_log()
     manager = _manager(make_cfg(env_config={"fail_every": 5}), qwen_tokenizer_dir, raise_errors=True)

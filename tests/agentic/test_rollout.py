@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from roll.agentic.batching import BatchingGenerator, GroupGenerator
-from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups
+from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups, rollout_metrics
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory
 from roll.strategies.base import GenerationOutput, StrategyContext
@@ -46,6 +46,16 @@ class _CountingInner:
 
     def leave(self):
         pass
+
+
+def test_env_metrics_reach_the_metrics_per_tag():
+    trajs = [Trajectory(f"t{i}", env_id=i, group_id=0, tag=tag, seed=0, env_metrics=m) for i, (tag, m) in enumerate([
+        ("Tools", {"tool_calls": 2.0, "tool_errors": 1.0}), ("Tools", {"tool_calls": 3.0}),
+        ("Sokoban", {"boxes_on_target": 1.0, "note": "text is skipped"})])]
+    metrics = rollout_metrics(trajs)
+    env = {k: v for k, v in metrics.items() if k.startswith("env/")}
+    assert env == {"env/Tools/tool_calls": 2.5, "env/Tools/tool_errors": 1.0, "env/Sokoban/boxes_on_target": 1.0}
+    assert rollout_metrics(trajs, "val")["val/env/Tools/tool_calls"] == 2.5
 
 
 def test_batching_generator_merges_clients():
@@ -115,7 +125,7 @@ def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_mod
     FlakyEnv.reset_log()
     cfg = make_cfg(env_config={"fail_every": 10, "hang_every": 10, "hang_s": 3.0}, group_size=4, env_groups=4,
                    max_actions=3, max_tokens=4, batch=16, env_step_timeout=1.0, max_refill_rounds=0,
-                   raise_env_errors=False)  # the Ray default; distributed=local would re-raise (debug mode)
+                   raise_env_errors=False)
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     trajs, metrics = sched.rollout(1, 16)
     assert metrics["rollout/env_failures"] == FlakyEnv.faults.count("error") > 0
@@ -135,13 +145,25 @@ def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_mod
     assert metrics2["rollout/batch_size"] == len(trajs2) > 0
 
 
-def test_local_mode_reraises_env_errors_by_default(infer_group, tiny_model_dir):
+def test_local_mode_isolates_env_errors_unless_every_env_fails(infer_group, tiny_model_dir):
     FlakyEnv.reset_log()
-    cfg = make_cfg(env_config={"fail_every": 3}, group_size=2, env_groups=2, max_actions=2, max_tokens=4, batch=4)
-    assert cfg.train_env_manager.raise_env_errors is None
+    cfg = make_cfg(env_config={"fail_every": 5}, group_size=2, env_groups=4, max_actions=2, max_tokens=4, batch=4,
+                   max_refill_rounds=3)
+    assert cfg.train_env_manager.raise_env_errors is False
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
-    with pytest.raises(RuntimeError, match="injected env failure"):
+    trajs, metrics = sched.rollout(1, 4)
+    assert metrics["rollout/env_failures"] == metrics["rollout/env_errors/RuntimeError"] == len(sched.failed) > 0
+    assert all(t.failure_at.endswith("in _fault") and "helpers.py" in t.failure_at for t in sched.failed)
+    FlakyEnv.reset_log()
+    broken = make_cfg(env_config={"fail_every": 1}, group_size=2, env_groups=2, max_actions=2, max_tokens=4,
+                      batch=4, max_refill_rounds=1)
+    sched = RolloutScheduler(broken, broken.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    with pytest.raises(RuntimeError) as info:
         sched.rollout(1, 4)
+    assert str(info.value).startswith("train rollout at step 1: no usable trajectories: 8 of 8 trajectories failed "
+                                      "(8 raised or returned a non-finite reward, 0 timed out"), str(info.value)
+    assert "0 finished" in str(info.value) and "injected env failure" in str(info.value)
+    assert "fix the env" in str(info.value) and "env_step_timeout if" not in str(info.value)
 
 
 def test_max_traj_per_env_caps_the_rounds_of_a_step(infer_group, tiny_model_dir):

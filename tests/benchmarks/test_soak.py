@@ -1,5 +1,6 @@
 """benchmarks/soak.py: a real driver process killed with SIGKILL and resumed logs every step once, with the metrics of
-an uninterrupted run; faulty envs (errors, hangs past env_step_timeout) are counted and change nothing of that."""
+an uninterrupted run; faulty envs (errors, hangs past env_step_timeout, calls that never return, more of them than
+env threads) are counted and change nothing of that."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ STEPS, KILLS = 5, [1, 3, 4]
 def small(run_dir: Path, model_dir: str) -> list[str]:
     """The soak config shrunk further for the test suite: no warm start, no validation, 8 trajectories a step,
     episodes of at most 4 actions."""
-    overrides = soak.soak_overrides(run_dir, STEPS, save_steps=2, fault_seed=0, error_rate=0.10, hang_rate=0.02)
+    overrides = soak.soak_overrides(run_dir, STEPS, save_steps=2, fault_seed=0, error_rate=0.10, hang_rate=0.02,
+                                    never_rate=0.05)
     overrides.update({"pretrain": model_dir, "tiny_model": "null", "sft_warmup.enabled": "false", "eval_steps": "0",
                       "rollout_batch_size": "8", "train_env_manager.env_groups": "2",
                       "custom_envs.SimpleSokoban.max_actions_per_traj": "4",
@@ -43,6 +45,10 @@ def test_sigkilled_driver_resumes_with_each_step_logged_once_and_equal_metrics(t
     assert figures["problems"] == 0
     assert figures["steps"] == STEPS and figures["values_compared"] > 100
     assert figures["env_failures"] > 0 and figures["env_timeouts"] > 0  # the faults happened and were counted
+    assert figures["injected_faults"] == figures["env_failures"]  # by type, too
+    never = [line for line in (tmp_path / "reference" / "launch_0.log").read_text().splitlines()
+             if "no return within env_step_timeout" in line]
+    assert never, "no call timed out"  # printed once per step, with the env tag and seed
     # a kill after a step that follows a checkpoint means the resumed run rewound the logs: said in its output
     logs = "".join((tmp_path / "soak" / f"launch_{i}.log").read_text() for i in range(1, len(KILLS) + 1))
     assert "resumed from" in logs and "dropped" in logs

@@ -41,7 +41,8 @@ def test_roll_layout_loads_with_roll_meaning(capsys):
     assert env.turn_text(1, "OBS") == ("Turn 2:\nOBS\nAnswer as <answer>move</answer>. 3 moves left, at most 12 "
                                        "tokens.\n")
     assert env.turn_text(0, "OBS", instruction="RULES").startswith("RULES\nTurn 1:\nOBS\n")
-    assert cfg.system_envs == {"ROLL_FORMAT_TEST": "1"} and cfg.checkpoint_config == {}
+    assert cfg.system_envs == {"ROLL_FORMAT_TEST": "1"}
+    assert cfg.checkpoint_config == {"max_to_keep": 2}  # ROLL's keys dropped, roll's default kept
     assert cfg.reference.strategy_args.strategy_config == {}  # strategy_config: ~
     assert cfg.actor_infer.strategy_args.strategy_config == {}  # deleted by ~key
     lines = [line for line in capsys.readouterr().err.splitlines() if "ROLL keys" in line]

@@ -1,9 +1,9 @@
 """Errors in user code (an env's ``step``, a reward function) point at the user's own source lines.
 
-Local mode (``distributed: local``): the env's exception is re-raised with its traceback (``raise_env_errors``
-defaults to true there) and a reward's exception propagates unchanged, with a note naming the reward.
-Ray: a failed env call is recorded on its trajectory and counted (``rollout/env_failures``); a reward's error
-message names the reward function and its ``file:line``.
+An env's exception, in local and Ray mode alike, ends its trajectory and is recorded on it (with the ``file:line``
+that raised), counted (``rollout/env_failures``, ``rollout/env_errors/<type>``) and printed once per step on one
+line; ``raise_env_errors=true`` re-raises it with its traceback instead. A reward's exception propagates
+unchanged, with a note naming the reward function and its ``file:line``.
 """
 
 from __future__ import annotations
@@ -54,13 +54,29 @@ def _format(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+def check_env_failures_reported(scheduler: RolloutScheduler, trajs: list, metrics: dict, printed: str) -> None:
+    """Failed trajectories were dropped, counted by type, and printed on one line naming the user's line."""
+    assert all(t.failure is None for t in trajs) and trajs  # isolated: the others made a batch
+    assert metrics["rollout/env_failures"] == metrics["rollout/env_errors/RuntimeError"] == len(scheduler.failed) > 0
+    where = f"{USER_FILE}:{ENV_LINE} in step"
+    assert all(t.failure_at == where and t.failure_type == "RuntimeError" for t in scheduler.failed)
+    lines = [line for line in printed.splitlines() if "deliberate bug in BrokenSokoban.step" in line]
+    assert len(lines) == 1, printed  # one line per distinct failure and step
+    assert f"{len(scheduler.failed)} trajectories failed: env.step: RuntimeError" in lines[0] and where in lines[0]
+    assert "env tag 'SimpleSokoban', seed " in lines[0] and "turn 1" in lines[0], lines[0]
+
+
 @pytest.mark.slow
-def test_env_error_in_local_mode_points_at_user_line(tiny_model_dir):
+def test_env_error_in_local_mode_is_isolated_and_names_user_line(tiny_model_dir, capsys):
     from roll.distributed.group import LocalWorkerGroup
 
     cfg = rollout_config(tiny_model_dir)
     infer = InferProxy(LocalWorkerGroup("actor_infer", cfg.actor_infer, num_threads=1), strategy_spec("hf_infer"))
     infer.initialize(StrategyContext(seed=cfg.seed))
+    scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=False)
+    trajs, metrics = scheduler.rollout(1, 4)
+    check_env_failures_reported(scheduler, trajs, metrics, capsys.readouterr().out)
+    cfg.train_env_manager.raise_env_errors = True  # debugging: the env's own traceback
     scheduler = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer, use_ray=False)
     with pytest.raises(RuntimeError, match="deliberate bug in BrokenSokoban.step") as info:
         scheduler.rollout(1, 4)
@@ -68,8 +84,9 @@ def test_env_error_in_local_mode_points_at_user_line(tiny_model_dir):
     assert f'File "{USER_FILE}", line {ENV_LINE}, in step' in text, text
 
 
-def test_reward_error_in_local_mode_points_at_user_line():
-    pool = RewardWorkerPool(num_workers=2, use_ray=False)
+@pytest.mark.parametrize("timeout_s", [0.0, 5.0])  # called directly, or on a deadline thread
+def test_reward_error_in_local_mode_points_at_user_line(timeout_s):
+    pool = RewardWorkerPool(num_workers=2, use_ray=False, timeout_s=timeout_s)
     assert [r.score for r in pool.compute(["a", "b"], ["a", "c"], [user.REWARD_NAME] * 2)] == [1.0, 0.0]
     with pytest.raises(ZeroDivisionError) as info:  # the user's own exception type, unchanged
         pool.compute(["a", "boom"], ["a", "a"], [user.REWARD_NAME] * 2)
@@ -104,7 +121,7 @@ def test_reward_error_under_ray_names_function_and_line(ray_session):
 
 
 @pytest.mark.slow
-def test_env_error_under_ray_is_recorded_and_counted(ray_session, tiny_model_dir):
+def test_env_error_under_ray_is_recorded_and_counted(ray_session, tiny_model_dir, capsys):
     from roll.distributed.group import RayWorkerGroup
 
     cfg = rollout_config(tiny_model_dir)
@@ -116,5 +133,4 @@ def test_env_error_under_ray_is_recorded_and_counted(ray_session, tiny_model_dir
         trajs, metrics = scheduler.rollout(1, 4)
     finally:
         group.shutdown()
-    assert metrics["rollout/env_failures"] >= 1, metrics
-    assert all(t.failure is None for t in trajs)  # failed trajectories are not trained on
+    check_env_failures_reported(scheduler, trajs, metrics, capsys.readouterr().out)

@@ -39,3 +39,30 @@ def test_render_round_trips_and_custom_formats_have_none():
     assert ActionParser("think_answer").render("Up", thought="push") == "<think>push</think><answer>Up</answer>"
     with pytest.raises(ValueError, match="custom regex"):
         ActionParser(r"Action: (\w+)").render("Up")
+
+
+def test_no_demonstration_says_why(tiny_model_dir):
+    """A solver whose plan never reaches success is told so (not "does it implement solution()?"); a plan longer
+    than max_actions_per_traj is counted apart."""
+    import gymnasium
+
+    from roll.envs.registry import _ENVS, gym_id, register_env
+    from tests.agentic.helpers import FlakyEnv
+
+    class Unsolved(FlakyEnv):
+        def solution(self):
+            return ["go"] * 2 if (self.np_random_seed or 0) % 2 else ["go"] * 9  # never a success; some too long
+
+    register_env("unsolved_test", Unsolved)
+    try:
+        spec = CustomEnvConfig(env_type="unsolved_test", max_actions_per_traj=4, max_tokens_per_step=8)
+        with pytest.raises(RuntimeError) as info:
+            make_demo_batches(spec, {}, load_tokenizer(tiny_model_dir), "U", num_demos=4, batch_size=4, steps=1,
+                              seed=1)
+    finally:
+        _ENVS.pop("unsolved_test")
+        gymnasium.registry.pop(gym_id("unsolved_test"), None)
+    message = str(info.value)
+    assert message.startswith("sft_warmup: env 'unsolved_test' gave no demonstration from 20 seeds (")
+    assert "the plan did not reach success" in message and "the plan was longer than max_actions_per_traj" in message
+    assert "max_actions_per_traj=4)" in message and "implement solution" not in message

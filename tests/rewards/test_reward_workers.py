@@ -68,3 +68,72 @@ def test_pool_on_ray_shards_and_keeps_order(ray_session):
         assert pool.compute(["\\boxed{1}"], ["1"], ["math"])[0].correct  # fewer samples than actors
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), None])
+def test_non_finite_score_is_named_at_its_source(bad):
+    from roll.rewards import registry
+    from roll.rewards.workers import NonFiniteReward
+
+    name = "test_nan_reward"
+    register_reward(name)(lambda response, ground_truth: RewardResult(bad if response == "x" else 1.0, False, None,
+                                                                     False))
+    try:
+        worker = RewardWorker()
+        assert [r.score for r in worker.compute(["a", "b"], ["", ""], [name] * 2)] == [1.0, 1.0]
+        with pytest.raises(NonFiniteReward) as info:
+            worker.compute(["a", "x"], ["", ""], [name] * 2)
+    finally:
+        registry.REWARDS.unregister(name)
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "register_reward(name)(lambda" in text)
+    assert str(info.value) == (f"reward function {name!r} (test_non_finite_score_is_named_at_its_source.<locals>."
+                               f"<lambda> defined at {__file__}:{line}) returned score={bad!r} for sample 1 (tag "
+                               f"{name!r}, response 'x'); a reward must return RewardResult with a finite float score")
+
+
+def _never_returns(response: str, ground_truth: str) -> RewardResult:
+    """A user reward with a bug: a blocking wait without a timeout on the response "wait"."""
+    import threading
+
+    if response == "wait":
+        threading.Event().wait()
+    return RewardResult(1.0, True, response, True)
+
+
+def _hang_message(line_of_def: int) -> str:
+    return (f"reward function 'test_hang_reward' (_never_returns defined at {__file__}:{line_of_def}) did not return "
+            f"within rewards.timeout_s=0.5s for sample 1 (tag 'test_hang_reward', response 'wait')")
+
+
+@pytest.fixture
+def hang_reward():
+    from roll.rewards import registry
+
+    register_reward("test_hang_reward")(_never_returns)
+    yield "test_hang_reward"
+    registry.REWARDS.unregister("test_hang_reward")
+
+
+def test_a_reward_that_never_returns_is_abandoned_at_its_deadline(hang_reward):
+    from roll.rewards.workers import RewardTimeout
+
+    worker = RewardWorker(timeout_s=0.5)
+    assert [r.score for r in worker.compute(["a"], [""], [hang_reward])] == [1.0]
+    with pytest.raises(RewardTimeout) as info:
+        worker.compute(["a", "wait", "b"], ["", "", ""], [hang_reward] * 3)
+    assert str(info.value) == _hang_message(_never_returns.__code__.co_firstlineno)
+    assert worker.compute(["c"], [""], [hang_reward])[0].score == 1.0  # the worker still scores afterwards
+
+
+@pytest.mark.slow
+def test_a_reward_that_never_returns_under_ray(ray_session, hang_reward):
+    from roll.rewards.workers import RewardTimeout
+
+    pool = RewardWorkerPool(num_workers=1, num_cpus_per_worker=0.5, timeout_s=0.5)
+    try:
+        with pytest.raises(RewardTimeout) as info:  # Ray's error is also an instance of the raised type
+            pool.compute(["a", "wait"], ["", ""], [hang_reward] * 2)
+    finally:
+        pool.shutdown()
+    assert _hang_message(_never_returns.__code__.co_firstlineno) in str(info.value)

@@ -17,6 +17,7 @@ def small_run_overrides(tmp: Path, model_dir: str) -> list[str]:
     return [
         f"pretrain={model_dir}", f"output_dir={tmp}/out", f"logging_dir={tmp}/logs",
         "max_steps=3", "save_steps=1", "eval_steps=0", "track_with=tensorboard", "trajectory_dump_steps=1",
+        "checkpoint_config.max_to_keep=0",  # every checkpoint kept (the default keeps 2): the test reads step 1
         "sft_warmup.enabled=false", "rollout_batch_size=8",
         "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "val_env_manager=null",
         # identity normalization keeps raw (negative) scores, so an untrained policy still gets a gradient

@@ -135,3 +135,26 @@ def test_rlvr_dump(tmp_path, tokenizer) -> None:
     (turn,) = records[1]["turns"]
     assert turn["tokens"] == ["3"] and turn["mask"] == [1] and turn["adv"] == [-0.5] and turn["finish"] == "length"
     assert turn["prompt"] == "1+1?"
+
+
+def test_failed_trajectories_follow_the_batch_with_their_error(tmp_path, tokenizer) -> None:
+    from roll.agentic.failures import record_error
+
+    trajs = [make_trajectory(tokenizer, 0, e, success=False) for e in range(2)]
+    batch = trajectories_to_batch(trajs, tokenizer.pad_token_id)
+    batch["advantages"] = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
+    failed = make_trajectory(tokenizer, 0, 2, success=False)
+    try:
+        {}["board"]
+    except KeyError as exc:
+        record_error(failed, "env.step", exc)
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic").agentic("train", 1, trajs, batch, [failed])
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in records] == [t.traj_id for t in trajs] + [failed.traj_id]
+    assert all(r["failure"] is None and "error" not in r for r in records[:2])
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if '{}["board"]' in text)
+    assert records[2]["failure"] == f"env.step: KeyError: 'board' (at {__file__}:{line} in " \
+                                    f"test_failed_trajectories_follow_the_batch_with_their_error)"
+    at = f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"
+    assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
+    assert "adv" not in records[2]["turns"][0] and records[2]["turns"][1]["mask"] == [1, 0]  # not trained on

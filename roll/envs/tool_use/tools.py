@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, TypeVar
 
 from roll.envs.tool_use.sandbox import landlock_abi, run_python
+from roll.envs.tool_use.schema import schema_error
 
 
 @dataclass(frozen=True)
@@ -50,20 +51,12 @@ class Tool(ABC):
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     def check_arguments(self, arguments: Any) -> str | None:
-        """Return an error message if ``arguments`` does not fit ``parameters``, else ``None``."""
+        """Return an error message if ``arguments`` does not fit ``parameters`` (its JSON schema: types, enums,
+        required and unknown keys, nested arrays and objects; see :mod:`roll.envs.tool_use.schema`), else None."""
         if not isinstance(arguments, dict):
             return f"arguments must be a JSON object, got {type(arguments).__name__}"
-        props = self.parameters.get("properties", {})
-        missing = [k for k in self.parameters.get("required", []) if k not in arguments]
-        if missing:
-            return f"missing required argument(s) {missing} for tool {self.name!r}"
-        unknown = sorted(set(arguments) - set(props))
-        if unknown:
-            return f"unknown argument(s) {unknown} for tool {self.name!r}; allowed: {sorted(props)}"
-        for key, value in arguments.items():
-            if props[key].get("type") == "string" and not isinstance(value, str):
-                return f"argument {key!r} must be a string, got {type(value).__name__}"
-        return None
+        problem = schema_error(arguments, {"type": "object", **self.parameters})
+        return f"{problem} (tool {self.name!r})" if problem else None
 
     @abstractmethod
     def run(self, arguments: dict[str, Any]) -> ToolResult:

@@ -134,8 +134,8 @@ function groupsOf(records) {
 }
 
 function visible(records) {
-  return records.filter((r) => (ui.outcome === "all" || (ui.outcome === "success") === !!r.success)
-                               && (!ui.tag || r.tag === ui.tag));
+  const outcome = {all: () => true, success: (r) => !!r.success, failure: (r) => !r.success, error: (r) => !!r.failure};
+  return records.filter((r) => outcome[ui.outcome](r) && (!ui.tag || r.tag === ui.tag));
 }
 
 function sortRecords(members) {
@@ -181,7 +181,8 @@ function stepPage(phase, step, records) {
     at < same.length - 1 ? el("a", {href: stepLink(phase, same[at + 1].step)}, `step ${same[at + 1].step} ›`) : null);
   const rerender = () => render();
   const controls = el("div", {class: "controls"},
-    segmented("outcome", [["all", "All"], ["success", "Success"], ["failure", "Failure"]], ui.outcome,
+    segmented("outcome", [["all", "All"], ["success", "Success"], ["failure", "Failure"],
+                          ["error", `Env error (${records.filter((r) => r.failure).length})`]], ui.outcome,
               (v) => { ui.outcome = v; rerender(); }),
     tags.length > 1 ? el("select", {id: "tag-pick", onchange: (e) => { ui.tag = e.target.value; rerender(); }},
       el("option", {value: ""}, "all tags"),

@@ -1,0 +1,78 @@
+"""What a rollout records when a user's env fails, and the once-per-step report of it.
+
+An env call that raises, hangs past ``env_step_timeout`` or returns a non-finite reward ends its trajectory; the
+trajectory keeps ``failure`` (one line: the call, the exception type and message, and the ``file:line`` that
+raised), ``failure_kind`` (``"error"`` or ``"timeout"``), ``failure_type`` (the exception's class name,
+``"Timeout"`` or ``"NonFiniteReward"``), ``failure_at`` and ``failure_turn`` (the number of model turns before the
+failure). :func:`failure_report` folds a step's failed trajectories into one log line per distinct failure and
+``{prefix}/env_errors/<type>`` counts.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+import traceback
+from collections import Counter
+
+from roll.data.trajectory import Trajectory
+
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """``file:line in function`` of the deepest traceback frame outside the standard library and installed
+    packages (the user's own code), else of the deepest frame; None without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    own = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS) and "/roll/agentic/" not in f.filename]
+    frame = (own or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def record_failure(traj: Trajectory, kind: str, type_name: str, message: str, at: str | None = None) -> None:
+    """End ``traj`` as failed (see the module docstring for the fields)."""
+    traj.failure = message + (f" (at {at})" if at else "")
+    traj.failure_kind, traj.failure_type, traj.failure_at = kind, type_name, at
+    traj.failure_turn = len(traj.turns)
+
+
+def record_error(traj: Trajectory, call: str, exc: BaseException) -> None:
+    """End ``traj`` with the exception ``exc`` raised by env call ``call`` (e.g. ``"env.step"``)."""
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    record_failure(traj, "error", type(exc).__name__, f"{call}: {type(exc).__name__}: {message}"[:500],
+                   raised_at(exc))
+
+
+def distinct(traj: Trajectory) -> tuple:
+    """What makes failures the same: type and raising line (the message where no line is known, e.g. timeouts)."""
+    return (traj.failure_kind, traj.failure_type, traj.failure_at or traj.failure)
+
+
+def failure_report(trajectories: list[Trajectory], phase: str, step: int, prefix: str,
+                   max_lines: int = 10) -> tuple[list[str], dict[str, float]]:
+    """One line per distinct failure (:func:`distinct`) with how many trajectories it ended and the message, tag,
+    seed and turn of its first occurrence, plus ``{prefix}/env_errors/<type>`` counts."""
+    failed = [t for t in trajectories if t.failure]
+    counts = Counter(t.failure_type or "Unknown" for t in failed)
+    metrics = {f"{prefix}/env_errors/{name}": float(n) for name, n in counts.items()}
+    first: dict[tuple, Trajectory] = {}
+    seen: Counter = Counter()
+    for t in failed:
+        key = distinct(t)
+        first.setdefault(key, t)
+        seen[key] += 1
+    lines = [f"[roll] {phase} step {step}: {seen[key]} trajectories failed: {t.failure} (first: env tag {t.tag!r}, "
+             f"seed {t.seed}, turn {t.failure_turn}, id {t.traj_id})" for key, t in list(first.items())[:max_lines]]
+    if len(first) > max_lines:
+        lines.append(f"[roll] {phase} step {step}: {len(first) - max_lines} more distinct failures (see the "
+                     f"trajectory dumps and {prefix}/env_errors/*)")
+    return lines, metrics
+
+
+def print_lines(lines: list[str]) -> None:
+    """Print report lines in one write (so lines of parallel processes do not interleave)."""
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
