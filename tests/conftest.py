@@ -24,6 +24,17 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
             num_key_value_heads=2, vocab_size=512, seed=0)
 
 
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray instance (2 CPUs, no dashboard) whose workers import this repository; shut down after the
+    module."""
+    ray = pytest.importorskip("ray")
+    pythonpath = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A tiny Qwen2 model + local tokenizer saved as a Hugging Face directory (built once per session)."""

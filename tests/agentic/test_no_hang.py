@@ -7,9 +7,7 @@ instead of hanging the suite.
 
 from __future__ import annotations
 
-import os
 import threading
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -19,7 +17,6 @@ from roll.calls import CallPool, TooManyHungCalls
 from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
 from tests.agentic.helpers import ScriptedGenerator
 
-REPO = Path(__file__).resolve().parents[2]
 BOUND_S = 120.0  # far above what these rollouts take; only a hang gets near it
 
 
@@ -131,15 +128,6 @@ def test_hung_tool_local_mode(hang_tool, qwen_tokenizer_dir):
         assert manager.pool.hung == 6
     finally:
         release_hung_calls(hang_tool)
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ unchanged, with a note naming the reward function and its ``file:line``.
 
 from __future__ import annotations
 
-import os
 import traceback
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from roll.strategies.base import StrategyContext
 from roll.strategies.registry import strategy_spec
 from tests.debug import broken_user_code as user
 
-REPO = Path(__file__).resolve().parents[2]
 USER_FILE = str(Path(user.__file__).resolve())
 ENV_LINE, REWARD_LINE = user.raising_lines()
 
@@ -94,15 +92,6 @@ def test_reward_error_in_local_mode_points_at_user_line(timeout_s):
     assert f'File "{USER_FILE}", line {REWARD_LINE}, in broken_reward' in text, text
     assert f"reward function {user.REWARD_NAME!r}" in text and f"raised at {USER_FILE}:{REWARD_LINE}" in text
     assert "sample 1" in text
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.mark.slow
