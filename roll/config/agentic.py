@@ -29,6 +29,28 @@ class CustomEnvConfig:
     turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}, {turn_idx}, "
                                               "{actions_left}, {max_response_length}).")
 
+    #: the placeholders :meth:`turn_text` fills
+    TEMPLATE_FIELDS = ("instruction", "observation", "reward", "turn_idx", "actions_left", "max_response_length")
+
+    def check_templates(self, key: str) -> None:
+        """Every ``{placeholder}`` of the two templates is one :meth:`turn_text` fills (else a ConfigError naming
+        it and the known ones, before any worker starts)."""
+        import string
+
+        for name in ("first_turn_template", "turn_template"):
+            template = getattr(self, name)
+            try:
+                fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+            except ValueError as exc:  # an unmatched brace
+                raise ConfigError(f"{key}.{name}", template, f"not a format string ({exc}); write a literal brace "
+                                                             f"as {{{{ or }}}}") from None
+            for field_name in fields:
+                base = field_name.split(".")[0].split("[")[0]
+                if base not in self.TEMPLATE_FIELDS:
+                    raise ConfigError(f"{key}.{name}", template,
+                                      f"unknown placeholder {{{field_name}}}; roll fills "
+                                      f"{', '.join('{' + f + '}' for f in self.TEMPLATE_FIELDS)}")
+
     def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0) -> str:
         """The user message before turn ``turns_done + 1``: the first-turn template at 0, else the turn template;
         ``turn_idx`` counts from 1, ``actions_left`` = max_actions_per_traj - turns_done, ``max_response_length`` =
@@ -171,6 +193,8 @@ class AgenticConfig(BaseConfig):
                               f"({train.max_traj_per_env}) give at most {train.env_groups * train.max_traj_per_env}")
         if self.val_env_manager is not None:
             check_env_manager(self, "val_env_manager")
+        for tag, spec in self.custom_envs.items():
+            spec.check_templates(f"custom_envs.{tag}")
         for key in ("trajectory_dump_steps", "trajectory_dump_max"):
             if getattr(self, key) < 0:
                 raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")

@@ -218,3 +218,19 @@ def test_an_allowed_range_is_its_own_rule():
     assert in_range(-1, ">= -1") and not in_range(-1.5, ">= -1")
     with pytest.raises(ValueError):
         in_range(0, "in {0, 1}")
+
+
+@pytest.mark.parametrize("template, placeholder", [("{env_instruction}\n{observation}", "{env_instruction}"),
+                                                   ("{history}", "{history}")])
+def test_unknown_template_placeholder_is_a_config_error(template, placeholder):
+    """ROLL's step env manager templates use placeholders roll does not fill: one line before any worker."""
+    from roll.config.agentic import AgenticConfig
+    from roll.config.errors import ConfigError
+    from roll.config.loader import load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config("sokoban_tiny", overrides=[f"custom_envs.SimpleSokoban.turn_template='{template}'"],
+                    schema=AgenticConfig)
+    message = str(info.value)
+    assert info.value.key == "custom_envs.SimpleSokoban.turn_template"
+    assert f"unknown placeholder {placeholder}" in message and "{observation}" in message and "\n" not in message
