@@ -363,7 +363,7 @@ def test_real_loader_on_example_configs():
         if "gpu" in path.stem or "strategy_name: sglang" in path.read_text():
             continue  # GPU configs name backends (sglang) that this CPU machine does not have
         results = doctor.check_config_requirements(load_config(config_name=path.stem, schema=schema))
-        assert all(r.status is not Status.ERROR for r in results), (name, results)
+        assert all(r.status is not Status.ERROR for r in results), (path.stem, results)
 
 
 def test_megatron_config_with_transformer_engine_needs_it():

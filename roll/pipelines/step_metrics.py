@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 
