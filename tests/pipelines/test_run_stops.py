@@ -97,7 +97,9 @@ def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_mod
     command (run as printed) continues from the checkpoint to the end."""
     script = REPO / "examples" / "start_rlvr_pipeline.py"
     cmd = [sys.executable, str(script), "--config-name", "rlvr_tiny", *overrides(tiny_model_dir, tmp_path,
-                                                                                "max_steps=400", "save_steps=1")]
+                                                                                "max_steps=400", "save_steps=1",
+                                                                                "zero_signal_patience=0")]
+    # zero_signal_patience=0: the untrained tiny model scores 0 everywhere, and the run must still be going when killed
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while not list(tmp_path.glob("checkpoints/step_*/COMPLETE")) and proc.poll() is None:  # (2 are kept)
