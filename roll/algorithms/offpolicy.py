@@ -89,9 +89,7 @@ def importance_weights(proximal: Tensor, behaviour: Tensor, mask: Tensor, weight
 @torch.no_grad()
 def ratio_band_mask(proximal: Tensor, behaviour: Tensor, mask: Tensor, agg: str, low: float, high: float) -> Tensor:
     """1 where ``low <= exp(agg(proximal - behaviour)) <= high``, else 0 (1 off the mask): (B, T) -> (B, T)."""
-    ratio = torch.exp(aggregate(proximal.float() - behaviour.float(), mask, agg))
-    keep = (ratio >= low) & (ratio <= high)
-    return torch.where(mask.bool(), keep, torch.ones_like(keep)).float()
+    return _in_band(torch.exp(aggregate(proximal.float() - behaviour.float(), mask, agg)), mask, low, high)
 
 
 @torch.no_grad()
@@ -99,6 +97,9 @@ def prob_diff_band_mask(proximal: Tensor, behaviour: Tensor, mask: Tensor, agg: 
                         high: float) -> Tensor:
     """1 where the probability difference ``p_prox - p_behav`` (token; mean over the span / sample for
     ``segment`` / ``geometric``; sum over the sample for ``sequence``) is in ``[low, high]``; 1 off the mask."""
-    agg_diff = aggregate(proximal.float().exp() - behaviour.float().exp(), mask, agg)
-    keep = (agg_diff >= low) & (agg_diff <= high)
-    return torch.where(mask.bool(), keep, torch.ones_like(keep)).float()
+    return _in_band(aggregate(proximal.float().exp() - behaviour.float().exp(), mask, agg), mask, low, high)
+
+
+def _in_band(values: Tensor, mask: Tensor, low: float, high: float) -> Tensor:
+    """1.0 where ``low <= values <= high`` or off the mask, else 0.0."""
+    return ((values >= low) & (values <= high) | ~mask.bool()).float()

@@ -72,37 +72,36 @@ def probe_actor(strategy, batch: Batch, loss_cfg: ActorLossConfig | None = None,
                 offload_cycle: bool = True) -> ProbeResult:
     """One PPO step of an initialized training ``strategy`` on ``batch`` (see the module docstring). Every rank of
     a multi-rank role calls it; results are complete on the rank that exports weights (rank 0)."""
-    loss_fn = PPOActorLoss(loss_cfg or ActorLossConfig())
     batch = batch.to("cpu")  # a copy: the probe adds keys
     batch["old_log_probs"] = _everywhere(strategy.compute_log_probs(batch)["log_probs"], len(batch))
-    before = _weights(strategy)
-    if offload_cycle:
-        strategy.offload_states()
-        strategy.reload_states()
-    metrics = strategy.train_step(batch, loss_fn, with_entropy=True)
-    after_log_probs = strategy.compute_log_probs(batch)["log_probs"]
-    after = _weights(strategy)
-    return ProbeResult(grad_norm=_grad_norm(metrics), loss_before=_loss(loss_fn, batch, batch["old_log_probs"]),
-                       loss_after=_loss(loss_fn, batch, after_log_probs),
-                       update=_update(before, after), metrics=dict(metrics))
+    return _step(strategy, batch, PPOActorLoss(loss_cfg or ActorLossConfig()), "old_log_probs",
+                 lambda: strategy.compute_log_probs(batch)["log_probs"], offload_cycle, with_entropy=True)
 
 
 def probe_critic(strategy, batch: Batch, value_clip: float | None = None) -> ProbeResult:
     """One value-loss step of an initialized critic ``strategy`` on ``batch`` (targets: ``returns`` = the
     advantages), measured like :func:`probe_actor`."""
-    loss_fn = CriticValueLoss(value_clip)
     batch = batch.to("cpu")  # a copy: the probe adds keys
     batch["returns"] = batch["advantages"]
     batch["values"] = _everywhere(strategy.compute_values(batch)["values"], len(batch))
+    return _step(strategy, batch, CriticValueLoss(value_clip), "values",
+                 lambda: strategy.compute_values(batch)["values"], offload_cycle=True)
+
+
+def _step(strategy, batch: Batch, loss_fn, before_key: str, outputs_after, offload_cycle: bool,
+          **train_kwargs) -> ProbeResult:
+    """The measured step: weights before, the offload / reload cycle, ``train_step``, the loss on ``batch`` from
+    ``batch[before_key]`` and from ``outputs_after()``, weights after."""
     before = _weights(strategy)
-    strategy.offload_states()
-    strategy.reload_states()
-    metrics = strategy.train_step(batch, loss_fn)
-    after_values = strategy.compute_values(batch)["values"]
+    if offload_cycle:
+        strategy.offload_states()
+        strategy.reload_states()
+    metrics = strategy.train_step(batch, loss_fn, **train_kwargs)
+    after_outputs = outputs_after()
     after = _weights(strategy)
-    return ProbeResult(grad_norm=_grad_norm(metrics), loss_before=_loss(loss_fn, batch, batch["values"]),
-                       loss_after=_loss(loss_fn, batch, after_values),
-                       update=_update(before, after), metrics=dict(metrics))
+    return ProbeResult(grad_norm=_grad_norm(metrics), loss_before=_loss(loss_fn, batch, batch[before_key]),
+                       loss_after=_loss(loss_fn, batch, after_outputs), update=_update(before, after),
+                       metrics=dict(metrics))
 
 
 def _everywhere(outputs: torch.Tensor, samples: int) -> torch.Tensor:

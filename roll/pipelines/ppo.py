@@ -194,7 +194,8 @@ def apply_train_infer_correction(cfg: TrainInferCorrectionConfig, batch: Batch) 
     stores ``train_infer_is_weight`` (truncated importance weights, 1 where off) and ``train_infer_mask`` (the
     filters' product), both (B, L-1), which the actor loss applies (:mod:`roll.algorithms.offpolicy`); returns
     ``actor/is_weight_*`` and ``actor/train_infer_masked_frac``."""
-    mask = loss_mask(batch) * batch["rollout_log_prob_mask"]  # tokens with both log-probs
+    response = loss_mask(batch)
+    mask = response * batch["rollout_log_prob_mask"]  # tokens with both log-probs
     old, behaviour = batch["old_log_probs"].float(), batch["rollout_log_probs"].float()
     metrics: dict[str, float] = {}
     if cfg.is_weight.enabled:
@@ -208,7 +209,6 @@ def apply_train_infer_correction(cfg: TrainInferCorrectionConfig, batch: Batch) 
             keep = keep * prob_diff_band_mask(old, behaviour, mask, f.agg_type, f.diff_low, f.diff_high)
     if any(f.enabled for f in cfg.filters):
         batch["train_infer_mask"] = keep
-        response = loss_mask(batch)
         metrics["actor/train_infer_masked_frac"] = float(((1 - keep) * response).sum() / response.sum().clamp(min=1))
     return metrics
 
