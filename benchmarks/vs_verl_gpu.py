@@ -228,6 +228,7 @@ def run_logged(cmd: list[str], log: Path, env: dict, timeout: float, stamp: Path
 
 
 def stop_ray() -> None:
+    """``ray stop --force`` between runs (the benchmark owns the GPU machine; never called by ``--rescore``)."""
     subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
 
 
@@ -381,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="results JSON (default benchmarks/results/vs_verl_<gpu>.json)")
     p.add_argument("--smoke", action="store_true", help="CPU check of both sides' configs and data (no runs)")
+    p.add_argument("--gpu", default="unknown GPU", help="device name for --rescore on a machine without the GPU")
     p.add_argument("--rescore", action="store_true", help="no runs: summarize the run folders already in --work "
                                                              "(<i>_roll, <i>_verl) into the results JSON")
     for field, value in asdict(Workload()).items():
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    gpu = torch.cuda.get_device_name(0)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else args.gpu
     params, peak = count_parameters(args.model), peak_flops(gpu)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -415,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["wall_s"], summary["run"] = time.time() - start, run_dir.name
         runs[side].append(summary)
         print(f"[vs_verl] {run_dir.name}: exit {run['rc']}, {len(run['steps'])} steps, {summary}", flush=True)
-    stop_ray()
+    if not args.rescore:
+        stop_ray()
     best = {s: min((r for r in rs if "step_s" in r), key=lambda r: r["step_s"], default=rs[-1] if rs else {})
             for s, rs in runs.items()}
     ratio, why = compare(best["roll"], best["verl"])

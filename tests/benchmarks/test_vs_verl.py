@@ -103,6 +103,33 @@ def test_verl_steps_from_its_file_logger(tmp_path):
     assert step["generated_tokens"] == 800.0 and step["trained_tokens"] == 900
 
 
+def test_rescore_joins_run_folders_into_the_results(tmp_path):
+    from transformers import Qwen2Config
+
+    Qwen2Config(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                intermediate_size=16, vocab_size=32).save_pretrained(tmp_path / "model")
+    w = vs.Workload(prompts=2, group=4, skip=1)
+    roll = tmp_path / "work" / "0_roll" / "logs"
+    roll.mkdir(parents=True)
+    rows = [{"step": i + 1, "timestamp": end, "time/step": 9.0, "time/train": 2.0, "perf/tokens": 1000.0,
+             "rollout/generated_tokens": 800.0} for i, end in enumerate([0.0, 10.0, 20.0])]
+    (roll / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    verl = tmp_path / "work" / "0_verl"
+    verl.mkdir()
+    lines = [{"step": i + 1, "data": {"timing_s/step": 19.0, "timing_s/update_actor": 4.0,
+                                      "perf/total_num_tokens": 1005, "response_length/mean": 100.0}}
+             for i in range(3)]
+    (verl / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (verl / "run.json").write_text(json.dumps({"rc": 0, "gpu_peak_gib": 50.0, "stamps": [0.0, 20.0, 40.0]}))
+    out = tmp_path / "result.json"
+    rc = vs.main(["--rescore", "--work", str(tmp_path / "work"), "--model", str(tmp_path / "model"), "--out",
+                  str(out), "--prompts", "2", "--group", "4", "--skip", "1"])
+    result = json.loads(out.read_text())
+    assert rc == 0 and result["ratio"] == pytest.approx(10.0 / 20.0)  # median intervals 10 s vs 20 s
+    assert result["roll"]["run"] == "0_roll" and result["verl"]["gpu_peak_used_gib"] == 50.0
+    assert w.samples * 100.0 == result["verl"]["generated_tokens"] == result["roll"]["generated_tokens"]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("verl") is None,
                     reason="verl is not installed (pip install verl==0.9.1 tensordict==0.10.0 torchdata codetiming "
                            "datasets pylatexenc cachetools, see scripts/build_verl_bundle.sh)")
