@@ -1,4 +1,4 @@
-"""roll vs verl's GRPO trainer on one GPU: the same RLVR work, alternating runs, one call.
+"""roll vs verl's GRPO trainer on one GPU: the same RLVR work, alternating runs.
 
 The workload (both sides the same, printed side by side before any run): a random-weight Qwen2.5-0.5B-shaped model
 with roll's hub-free tokenizer (``scripts/build_qwen05b_rand.py``), the shipped GSM8K-style prompts
@@ -21,7 +21,9 @@ own step timer), generation, training, old/ref log-prob and weight-sync times, t
 parameters x trained tokens / training time / the GPU's dense bf16 peak, the same formula for both), the GPU's
 peak memory use (nvidia-smi, all processes) and the trainer's peak allocation; then ``ratio`` = roll's median step
 time / verl's. The ratio is refused (``ratio: null`` with the reason) when the generated or trained tokens per
-step differ by more than 1%. JSON: ``benchmarks/results/vs_verl_<gpu>.json``.
+step differ by more than 1%. JSON: ``benchmarks/results/vs_verl_<gpu>.json``. Runs alternate in ``--order``; where a
+10-minute call cannot hold both sides, back-to-back calls on one machine run one side each and ``--rescore`` joins
+their run folders (``scripts/vs_verl_gpu.sh``).
 
     python benchmarks/vs_verl_gpu.py --model /tmp/roll-models/qwen05b-rand --order roll,verl
     python benchmarks/vs_verl_gpu.py --smoke     # CPU: both sides' configs compose and validate, verl reads the data
@@ -297,9 +299,9 @@ def summarize(run: dict, skip: int, params: int, peak: float | None) -> dict:
     phases, trained tokens/s and MFU (same formula for both sides), memory."""
     steps = run["steps"]
     kept = steps[skip:]
-    if len(kept) < 2:
-        return {"error": f"{len(steps)} steps logged (need > {skip + 1}); see {run['log']}", "rc": run["rc"]}
-    out = {"steps_logged": len(steps), "rc": run["rc"],
+    if not kept:
+        return {"error": f"{len(steps)} steps logged (need > {skip}); see {run['log']}", "rc": run["rc"]}
+    out = {"steps_logged": len(steps), "steps_in_median": len(kept), "rc": run["rc"],
            "step_s": statistics.median(b["end"] - a["end"] for a, b in zip(steps[skip - 1:], steps[skip:]))
            if skip >= 1 else statistics.median(s["step_s"] for s in kept)}
     for key in ("step_s", "generate_s", "train_s", "old_log_probs_s", "ref_log_probs_s", "sync_s", "reward_s",

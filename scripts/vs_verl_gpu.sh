@@ -10,10 +10,10 @@
 #   prepare   the random-weight Qwen2.5-0.5B-shaped model, and an import check of verl
 #   bench     the runs in $ORDER (default roll,verl), alternating, into $WORK, with $BENCH_ARGS
 #   rescore   the results JSON from every run folder in $WORK (runs of earlier calls on this machine too)
-# Measured on an H100 (2026-11-26): a roll run of 3 steps took 4 minutes; a verl run took 3.7 minutes to start
-# and 2.3 more for its first step (torch.compile warm-up), so both sides with 3+ steps do not fit one 10-minute
-# call: run ORDER=roll and ORDER=verl (BENCH_ARGS="--timeout 560") in back-to-back calls on one warm machine,
-# then rescore. Logs and the results JSON land in $OUT (and benchmarks/results/).
+# Measured on an H100 (2026-11-26): a roll run of 3 steps took 4 minutes; a verl run took 3.7 minutes to start and
+# 2.3 more for its first step (torch.compile warm-up), so both sides with 3+ steps do not fit one 10-minute call:
+# run ORDER=roll, then ORDER=verl with BENCH_ARGS="--steps 3 --skip 1 --timeout 540", in back-to-back calls on one
+# warm machine, then rescore. Logs and the results JSON land in $OUT (and benchmarks/results/).
 set -uo pipefail
 OUT=${OUT:-/tmp/vs-verl-out}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}

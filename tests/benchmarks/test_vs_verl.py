@@ -76,7 +76,9 @@ def test_summary_medians_after_warm_up_by_hand():
     assert out["train_tokens_per_s"] == pytest.approx(250.0)
     assert out["mfu"] == pytest.approx(6 * 100 * 250.0 / 1e6)
     assert out["trainer_peak_allocated_gib"] == 9.0 and out["gpu_peak_used_gib"] == 60.0
-    assert "error" in vs.summarize({**run, "steps": run["steps"][:3]}, skip=2, params=100, peak=1e6)
+    assert out["steps_in_median"] == 3
+    assert vs.summarize({**run, "steps": run["steps"][:3]}, skip=2, params=100, peak=1e6)["step_s"] == 15
+    assert "error" in vs.summarize({**run, "steps": run["steps"][:2]}, skip=2, params=100, peak=1e6)
 
 
 def test_verl_data_has_the_same_prompts_and_answers(tmp_path):
