@@ -110,6 +110,10 @@ def verl_overrides(w: Workload, model: str, data_dir: Path, run_dir: Path) -> li
         "data.truncation=error", f"data.seed={w.seed}",
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.use_remove_padding=true",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false", "actor_rollout_ref.model.use_liger=true",
+        # without flash-attn (absent on the GPU machine) verl's log-probs fall back to a Python loop over token rows
+        # (torch_functional.logprobs_from_logits_v2), ~10x slower; its fused linear+log-prob kernels avoid that
+        "actor_rollout_ref.model.use_fused_kernels=true",
+        "actor_rollout_ref.model.fused_kernel_options.impl_backend=torch",
         "+actor_rollout_ref.model.override_config.attn_implementation=roll_varlen",
         f"{a}.strategy=fsdp2", f"{a}.ppo_mini_batch_size={w.prompts // w.mini_batches}", f"{a}.ppo_epochs=1",
         f"{a}.use_dynamic_bsz=true", f"{a}.ppo_max_token_len_per_gpu={w.train_tokens_per_microbatch}",
@@ -149,6 +153,7 @@ def settings_table(w: Workload) -> list[tuple[str, str, str]]:
         ("padding-free", "yes (sequence packing)", "yes (use_remove_padding)"),
         ("attention kernel (training)", "roll_varlen (torch varlen flash)", "roll_varlen (torch varlen flash)"),
         ("fused kernels", "Liger (RMSNorm/SwiGLU/RoPE)", "Liger (use_liger)"),
+        ("log-probs from logits", "chunked log-softmax", "use_fused_kernels (torch backend; no flash-attn CE)"),
         ("activation checkpointing", "off", "off"),
         ("offload", "none", "none"),
         ("reference model / KL loss", f"on, low_var_kl {w.kl_coef}", f"on, low_var_kl {w.kl_coef}"),
@@ -264,7 +269,8 @@ def run_verl(w: Workload, model: str, run_dir: Path, env: dict, timeout: float) 
     write_verl_data(data_dir)
     metrics = run_dir / "metrics.jsonl"
     env = {**env, "VERL_FILE_LOGGER_PATH": str(metrics), "VERL_USE_EXTERNAL_MODULES": "benchmarks.verl_varlen"}
-    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *verl_overrides(w, model, data_dir, run_dir)]
+    extra = os.environ.get("VERL_EXTRA_OVERRIDES", "").split()  # e.g. a setting tried on the GPU
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *verl_overrides(w, model, data_dir, run_dir), *extra]
     with GpuMemory() as mem:
         rc, stamps = run_logged(cmd, run_dir / "run.log", env, timeout, stamp=metrics)
     (run_dir / "run.json").write_text(json.dumps({"rc": rc, "gpu_peak_gib": mem.peak_gib, "stamps": stamps}))
