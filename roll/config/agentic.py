@@ -177,10 +177,6 @@ class AgenticConfig(BaseConfig):
         the env registry in the preflight."""
         check_env_manager(self, "train_env_manager")
         check_not_implemented(self, NOT_IMPLEMENTED_AGENTIC)
-        if self.async_generation_ratio:
-            raise ConfigError("async_generation_ratio", self.async_generation_ratio,
-                              "the agentic pipeline is synchronous (one rollout, then one update); asynchronous "
-                              "generation is in the RLVR pipeline (docs/rlvr.md); set it to 0")
         train = self.train_env_manager
         if self.rollout_batch_size % train.group_size:
             raise ConfigError("rollout_batch_size", self.rollout_batch_size,
