@@ -45,7 +45,7 @@ class GroupBuffer:
         self.k, self.batch_groups, self.version = k, batch_groups, version
         self.running, self.waiting = 0, []  # groups admitted and being generated; finished groups, by seq
         self.unsynced = False  # a batch was taken and its weights are not pushed yet
-        self.peak = 0  # the most groups ever running + waiting (<= (k + 1) * batch_groups)
+        self.peak = 0  # the most groups running + waiting since the last take (<= (k + 1) * batch_groups)
         self._seq, self._dropped, self._closed, self._paused = 0, [], False, False
         self._error: BaseException | None = None
         self._cond = threading.Condition()
@@ -84,7 +84,8 @@ class GroupBuffer:
     def take(self, n: int) -> tuple[list[Group], dict[str, float]]:
         """The ``n`` oldest finished groups (waits for them; groups staler than k are dropped and counted) and
         the metrics ``rollout/staleness_mean|max``, ``rollout/dropped_groups``, the mean episode length of the
-        trained and of the dropped groups, and ``rollout/policy_version``."""
+        trained and of the dropped groups, ``rollout/policy_version`` and ``rollout/buffered_groups_peak`` (the
+        most groups running + waiting since the last take)."""
         with self._cond:
             while True:
                 self._cond.wait_for(lambda: self._error is not None or len(self.waiting) >= n)
@@ -99,12 +100,13 @@ class GroupBuffer:
             taken, self.waiting = self.waiting[:n], self.waiting[n:]
             self.unsynced = True
             dropped, self._dropped = self._dropped, []
+            peak, self.peak = self.peak, self.running + len(self.waiting)
             self._cond.notify_all()
         ages = [self.version - g.version for g in taken]
         metrics = {"rollout/staleness_mean": sum(ages) / len(ages), "rollout/staleness_max": float(max(ages)),
                    "rollout/dropped_groups": float(len(dropped)),
                    "rollout/trained_episode_length": sum(g.length for g in taken) / len(taken),
-                   "rollout/policy_version": float(self.version)}
+                   "rollout/policy_version": float(self.version), "rollout/buffered_groups_peak": float(peak)}
         if dropped:
             metrics["rollout/dropped_episode_length"] = sum(g.length for g in dropped) / len(dropped)
         return taken, metrics
