@@ -78,6 +78,9 @@ UNSUPPORTED: dict[str, str] = {
     "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
     "<role>.pg_variant": "roll's policy losses are policy_loss (ppo, gspo) and the registry (docs/algorithms.md)",
     "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
+    "<manager>.group_size_redundancy": "roll trains complete groups only and bounds staleness by admission; for "
+                                       "stragglers give more env_groups than a batch needs with "
+                                       "async_generation_ratio >= 1 (docs/async.md)",
 }
 #: Values that mean "off" for an unsupported key.
 OFF = (None, False, 0, "", [], {})

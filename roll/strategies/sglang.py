@@ -265,7 +265,7 @@ class SGLangStrategy(InferenceStrategy):
             pause = PauseGenerationReqInput(mode="retract")
         except TypeError as exc:  # sglang <= 0.5.5: pause_generation has no mode and would abort
             raise RuntimeError(f"sglang: this SGLang has no pause_generation(mode='retract') ({exc}); a weight "
-                               f"update with requests in flight would abort them: install sglang >= 0.5.6, or "
+                               f"update with requests in flight would abort them: install roll[gpu]'s sglang (>= 0.5.16), or "
                                f"set async_generation_ratio: 0") from exc
         self.engine.loop.run_until_complete(manager.pause_generation(pause))
         try:
