@@ -21,6 +21,7 @@ The buffer knows nothing of what a group holds; :class:`Producers` runs the loop
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -47,6 +48,7 @@ class GroupBuffer:
         self.unsynced = False  # a batch was taken and its weights are not pushed yet
         self.peak = 0  # the most groups running + waiting since the last take (<= (k + 1) * batch_groups)
         self._seq, self._dropped, self._closed, self._paused = 0, [], False, False
+        self._blocked_s = 0.0  # producers' seconds waiting for admission (counted when they are admitted)
         self._error: BaseException | None = None
         self._cond = threading.Condition()
 
@@ -58,8 +60,10 @@ class GroupBuffer:
     def admit(self, n: int) -> int | None:
         """Block until ``n`` new groups may start; returns the version they start under (None once closed)."""
         with self._cond:
+            start = time.monotonic()
             self._cond.wait_for(lambda: self._closed or (not self._paused
                                                          and self.running + len(self.waiting) + n <= self.limit))
+            self._blocked_s += time.monotonic() - start
             if self._closed:
                 return None
             self.running += n
@@ -84,8 +88,10 @@ class GroupBuffer:
     def take(self, n: int) -> tuple[list[Group], dict[str, float]]:
         """The ``n`` oldest finished groups (waits for them; groups staler than k are dropped and counted) and
         the metrics ``rollout/staleness_mean|max``, ``rollout/dropped_groups``, the mean episode length of the
-        trained and of the dropped groups, ``rollout/policy_version`` and ``rollout/buffered_groups_peak`` (the
-        most groups running + waiting since the last take)."""
+        trained and of the dropped groups, ``rollout/policy_version``, ``rollout/buffered_groups_peak`` (the
+        most groups running + waiting since the last take) and ``time/rollout_admission_wait`` (the producers'
+        seconds blocked by the bound since the last take, summed: idle engine time when producers are the only
+        clients)."""
         with self._cond:
             while True:
                 self._cond.wait_for(lambda: self._error is not None or len(self.waiting) >= n)
@@ -101,12 +107,14 @@ class GroupBuffer:
             self.unsynced = True
             dropped, self._dropped = self._dropped, []
             peak, self.peak = self.peak, self.running + len(self.waiting)
+            blocked, self._blocked_s = self._blocked_s, 0.0
             self._cond.notify_all()
         ages = [self.version - g.version for g in taken]
         metrics = {"rollout/staleness_mean": sum(ages) / len(ages), "rollout/staleness_max": float(max(ages)),
                    "rollout/dropped_groups": float(len(dropped)),
                    "rollout/trained_episode_length": sum(g.length for g in taken) / len(taken),
-                   "rollout/policy_version": float(self.version), "rollout/buffered_groups_peak": float(peak)}
+                   "rollout/policy_version": float(self.version), "rollout/buffered_groups_peak": float(peak),
+                   "time/rollout_admission_wait": blocked}
         if dropped:
             metrics["rollout/dropped_episode_length"] = sum(g.length for g in dropped) / len(dropped)
         return taken, metrics
