@@ -77,6 +77,7 @@ class GroupBuffer:
             for g in groups:
                 g.seq, self._seq = self._seq, self._seq + 1
                 self.waiting.append(g)
+            self.peak = max(self.peak, self.running + len(self.waiting))
             self._cond.notify_all()
 
     def fail(self, error: BaseException) -> None:

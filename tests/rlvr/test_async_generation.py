@@ -89,7 +89,9 @@ def test_async_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch
 
     a, b = _rows(straight), _rows(resumed)
     for step in range(STEPS // 2 + 1, STEPS + 1):
-        keys = [k for k in a[step] if not k.startswith(("time/", "perf/")) and isinstance(a[step][k], float)]
+        # the buffer's peak occupancy depends on when the producer thread runs, like the timings
+        keys = [k for k in a[step] if not k.startswith(("time/", "perf/")) and isinstance(a[step][k], float)
+                and k != "rollout/buffered_groups_peak"]
         assert "rollout/mean_reward" in keys and "rollout/logprob_mismatch" in keys
         for k in keys:
             assert b[step][k] == pytest.approx(a[step][k], rel=1e-5, abs=1e-6), (step, k)
