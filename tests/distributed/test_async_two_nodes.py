@@ -56,4 +56,4 @@ def test_async_run_with_train_and_infer_on_different_nodes(tiny_model_dir, tmp_p
     assert len({n["NodeID"] for n in ray.nodes() if n["Alive"]}) == 2
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     staleness = [r["rollout/staleness_max"] for r in rows if "rollout/staleness_max" in r]
-    assert len(staleness) == 3 and max(staleness) == 1.0
+    assert len(staleness) == 3 and max(staleness) <= 1.0 and staleness[0] == 0.0
