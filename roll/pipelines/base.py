@@ -235,7 +235,7 @@ class Pipeline(ABC):
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
-        self.stop_producers()
+        self.stop_producers(wait=False)  # a round in flight (minutes of long episodes) is not waited for
         self.finish()
         self.plot()
         print(f"[roll] final actor saved to {final}", flush=True)

@@ -310,5 +310,5 @@ class RLVRPipeline(Pipeline):
         self.async_state = state.get("async")
 
     def finish(self) -> None:
-        self.stop_producers()
+        self.stop_producers()  # its round (one generate call and its rewards) ends before the reward workers go
         self.rewards.shutdown()
