@@ -111,6 +111,10 @@ def test_async_generation_is_refused_where_it_cannot_run():
                                               r"disaggregate: give actor_infer its own device_mapping") as err:
             load_config(name, overrides=["async_generation_ratio=2"], schema=schema)
         assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^train_env_manager.num_env_managers=1: with async_generation_ratio=1 each "
+                                          r"env manager plays 16 groups a round, more than \(k \+ 1\) x the batch's 2"):
+        load_config("sokoban_tiny", overrides=["async_generation_ratio=1", "rollout_batch_size=16",
+                                               "train_env_manager.env_groups=16", "train_env_manager.group_size=8"])
     # on CPU (no device_mapping) both pipelines take any k
     assert load_config("sokoban_tiny", overrides=["async_generation_ratio=2"]).async_generation_ratio == 2
     assert load_config("rlvr_tiny", overrides=["async_generation_ratio=2"], schema=RLVRConfig)
