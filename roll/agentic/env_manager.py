@@ -205,7 +205,8 @@ class EnvManager:
         # special tokens of the tokenizer, so skip_special_tokens would drop them
         text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == fmt.eos_id else ids, skip_special_tokens=False)
         turn = Turn(prompt_ids=x.next_prompt, response_ids=ids, response_log_probs=list(out.log_probs),
-                    observation=x.observation, response_text=text, finish_reason=out.finish_reason)
+                    observation=x.observation, response_text=text, finish_reason=out.finish_reason,
+                    policy_version=out.policy_version)
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
             turn.response_ids = ids + [fmt.eos_id]
             turn.appended_eos = True

@@ -15,10 +15,12 @@ trajectory; ``max_traj_per_env`` (when > 0) caps the rounds of a step, refills i
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from roll.agentic.async_buffer import Group, GroupBuffer
 from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenerator, Generator, GroupGenerator,
                                    RemoteGenerator)
 from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
@@ -64,6 +66,8 @@ class RolloutScheduler:
         self.generator: Generator = generation_client(infer, inner)
         raise_errors = manager.raise_env_errors
         self.failed: list[Trajectory] = []  # the failed trajectories of the last rollout (for the dumps)
+        self._failed_since_take: list[Trajectory] = []  # asynchronous: what the producers' rounds left out
+        self._failed_lock = threading.Lock()
         groups = plan_groups(manager, cfg.custom_envs)
         per = len(groups) // n
         sampling = manager.generating_args or cfg.actor_infer.generating_args
@@ -135,6 +139,63 @@ class RolloutScheduler:
             raise RuntimeError(self._empty_batch_message(step, everything, len(usable)))
         metrics = self._metrics(results, batch, refills, time.perf_counter() - start)
         metrics.update(error_counts)
+        return batch, metrics
+
+    # ------------------------------------------------------------------ asynchronous (async_generation_ratio >= 1)
+    @property
+    def units(self) -> list[int]:
+        """Groups each manager plays per round: the producers' admission units (roll.agentic.async_buffer)."""
+        return [self.manager.env_groups // len(self.managers)] * len(self.managers)
+
+    def produce(self, i: int, round_: int, version: int) -> list[Group]:
+        """Manager ``i`` plays round ``round_`` of its groups (the seeds of synchronous step ``round_``'s first
+        round; group ids offset by the round so that they stay unique); its usable groups, each with the oldest
+        policy version of its tokens (``version``: the one it was admitted under, for a group without tokens)."""
+        seed_step = round_ * 1000
+        manager = self.managers[i]
+        if self.use_ray:
+            import ray
+
+            if self.batcher is not None:
+                ray.get(self.batcher.open.remote(1))
+            result = ray.get(manager.rollout.remote(seed_step, self.generator))
+        else:
+            if self.batcher is not None:
+                self.batcher.open(1)
+            result = manager.rollout(seed_step, self.generator)
+        by_group: dict[int, list[Trajectory]] = defaultdict(list)
+        for t in result.trajectories:
+            t.group_id += round_ * self.manager.env_groups
+        for t in keep_groups(result.trajectories, self.min_group):
+            by_group[t.group_id].append(t)
+        with self._failed_lock:
+            self._failed_since_take += [t for t in result.trajectories if t.failure]
+        return [Group(ts, min((turn.policy_version for t in ts for turn in t.turns), default=version),
+                      sum(turn.generated for t in ts for turn in t.turns) / len(ts)) for ts in by_group.values()]
+
+    def take(self, buffer: GroupBuffer, step: int, batch_size: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The oldest finished groups of ``buffer`` for a batch of ``batch_size`` (a multiple of the train
+        mini-batch; failed trajectories left out) and their metrics, as :meth:`rollout` returns them, plus the
+        staleness metrics of :meth:`GroupBuffer.take`."""
+        import time
+
+        start = time.perf_counter()
+        groups, metrics = buffer.take(batch_size // self.manager.group_size)
+        trajectories = [t for g in groups for t in g.items]
+        batch = fit_batch(trajectories, batch_size, self.batch_multiple, self.min_group)
+        with self._failed_lock:
+            failed = self.failed = self._failed_since_take
+            self._failed_since_take = []
+        lines, error_counts = failure_report(failed, self.phase, step, self.prefix)
+        print_lines(lines)
+        if not batch:
+            raise RuntimeError(self._empty_batch_message(step, trajectories + failed, len(trajectories)))
+        p = self.prefix
+        metrics.update({f"{p}/env_failures": float(sum(t.failure_kind == "error" for t in failed)),
+                        f"{p}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in failed)),
+                        f"{p}/dropped_trajectories": float(len(trajectories) - len(batch)),
+                        f"{p}/batch_size": float(len(batch)), f"time/{p}_wait": time.perf_counter() - start,
+                        **error_counts})
         return batch, metrics
 
     def _empty_batch_message(self, step: int, trajectories: list[Trajectory], usable: int) -> str:

@@ -177,16 +177,18 @@ class AgenticConfig(BaseConfig):
         the env registry in the preflight."""
         check_env_manager(self, "train_env_manager")
         check_not_implemented(self, NOT_IMPLEMENTED_AGENTIC)
-        if self.async_generation_ratio:
-            raise ConfigError("async_generation_ratio", self.async_generation_ratio,
-                              "the agentic pipeline is synchronous (one rollout, then one update); asynchronous "
-                              "generation is in the RLVR pipeline (docs/rlvr.md); set it to 0")
         train = self.train_env_manager
         if self.rollout_batch_size % train.group_size:
             raise ConfigError("rollout_batch_size", self.rollout_batch_size,
                               f"must be a multiple of train_env_manager.group_size ({train.group_size}): "
                               f"a batch holds whole groups")
         groups_needed = self.rollout_batch_size // train.group_size
+        k, per = self.async_generation_ratio, train.env_groups // train.num_env_managers
+        if k and per > (k + 1) * groups_needed:
+            raise ConfigError("train_env_manager.num_env_managers", train.num_env_managers,
+                              f"with async_generation_ratio={k:g} each env manager plays {per} groups a round, more "
+                              f"than (k + 1) x the batch's {groups_needed} groups that may run or wait: its rounds "
+                              f"could never start; use more env managers or a larger k (docs/async.md)")
         if train.max_traj_per_env > 0 and groups_needed > train.env_groups * train.max_traj_per_env:
             raise ConfigError("rollout_batch_size", self.rollout_batch_size,
                               f"needs {groups_needed} groups but env_groups ({train.env_groups}) x max_traj_per_env "

@@ -71,9 +71,12 @@ class PPOConfig:
         True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
               "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.")
     async_generation_ratio: float = fld(
-        0.0, "RLVR: 1 = generate the next step's batch while this step trains (one step off-policy: a batch comes "
-             "from the weights one update older than those it trains; old log-probs are the trainer's); 0 = "
-             "generate, then train. Needs actor_infer on devices of its own (or CPU).", choices=[0.0, 1.0])
+        0.0, "k: 0 = generate, then train (synchronous); k >= 1 = rollouts go on while the trainer trains, and no "
+             "trained token is more than k policy versions old (admission bound; docs/async.md). Needs actor_infer "
+             "on devices of its own (or CPU).", allowed=">= 0; a whole number")
+    enable_old_logprobs_recompute: bool = fld(
+        False, "Always compute the old (proximal) log-probs in a separate pass before the update, never from the "
+               "training forward; forced on by async_generation_ratio >= 1 (ROLL's key).")
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).", allowed=">= 0")
     train_infer_correction: TrainInferCorrectionConfig = field(
         default_factory=TrainInferCorrectionConfig,

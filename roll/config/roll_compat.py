@@ -56,8 +56,6 @@ IGNORED: dict[str, str] = {
     "<role>.worker_cls": "roll's workers are chosen by the role",
     "checkpoint_config.type": "roll writes checkpoints to the file system (output_dir)",
     "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
-    "enable_old_logprobs_recompute": "roll recomputes the old log-probs unless skipping is exact (skip_old_log_probs; "
-                                     "never skipped with train_infer_correction)",
     "profiler_memory": "use roll's benchmarks/ and the tracker's memory metrics",
     "batch_adjust_mode": "roll's samples are whole trajectories (ROLL's step env manager makes one per turn), so "
                          "a step's batch size is fixed and never adjusted",
@@ -80,6 +78,9 @@ UNSUPPORTED: dict[str, str] = {
     "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
     "<role>.pg_variant": "roll's policy losses are policy_loss (ppo, gspo) and the registry (docs/algorithms.md)",
     "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
+    "<manager>.group_size_redundancy": "roll trains complete groups only and bounds staleness by admission; for "
+                                       "stragglers give more env_groups than a batch needs with "
+                                       "async_generation_ratio >= 1 (docs/async.md)",
 }
 #: Values that mean "off" for an unsupported key.
 OFF = (None, False, 0, "", [], {})

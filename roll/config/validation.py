@@ -295,6 +295,10 @@ def check_ppo(cfg: Any) -> None:
             raise ConfigError(key, True, "not implemented in roll yet; set it to false")
     if cfg.ppo_epochs < 1:
         raise ConfigError("ppo_epochs", cfg.ppo_epochs, "must be >= 1")
+    if cfg.async_generation_ratio != int(cfg.async_generation_ratio):
+        raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
+                          "must be a whole number of policy versions a trained token may lag (0 = synchronous, "
+                          "1, 2, ...)")
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
     check_algorithm(cfg)
@@ -371,8 +375,9 @@ def check_placement(cfg: Any) -> None:
         if shared:
             raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
                               f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
-                              f"are shared with other roles (colocated roles take turns): set it to 0, or give "
-                              f"actor_infer its own device_mapping")
+                              f"are shared with other roles (colocated roles take turns): set it to 0, or "
+                              f"disaggregate: give actor_infer its own device_mapping (e.g. actor_train [0], "
+                              f"actor_infer [1]; docs/async.md)")
     if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
         raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
                           "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")

@@ -26,6 +26,7 @@ class Turn:
     reward: float = 0.0
     finish_reason: str = "stop"
     appended_eos: bool = False  # an end-of-turn token was added after a length-cut reply (not trained on)
+    policy_version: int = 0  # the policy version (weight syncs) that generated this reply (async rollouts)
 
     @property
     def generated(self) -> int:

@@ -165,6 +165,10 @@ class InferProxy(RoleProxy):
         """Abort requests still in flight on the ranks named."""
         self._each(Worker.abort, {r: (rids,) for r, rids in by_rank.items()})
 
+    def set_policy_version(self, version: int) -> None:
+        """Every worker labels the outputs it starts from now on with ``version`` (after a weight sync)."""
+        self.group.call(Worker.set_policy_version, version)
+
     # ------------------------------------------------------------------ weights in (roll.distributed.weight_sync)
     def load_weight_bucket(self, per_worker: list[tuple[list[bytes], bool]]) -> list[float]:
         """Worker ``i`` loads the shared bucket ``per_worker[i]`` (its payloads, whether it is the last); seconds

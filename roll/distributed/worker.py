@@ -8,6 +8,7 @@ below call the strategy's declared methods directly; an ability is read from the
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Callable
 
@@ -39,6 +40,11 @@ class Worker:
         self.spec = strategy_spec(name)
         self.strategy = get_strategy_class(name, role)(config, rank, world_size)  # contract checked there
         self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
+        # generation and weight loading take turns (in local mode they come from different threads): a weight
+        # update waits for the generate call in progress, so it lands between turns and discards no token
+        self._turns = threading.Lock()
+        self.policy_version = 0  # the driver's count of weight syncs (roll.agentic.async_buffer), set after each
+        self._request_versions: dict[str, int] = {}  # submitted request -> the version it started under
 
     def initialize(self, ctx: StrategyContext) -> float:
         """Build the strategy; returns seconds taken."""
@@ -48,7 +54,18 @@ class Worker:
 
     def generate(self, prompts: list[list[int]], args: GeneratingArgs,
                  max_new_tokens: int | None = None) -> list[GenerationOutput]:
-        return self.strategy.generate(prompts, args, max_new_tokens)
+        with self._turns:
+            version = self.policy_version
+            outputs = self.strategy.generate(prompts, args, max_new_tokens)
+        for out in outputs:
+            out.policy_version = version
+        return outputs
+
+    def set_policy_version(self, version: int) -> None:
+        """The driver's weight-sync count, after a sync: outputs started from now on carry it. A label is never
+        newer than the weights that made the tokens (set after the weights are in)."""
+        with self._turns:
+            self.policy_version = version
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         return self.strategy.compute_log_probs(batch, with_entropy)
@@ -87,7 +104,8 @@ class Worker:
 
     def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> float:
         start = time.perf_counter()
-        self.strategy.load_weights(named_tensors)
+        with self._turns:
+            self.strategy.load_weights(named_tensors)
         return time.perf_counter() - start
 
     # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
@@ -116,7 +134,8 @@ class Worker:
         """Load one shared bucket (one payload per GPU of this worker, in its GPU order); returns seconds."""
         self._needs("ipc_weights", "load CUDA IPC weight buckets")
         start = time.perf_counter()
-        self.strategy.load_weight_bucket(payloads, flush)
+        with self._turns:
+            self.strategy.load_weight_bucket(payloads, flush)
         return time.perf_counter() - start
 
     def _needs(self, ability: str, purpose: str) -> None:
@@ -130,15 +149,23 @@ class Worker:
                max_new_tokens: int | None = None) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
         self._needs("submit", "take single requests")
+        self._request_versions.update({rid: self.policy_version for rid, _ in requests})
         return self.strategy.submit(requests, args, max_new_tokens)
 
     def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
-        """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one."""
-        return self.strategy.poll(rids, timeout)
+        """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one; each carries the
+        policy version it was submitted under (the oldest of its tokens)."""
+        done = self.strategy.poll(rids, timeout)
+        for rid, out in done.items():
+            out.policy_version = self._request_versions.pop(rid, self.policy_version)
+        return done
 
     def abort(self, rids: list[str] | None = None) -> list[str]:
         """Abort requests in flight (``None``: all); returns the aborted ids."""
-        return self.strategy.abort(rids)
+        aborted = self.strategy.abort(rids)
+        for rid in aborted:
+            self._request_versions.pop(rid, None)
+        return aborted
 
     # ------------------------------------------------------------------ weight groups (disaggregated sync)
     def weight_group_endpoint(self) -> tuple[str, int]:
@@ -184,7 +211,8 @@ class Worker:
     def update_weights_distributed(self, metas: list[dict[str, list]], group_name: str) -> float:
         """Receive the buckets ``metas`` describes from the group's rank 0; returns seconds."""
         self._needs("weight_group", "receive weights by broadcast")
-        return self.strategy.update_weights_distributed(metas, group_name)
+        with self._turns:
+            return self.strategy.update_weights_distributed(metas, group_name)
 
     def save_pretrained(self, path: str) -> None:
         self.strategy.save_pretrained(path)

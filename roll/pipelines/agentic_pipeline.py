@@ -8,6 +8,7 @@ shared pieces: rollouts in ``roll.agentic``, the token layout in ``roll.data.lay
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 import torch
 
@@ -16,7 +17,7 @@ from roll.agentic.rollout import RolloutScheduler, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
-from roll.data.trajectory import Trajectory
+from roll.data.trajectory import Trajectory, Turn
 from roll.pipelines.base import Pipeline
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.tracking.dumps import TrajectoryDumps
@@ -84,7 +85,14 @@ class AgenticPipeline(Pipeline):
         self.phases.activate(groups, {"actor_infer"})
         timings["time/offload_reload"] = time.perf_counter() - t0
         t = time.perf_counter()
-        trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
+        if cfg.async_generation_ratio:  # the env managers play on across steps; the oldest finished groups
+            rollout = self.train_rollout
+            producers = self.start_producers(rollout.produce, rollout.units,
+                                             cfg.rollout_batch_size // cfg.train_env_manager.group_size,
+                                             decode_groups)
+            trajs, rollout_times = rollout.take(producers.buffer, step, cfg.rollout_batch_size)
+        else:
+            trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
         timings["time/rollout"] = time.perf_counter() - t
         t = time.perf_counter()
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
@@ -113,5 +121,18 @@ class AgenticPipeline(Pipeline):
         return self.val_rollout is not None
 
     def driver_state(self) -> dict:
-        # rollout seeds are a pure function of (seed, phase, step, group): the step counter is the seed state
-        return {"rollout": {"seed": self.cfg.seed}}
+        """Rollout seeds are a pure function of (seed, phase, step or round, group): the step counter is the seed
+        state; asynchronous rollouts add the producers' rounds and the finished groups waiting
+        (:meth:`~roll.agentic.async_buffer.Producers.state_dict`)."""
+        state: dict = {"rollout": {"seed": self.cfg.seed}}
+        if self.producers is not None:
+            state["async"] = self.producers.state_dict(lambda ts: [asdict(t) for t in ts])
+        return state
+
+    def load_driver_state(self, state: dict) -> None:
+        self.async_state = state.get("async")
+
+
+def decode_groups(items: list[dict]) -> list[Trajectory]:
+    """A checkpointed group's trajectories (``dataclasses.asdict`` form) back as :class:`Trajectory` objects."""
+    return [Trajectory(**{**d, "turns": [Turn(**turn) for turn in d["turns"]]}) for d in items]

@@ -14,8 +14,9 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from roll.agentic.async_buffer import Group, Producers
 from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
@@ -50,6 +51,9 @@ class Pipeline(ABC):
         self._weight_sync: WeightSync | None = None
         self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         self.skipped_in_a_row = 0  # steps in a row whose actor update had a non-finite gradient norm
+        self.policy_version = 0  # weight syncs to actor_infer so far (checkpointed): the version tokens carry
+        self.producers: Producers | None = None  # async_generation_ratio >= 1 (roll.agentic.async_buffer)
+        self.async_state: dict[str, Any] | None = None  # the producers' checkpointed state, until they start
         self.roles: Roles
         self.trainer: PPOTrainer
 
@@ -148,6 +152,32 @@ class Pipeline(ABC):
     def sync_infer(self) -> dict[str, float]:
         """Sync actor_train's weights to actor_infer: NCCL broadcast or copy, chosen once from placement (see
         :class:`~roll.distributed.weight_sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
+        stats = self.push_weights()
+        self.policy_version += 1
+        self.roles.actor_infer.set_policy_version(self.policy_version)
+        if self.producers is not None:
+            self.producers.buffer.set_version(self.policy_version)
+        return stats
+
+    def start_producers(self, produce: Callable[[int, int, int], list[Group]], units: list[int],
+                        batch_groups: int, decode: Callable[[Any], Any] = lambda x: x) -> Producers:
+        """Start the asynchronous rollout producers (once; from the checkpointed state when resuming)."""
+        if self.producers is None:
+            self.producers = Producers.start(int(self.cfg.async_generation_ratio), batch_groups, self.policy_version,
+                                             produce, units, self.async_state, decode)
+            self.async_state = None
+        return self.producers
+
+    def stop_producers(self, wait: bool = True) -> None:
+        """Admit no more groups; ``wait``: for the producers' current rounds to end."""
+        if self.producers is not None:
+            if wait:
+                self.producers.close()
+            else:
+                self.producers.buffer.close()
+
+    def push_weights(self) -> dict[str, float]:
+        """The weight push of :meth:`sync_infer` without a new policy version (a resume re-sends the same weights)."""
         if self._weight_sync is None:
             self._weight_sync = WeightSync.from_config(self.cfg, self.roles.actor_train, self.roles.actor_infer)
         return self._weight_sync()
@@ -197,6 +227,7 @@ class Pipeline(ABC):
                               f"({self.train_seconds:.0f} s of training)", flush=True)
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
+            self.stop_producers(wait=False)
             with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
                 self.tracker.finish()
             print(self.resume_hint(step, exc), flush=True)
@@ -204,6 +235,7 @@ class Pipeline(ABC):
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
+        self.stop_producers(wait=False)  # a round in flight (minutes of long episodes) is not waited for
         self.finish()
         self.plot()
         print(f"[roll] final actor saved to {final}", flush=True)
@@ -245,9 +277,13 @@ class Pipeline(ABC):
     def save(self, step: int) -> None:
         """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
         state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 "train_seconds": self.train_seconds, **self.driver_state()}
-        path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
-                                    int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+                 "train_seconds": self.train_seconds, "policy_version": self.policy_version, **self.driver_state()}
+        try:
+            path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
+                                        int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+        finally:
+            if self.producers is not None:  # drained by driver_state: admit again once the workers are saved
+                self.producers.buffer.release()
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         seconds = json.loads((path / ckpt.COMPLETE).read_text())["seconds"]
         print(f"[roll] checkpoint step {step} saved to {path} ({size / 2**20:.1f} MiB in {seconds:.1f} s)", flush=True)
@@ -263,8 +299,10 @@ class Pipeline(ABC):
         self.prune_dumps(int(state["step"]))
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.train_seconds = float(state.get("train_seconds", 0.0))  # older checkpoints: counted from the resume
+        self.policy_version = int(state.get("policy_version", 0))
         self.load_driver_state(state)
-        self.sync_infer()
+        self.push_weights()
+        self.roles.actor_infer.set_policy_version(self.policy_version)
         print(f"[roll] resumed from {path} (step {state['step']}, tracker run {state['tracker_run_id']})", flush=True)
         return int(state["step"])
 

@@ -38,10 +38,13 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
     """Whether step ``step``'s separate old-log-prob pass can be skipped because it would equal the training
     forward's (detached) log-probs: ``skip_old_log_probs`` on, the actor trains this step (past
     ``critic_warmup``), one ppo epoch, the whole batch one optimizer step (so the forward runs before any update),
-    no KL penalty in the reward and no train/inference correction (both need the old log-probs first)."""
+    no KL penalty in the reward and no train/inference correction (both need the old log-probs first), and neither
+    ``enable_old_logprobs_recompute`` nor ``async_generation_ratio >= 1`` (the proximal policy of decoupled PPO is
+    recomputed by the trainer before it updates)."""
     return (cfg.skip_old_log_probs and step > cfg.critic_warmup and cfg.ppo_epochs == 1
             and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl
-            and not cfg.train_infer_correction.on())
+            and not cfg.train_infer_correction.on() and not cfg.enable_old_logprobs_recompute
+            and not cfg.async_generation_ratio)
 
 
 def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> dict[str, float]:

@@ -138,7 +138,7 @@ def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
     threads = sum(int(max(1, w.num_cpus_per_worker)) * w.world_size for w in cpu_roles)
     if threads <= cores:
         return []
-    return [f"async_generation_ratio=1: actor_train and actor_infer generate and train at the same time on CPU with "
+    return [f"async_generation_ratio={cfg.async_generation_ratio:g}: actor_train and actor_infer generate and train at the same time on CPU with "
             f"{threads} threads on {cores} cores; oversubscribed OpenMP threads spin and slow both down: give them "
             f"num_cpus_per_worker summing to <= {cores}"]
 

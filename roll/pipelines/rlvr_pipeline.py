@@ -8,14 +8,14 @@ Orchestration only: data loading in ``roll.data.rlvr_dataset``, rewards in ``rol
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 
+from roll.agentic.async_buffer import Group
 from roll.agentic.rollout import generation_client
 from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
@@ -47,6 +47,7 @@ class PromptGroup:
     format_ok: list[bool]
     truncated: list[bool]  # generation hit max_new_tokens without an end token
     log_probs: list[list[float]] = field(default_factory=list)  # the engine's log-prob of each generated token
+    policy_version: int = 0  # the oldest policy version among the responses' tokens (async rollouts)
 
 
 def engine_log_probs(groups: list[PromptGroup], width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,7 +154,8 @@ class RLVRPipeline(Pipeline):
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.start_roles()
         self.generator = generation_client(self.roles.actor_infer)
-        self.next_batch = NextBatch()  # async_generation_ratio: the next step's groups, generated during this one
+        self.round_stats: list[tuple[dict[str, float], dict[str, float]]] = []  # async: rounds since the last take
+        self.round_lock = threading.Lock()
         self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
                                         num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
                                         reward_options=dict(cfg.rewards.reward_options),
@@ -186,7 +188,8 @@ class RLVRPipeline(Pipeline):
             groups.append(PromptGroup(
                 i, prompts[i], [o.token_ids for o in outs[part]], texts[part], [r.score for r in results[part]],
                 [r.correct for r in results[part]], [r.format_ok for r in results[part]],
-                [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]]))
+                [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]],
+                min(o.policy_version for o in outs[part])))
         return groups
 
     def collect(self) -> tuple[list[PromptGroup], dict[str, float], dict[str, float]]:
@@ -221,7 +224,6 @@ class RLVRPipeline(Pipeline):
 
     def validate(self, step: int) -> dict[str, float]:
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
-        self.next_batch.wait()  # the engine finishes the next step's batch first
         start = time.perf_counter()
         try:
             groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts,
@@ -233,21 +235,45 @@ class RLVRPipeline(Pipeline):
         metrics["time/val"] = time.perf_counter() - start
         return metrics
 
+    def produce(self, producer: int, round_: int, version: int) -> list[Group]:
+        """One round of ``rollout_batch_size`` prompt groups (async_generation_ratio >= 1, in a producer thread);
+        its dynamic-sampling metrics and times are merged into the step that takes the next batch."""
+        groups, metrics, times = self.collect()
+        with self.round_lock:
+            self.round_stats.append((metrics, times))
+        return [Group(g, g.policy_version, sum(map(len, g.response_ids)) / len(g.response_ids)) for g in groups]
+
+    def take(self) -> tuple[list[PromptGroup], dict[str, float], dict[str, float]]:
+        """The oldest ``rollout_batch_size`` finished groups of the producers (started on first use), with the
+        staleness metrics, the latest round's metrics and the rounds' summed times."""
+        cfg = self.cfg
+        producers = self.start_producers(self.produce, [cfg.rollout_batch_size], cfg.rollout_batch_size,
+                                         lambda g: PromptGroup(**g))
+        taken, metrics = producers.buffer.take(cfg.rollout_batch_size)
+        with self.round_lock:
+            rounds, self.round_stats = self.round_stats, []
+        times = {"switch": 0.0, "generate": 0.0}
+        for round_metrics, round_times in rounds:
+            metrics = {**round_metrics, **metrics}
+            times = {k: times[k] + round_times.get(k, 0.0) for k in times}
+        return [g.items for g in taken], metrics, times
+
     def train_step(self, step: int) -> dict[str, float]:
         """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights. With
-        ``async_generation_ratio: 1`` the batch was generated during the previous step, and the next step's is
-        generated (in a driver thread, on the engine's current weights) while this one trains; the weight sync
-        waits for it, so each batch comes from one set of weights."""
+        ``async_generation_ratio`` k >= 1 a producer thread generates rounds of prompt groups on whatever weights
+        the engine has (the sync lands between its generate calls) and the step takes the oldest finished ones,
+        at most k policy versions old (:mod:`roll.agentic.async_buffer`)."""
         cfg, timings = self.cfg, {}
         t0 = time.perf_counter()
-        ahead = self.next_batch.started
         try:
-            prompt_groups, metrics, times = self.next_batch.take() if ahead else self.collect()
+            prompt_groups, metrics, times = self.take() if cfg.async_generation_ratio else self.collect()
         except (NonFiniteReward, RewardTimeout) as exc:  # named at its source: the reward function and the sample
             raise reward_stop("train", step, exc) from exc
-        if cfg.async_generation_ratio and step < cfg.max_steps:
-            self.next_batch.start(self.collect)
-        timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the batch made during the last step
+        except RuntimeError as exc:  # a producer's reward error arrives wrapped
+            if isinstance(exc.__cause__, (NonFiniteReward, RewardTimeout)):
+                raise reward_stop("train", step, exc.__cause__) from exc
+            raise
+        timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the oldest finished groups
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
         batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = engine_log_probs(prompt_groups,
                                                                                       batch["input_ids"].shape[1])
@@ -262,81 +288,27 @@ class RLVRPipeline(Pipeline):
         metrics.update(self.trainer.update(step, batch, metrics.get("actor/reward_kl")))
         metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
-        metrics["rollout/policy_lag"] = float(ahead)  # updates between the batch's weights and the trained ones
+        # updates between the batch's (oldest) weights and the trained ones
+        metrics["rollout/policy_lag"] = metrics.get("rollout/staleness_mean", 0.0)
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(prompt_groups, self.train_examples, "rollout"))
         metrics.update(timings)
         return metrics
 
-    def sync_infer(self) -> dict[str, float]:
-        """The weight sync, after the engine has finished the next step's batch (async generation)."""
-        self.next_batch.wait()
-        return super().sync_infer()
-
     def can_validate(self) -> bool:
         return bool(self.val_prompts)
 
     def driver_state(self) -> dict:
-        """The prompt stream position, the running reward statistics and (async generation) the next step's
-        batch, already generated: a resumed run trains on the same groups."""
-        return {"sampler": self.sampler.state_dict(), "running_reward": self.trainer.normalizer.state_dict(),
-                "next_batch": self.next_batch.state_dict()}
+        """The prompt stream position, the running reward statistics and (async rollouts, taken first: the
+        producers stop between rounds) the finished groups waiting and the producers' rounds."""
+        state = {"async": self.producers.state_dict(asdict)} if self.producers is not None else {}
+        return {**state, "sampler": self.sampler.state_dict(), "running_reward": self.trainer.normalizer.state_dict()}
 
     def load_driver_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.trainer.normalizer.load_state_dict(state["running_reward"])
-        self.next_batch.load_state_dict(state.get("next_batch"))
+        self.async_state = state.get("async")
 
     def finish(self) -> None:
-        self.next_batch.wait()
-        self.next_batch.close()
+        self.stop_producers()  # its round (one generate call and its rewards) ends before the reward workers go
         self.rewards.shutdown()
-
-
-class NextBatch:
-    """The next step's ``(groups, metrics, times)``, collected in one driver thread while the current step trains
-    (``async_generation_ratio: 1``). In Ray mode the thread only waits on the inference workers, which generate in
-    their own processes."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._future: Future | None = None
-        self._ready: tuple | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._future is not None or self._ready is not None
-
-    def start(self, collect: Any) -> None:
-        if self.started:
-            raise RuntimeError("the next batch is already being collected")
-        self._pool = self._pool or ThreadPoolExecutor(1, thread_name_prefix="roll-next-batch")
-        self._future = self._pool.submit(collect)
-
-    def wait(self) -> None:
-        """Block until the batch is collected (an error in the collection is raised here)."""
-        if self._future is not None:
-            future, self._future = self._future, None
-            self._ready = future.result()
-
-    def take(self) -> tuple:
-        self.wait()
-        ready, self._ready = self._ready, None
-        return ready
-
-    def state_dict(self) -> dict | None:
-        self.wait()
-        if self._ready is None:
-            return None
-        groups, metrics, times = self._ready
-        return {"groups": [asdict(g) for g in groups], "metrics": metrics, "times": times}
-
-    def load_state_dict(self, state: dict | None) -> None:
-        self._future = None
-        self._ready = None if not state else ([PromptGroup(**g) for g in state["groups"]], dict(state["metrics"]),
-                                              dict(state["times"]))
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None

@@ -57,6 +57,7 @@ class GenerationOutput:
     token_ids: list[int]
     log_probs: list[float] = field(default_factory=list)
     finish_reason: str = "stop"  # "stop" (eos/stop token) or "length"
+    policy_version: int = 0  # the weight syncs the engine had received when it started this sequence
 
 
 class Strategy(ABC):

@@ -17,12 +17,19 @@ colocated training phase), weights are kept on the host and pushed right after `
 release frees the engine's weights). Disaggregated: :meth:`init_weight_group` + :meth:`update_weights_distributed`
 receive NCCL broadcasts from the trainer (sender: :class:`roll.distributed.weight_group.WeightGroup`, driven by
 :class:`roll.distributed.weight_sync.WeightSync`).
+Partial rollouts: a weight push while requests are in flight (asynchronous rollouts) is bracketed by SGLang's
+``pause_generation(mode="retract")`` and ``continue_generation`` (:meth:`SGLangStrategy.paused`): running
+requests go back to the waiting queue with the tokens they have, the weights change, and they continue on the new
+weights (their KV cache recomputed); no token is thrown away. SGLang's default pause mode, ``abort``, which ends
+every request, is never used. Each request keeps the policy version it was submitted under (the oldest of its
+tokens; :meth:`roll.distributed.worker.Worker.poll`).
 Nothing here imports SGLang until :meth:`initialize`, so the module loads on CPU machines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Iterable
 
@@ -245,12 +252,34 @@ class SGLangStrategy(InferenceStrategy):
         return {"log_probs": out}
 
     # ------------------------------------------------------------------ weights and memory
+    @contextlib.contextmanager
+    def paused(self):
+        """Requests in flight are retracted (kept, with their tokens) for the duration; nothing is aborted."""
+        if not len(self.tracker):
+            yield
+            return
+        from sglang.srt.managers.io_struct import ContinueGenerationReqInput, PauseGenerationReqInput
+
+        manager = self.engine.tokenizer_manager
+        try:
+            pause = PauseGenerationReqInput(mode="retract")
+        except TypeError as exc:  # sglang <= 0.5.5: pause_generation has no mode and would abort
+            raise RuntimeError(f"sglang: this SGLang has no pause_generation(mode='retract') ({exc}); a weight "
+                               f"update with requests in flight would abort them: install roll[gpu]'s sglang (>= 0.5.16), or "
+                               f"set async_generation_ratio: 0") from exc
+        self.engine.loop.run_until_complete(manager.pause_generation(pause))
+        try:
+            yield
+        finally:
+            self.engine.loop.run_until_complete(manager.continue_generation(ContinueGenerationReqInput()))
+
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Push weights in buckets; while released, keep them on the host until :meth:`reload_states`."""
         named = [(n, t) for n, t in named_tensors if n not in self.skip_names]
         self._host_weights = [(n, t.detach().cpu()) for n, t in named]  # pushed again after each resume
         if not self.released:
-            self._push(self._host_weights)
+            with self.paused():
+                self._push(self._host_weights)
 
     def _push(self, named: list[tuple[str, torch.Tensor]]) -> None:
         start, buckets = time.perf_counter(), list(iter_buckets(named, self.bucket_bytes))
@@ -270,8 +299,9 @@ class SGLangStrategy(InferenceStrategy):
         if self.released and self._weights_released:
             self.engine.resume_memory_occupation(tags=["weights"])
             self._weights_released = False
-        _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
-            named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush))
+        with self.paused():
+            _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
+                named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush))
         self._host_weights = None  # the engine holds the newest weights; no host copy is kept
         self._weights_fresh = self._synced = True
 
@@ -317,10 +347,11 @@ class SGLangStrategy(InferenceStrategy):
         """Receive buckets (``BucketMeta`` fields as dicts) that the trainer broadcasts in the same order; only the
         last flushes the cache. Returns seconds."""
         start = time.perf_counter()
-        for i, meta in enumerate(metas):
-            _check_result("update_weights_from_distributed", self.engine.update_weights_from_distributed(
-                names=meta["names"], dtypes=meta["dtypes"], shapes=meta["shapes"], group_name=group_name,
-                flush_cache=i == len(metas) - 1))
+        with self.paused():
+            for i, meta in enumerate(metas):
+                _check_result("update_weights_from_distributed", self.engine.update_weights_from_distributed(
+                    names=meta["names"], dtypes=meta["dtypes"], shapes=meta["shapes"], group_name=group_name,
+                    flush_cache=i == len(metas) - 1))
         return time.perf_counter() - start
 
     def shutdown(self) -> None:

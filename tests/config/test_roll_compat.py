@@ -77,7 +77,7 @@ def test_alias_on_the_command_line():
     (["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
      r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported"),
     (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
-    (["async_generation_ratio=1"], r"^async_generation_ratio=1.0: the agentic pipeline is synchronous"),
+    (["async_generation_ratio=0.5"], r"^async_generation_ratio=0.5: must be a whole number of policy versions"),
     (["+custom_env.SimpleSokoban.turn_template=x"], r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one"),
 ])
 def test_conflicts_and_unsupported_keys_are_one_line(extra, match):

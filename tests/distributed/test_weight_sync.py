@@ -248,6 +248,7 @@ def _worker(role: str, rank: int, strategy, name: str = "deepspeed_train") -> Wo
     with the registry entry of strategy ``name`` (what it declares: its abilities)."""
     w = Worker.__new__(Worker)
     w.role, w.rank, w.strategy, w.weight_groups, w.spec = role, rank, strategy, {}, strategy_spec(name)
+    w._turns, w.policy_version, w._request_versions = threading.Lock(), 0, {}  # as Worker.__init__ sets them
     return w
 
 

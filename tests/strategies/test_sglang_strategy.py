@@ -268,3 +268,46 @@ def test_real_engine_generates(tiny_model_dir):
         assert len(outs) == 4 and all(len(o.token_ids) == len(o.log_probs) > 0 for o in outs)
     finally:
         s.shutdown()
+
+
+def test_weight_push_with_requests_in_flight_pauses_by_retract_never_abort(monkeypatch):
+    """Partial rollouts: a push while requests run is bracketed by pause_generation(mode="retract") and
+    continue_generation; the requests are neither aborted nor lost and finish after the push. SGLang's io_struct is
+    replaced by a stand-in with the same two request types (SGLang itself needs a GPU)."""
+    import dataclasses
+    import sys
+    import types
+
+    @dataclasses.dataclass
+    class PauseGenerationReqInput:
+        mode: str = "abort"
+
+    @dataclasses.dataclass
+    class ContinueGenerationReqInput:
+        pass
+
+    io_struct = types.ModuleType("sglang.srt.managers.io_struct")
+    io_struct.PauseGenerationReqInput, io_struct.ContinueGenerationReqInput = (PauseGenerationReqInput,
+                                                                              ContinueGenerationReqInput)
+    for name in ("sglang", "sglang.srt", "sglang.srt.managers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
+    eng = FakeEngine({"r1": 0.05})
+
+    async def pause_generation(obj):
+        eng.events.append(f"pause({obj.mode})")
+
+    async def continue_generation(obj):
+        eng.events.append("continue")
+
+    eng.tokenizer_manager.pause_generation = pause_generation
+    eng.tokenizer_manager.continue_generation = continue_generation
+    s = _strategy(eng, bucket_bytes=1 << 20)
+    s.load_weights([("w0", torch.ones(2, 2))])  # nothing in flight: no pause
+    s.submit([("r1", [1, 2, 3])], GeneratingArgs(), 4)
+    s.load_weights([("w0", torch.ones(2, 2))])
+    s.update_weights_distributed([{"names": ["w0"], "dtypes": ["float32"], "shapes": [[2, 2]]}])
+    assert eng.events == ["push(flush=True)", "pause(retract)", "push(flush=True)", "continue", "pause(retract)",
+                          ("recv", ["w0"], True), "continue"]
+    assert eng.tokenizer_manager.aborted == []
+    assert s.tracker.wait_all(["r1"])["r1"].token_ids == [3, 2, 1]

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# GPU measurement of issue 29 on 2 GPUs (nvidia-h100-x2 or nvidia-h200-x2): asynchronous rollouts against the
+# synchronous loop on the same two GPUs, disaggregated (actor_train on GPU 0, actor_infer = SGLang on GPU 1), with
+# the long-tail agentic config examples/config/sokoban_qwen05b_async.yaml (256-token replies, 1-10 turns, 5% slow
+# env steps). From the repo root, on one warm machine (bundles as in scripts/verify_gpu_sglang_2gpu.sh):
+#   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh
+#   call 2, carry [".dev/base"]:    source .dev/base/activate.sh >$OUT/activate.log 2>&1;
+#                                   CHECK_NCCL=0 bash scripts/verify_gpu_sglang_2gpu.sh prepare   (builds $MODEL)
+#   call 3.., carry nothing:        source /tmp/site/activate.sh >$OUT/activate.log 2>&1;
+#                                   KS="0 1 2" bash scripts/verify_async_gpu.sh
+#     runs async_generation_ratio=k for each k in $KS: $STEPS steps after a $SFT_STEPS-step warm start, each killed
+#     after RUN_TIMEOUT s; logs and metrics in $OUT/k<k>.log, $OUT/k<k>_metrics.jsonl (kept across calls: run one k
+#     per call when a call's 10 minutes do not hold three runs, then `bash scripts/verify_async_gpu.sh summarize`).
+#   summarize: $OUT/async_<gpu>.json (copied to benchmarks/results/): per k, steps per hour (steps 2.., the first
+#     step of an async run has no batch ready) and its ratio to k = 0 (target >= 1.5), the trainer's idle fraction
+#     (time/rollout: waiting for a batch, over time/step), the engine's (k = 0: the step's time outside the rollout;
+#     k >= 1: the producers' admission waits over producers x step time), staleness mean/max, dropped groups,
+#     the correction's weight mean and truncated fraction, the log-prob mismatch; checks: each run exits 0 with
+#     $STEPS steps, staleness_max <= k on every step, the learning signal (scripts/signal_check.py). Exit 1 on a
+#     failed check.
+set -uo pipefail
+OUT=${OUT:-/tmp/roll-verify-async}
+MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
+STEPS=${STEPS:-6}
+SFT_STEPS=${SFT_STEPS:-10}
+RUN_TIMEOUT=${RUN_TIMEOUT:-280}
+KS=${KS:-0 1 2}
+WORK=${WORK:-/tmp/roll-verify-async-work}
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T0=$(date +%s)
+
+if [ "${1:-run}" != summarize ]; then
+    [ -f "$MODEL/config.json" ] || python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+    for k in $KS; do
+        ray stop --force >/dev/null 2>&1
+        t=$(date +%s)
+        timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py \
+            --config-path "$PWD/examples/config" --config-name sokoban_qwen05b_async pretrain="$MODEL" \
+            max_steps="$STEPS" sft_warmup.steps="$SFT_STEPS" async_generation_ratio="$k" distributed=ray \
+            exp_name="async_k$k" output_dir="$WORK/k$k" logging_dir="$WORK/k$k/logs" > "$OUT/k$k.log" 2>&1
+        echo "$?" > "$OUT/k$k.rc"
+        echo "[verify] k=$k: exit $(cat "$OUT/k$k.rc") after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)"
+        grep -E "^\[roll\] weight (sync|group)|Error|error:" "$OUT/k$k.log" | cut -c1-300 | head -6
+        cp -f "$WORK/k$k/logs/metrics.jsonl" "$OUT/k${k}_metrics.jsonl" 2>/dev/null
+        ray stop --force >/dev/null 2>&1
+    done
+fi
+
+python3 - "$OUT" "$STEPS" <<'PY'
+import json, pathlib, shutil, statistics, sys
+out, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+sys.path.insert(0, "scripts")
+from signal_check import signal_checks, step_rows
+summary, passed = {"config": "examples/config/sokoban_qwen05b_async.yaml", "steps": steps}, True
+try:
+    import torch, sglang
+    summary.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), torch=torch.__version__,
+                   sglang=sglang.__version__)
+except Exception as exc:
+    summary["version_error"] = str(exc)
+mean = lambda rows, key: statistics.fmean(r[key] for r in rows) if rows and all(key in r for r in rows) else None
+runs = {}
+for path in sorted(out.glob("k*_metrics.jsonl")):
+    k = int(path.name[1:].split("_")[0])
+    rows = step_rows(path)
+    timed = rows[1:] or rows  # step 1 of an async run starts with nothing buffered
+    rc = (out / f"k{k}.rc").read_text().strip() if (out / f"k{k}.rc").exists() else "?"
+    step_s, wait_s = mean(timed, "time/step"), mean(timed, "time/rollout")
+    producers = 4  # train_env_manager.num_env_managers of the config
+    if k == 0 or step_s is None:
+        engine_idle = 1 - wait_s / step_s if step_s and wait_s is not None else None
+    else:
+        engine_idle = (mean(timed, "time/rollout_admission_wait") or 0.0) / (producers * step_s)
+    checks = {"exit 0": rc == "0", f"{steps} steps logged": len(rows) == steps}
+    if k:
+        checks[f"rollout/staleness_max <= {k} on every step"] = bool(rows) and all(
+            r.get("rollout/staleness_max", 1e9) <= k for r in rows)
+    checks.update(signal_checks(rows))
+    runs[k] = {"exit": rc, "checks": checks, "passed": all(checks.values()),
+               "steps_per_hour": 3600 / step_s if step_s else None, "step_s": step_s,
+               "trainer_idle_frac": wait_s / step_s if step_s and wait_s is not None else None,
+               "engine_idle_frac": engine_idle,
+               **{name: mean(rows, key) for name, key in [
+                   ("staleness_mean", "rollout/staleness_mean"), ("staleness_max", "rollout/staleness_max"),
+                   ("dropped_groups", "rollout/dropped_groups"), ("is_weight_mean", "actor/is_weight_mean"),
+                   ("is_weight_truncated_frac", "actor/is_weight_truncated_frac"),
+                   ("logprob_mismatch", "rollout/logprob_mismatch"), ("success_rate", "rollout/success_rate"),
+                   ("mean_actions", "rollout/mean_actions"), ("sync_s", "time/sync")]}}
+    passed &= runs[k]["passed"]
+base = runs.get(0, {}).get("steps_per_hour")
+for k, run in runs.items():
+    run["speedup_vs_k0"] = run["steps_per_hour"] / base if base and run["steps_per_hour"] else None
+summary["runs"], summary["passed"] = {f"k{k}": v for k, v in sorted(runs.items())}, passed and bool(runs)
+gpu = summary.get("gpu", "unknown").replace("NVIDIA ", "").split()[0].lower()
+target = out / f"async_{gpu}.json"
+target.write_text(json.dumps(summary, indent=1))
+pathlib.Path("benchmarks/results").mkdir(parents=True, exist_ok=True)
+shutil.copy(target, pathlib.Path("benchmarks/results") / target.name)
+print(json.dumps(summary, indent=1))
+for k, run in runs.items():
+    for check, ok in run["checks"].items():
+        print(f"[verify] k={k}: {'PASS' if ok else 'FAIL'} {check}")
+sys.exit(0 if summary["passed"] else 1)
+PY
+rc=$?
+echo "[verify] done in $(( $(date +%s) - T0 ))s, exit $rc"
+exit $rc

@@ -1,0 +1,79 @@
+"""``async_generation_ratio: 0`` is the synchronous path, bit for bit: short ``sokoban_tiny`` and ``rlvr_tiny`` runs
+(tiny model built from its config, warm start, validation) log exactly the metrics stored in
+``tests/pipelines/data/`` (timings excepted, compared by ``scripts/compare_metrics.py``). The references were written
+by the code before asynchronous rollouts existed (commit f07da49):
+
+    git archive f07da49 | tar -x -C /tmp/f07da49
+    PYTHONPATH=/tmp/f07da49 python tests/pipelines/test_async_k0_unchanged.py tests/pipelines/data
+
+A change that alters a synchronous run (a new metric key included) fails here; if it is meant to, write the references
+again with the new code and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+COMMON = ["tiny_model.hidden_size=32", "tiny_model.intermediate_size=64", "tiny_model.num_hidden_layers=1",
+          "tiny_model.vocab_size=400", "track_with=stdout", "distributed=local", "save_steps=0", "max_steps=3",
+          "sft_warmup.steps=3", "zero_signal_patience=0", "actor_train.num_cpus_per_worker=1",
+          "actor_infer.num_cpus_per_worker=1"]
+RUNS = {
+    "sokoban": ("sokoban_tiny", [
+        "rollout_batch_size=8", "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
+        "val_env_manager.env_groups=4", "eval_steps=2", "trajectory_dump_steps=0", "sequence_length=256",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1", "sft_warmup.batch_size=4", "sft_warmup.num_demos=16"]),
+    "rlvr": ("rlvr_tiny", [
+        "rollout_batch_size=4", "num_return_sequences_in_group=4", "eval_steps=2", "validation.max_samples=4",
+        "rollout_dump_steps=0", "actor_infer.generating_args.max_new_tokens=8",
+        "actor_train.training_args.per_device_train_batch_size=8",
+        "actor_train.training_args.gradient_accumulation_steps=2", "sft_warmup.batch_size=16",
+        "rewards.num_workers=1"]),
+}
+
+
+def run(name: str, root: Path, *extra: str) -> Path:
+    """Run ``name`` (a key of :data:`RUNS`) under ``root``; returns its metrics.jsonl."""
+    from roll.config.loader import load_config
+
+    config, overrides = RUNS[name]
+    out = root / name
+    shutil.rmtree(out, ignore_errors=True)
+    args = [f"pretrain={root}/model-{name}", f"output_dir={out}", f"logging_dir={out}/logs", *COMMON, *overrides,
+            *extra]
+    if name == "rlvr":
+        from roll.config.rlvr import RLVRConfig
+        from roll.pipelines.rlvr_pipeline import RLVRPipeline
+
+        RLVRPipeline(load_config(config, overrides=args, schema=RLVRConfig)).run()
+    else:
+        from roll.pipelines.agentic_pipeline import AgenticPipeline
+
+        AgenticPipeline(load_config(config, overrides=args)).run()
+    return out / "logs" / "metrics.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_k0_matches_the_synchronous_reference(name, tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from compare_metrics import DEFAULT_IGNORE, differences, load
+
+    after = load(run(name, tmp_path, "async_generation_ratio=0"))
+    before = load(DATA / f"k0_{name}.jsonl")
+    assert sorted(after) == [0, 1, 2, 3]
+    assert differences(before, after, DEFAULT_IGNORE) == []
+
+
+if __name__ == "__main__":  # write the references (see the module docstring)
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    scratch = Path("/tmp/roll-k0-reference")
+    for key in RUNS:
+        shutil.copy(run(key, scratch), target / f"k0_{key}.jsonl")
