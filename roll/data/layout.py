@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -147,7 +147,14 @@ def collate(layouts: Sequence[SampleLayout], scores: Tensor, pad_id: int) -> Bat
                               response_mask))})
 
 
-def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode: str = "traj") -> Batch:
+Modes = Union[str, Mapping[str, str]]  # one trajectory_mode, or one per env tag (a tag not named: "traj")
+
+
+def _mode(modes: Modes, traj: Trajectory) -> str:
+    return modes if isinstance(modes, str) else modes.get(traj.tag, "traj")
+
+
+def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode: Modes = "traj") -> Batch:
     """The samples of every trajectory (:func:`sample_layouts`, :func:`collate`; one per trajectory in ``traj``
     mode without template breaks), each with its episode's score and metadata ``traj_id``, ``env_id``,
     ``group_id``, ``tag``, ``truncated_by_length``, ``success``, ``episode`` (the index of its trajectory), and per
@@ -155,7 +162,8 @@ def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode:
     acted on; equal text = equal env state). ``episode_fraction`` (B,) is 1 / the samples of its episode."""
     layouts, turns, episode = [], [], []
     for e, traj in enumerate(trajectories):
-        for run, layout in zip(sample_turns(traj, mode), sample_layouts(traj, mode)):
+        m = _mode(mode, traj)
+        for run, layout in zip(sample_turns(traj, m), sample_layouts(traj, m)):
             layouts.append(layout)
             turns.append([traj.turns[k] for k in run])
             episode.append(e)
@@ -257,13 +265,14 @@ def _frame_log_probs(rows: Sequence[Sequence[tuple[int, Sequence[float]]]], widt
     return values, mask
 
 
-def rollout_log_probs(trajectories: Sequence[Trajectory], width: int, mode: str = "traj") -> tuple[Tensor, Tensor]:
+def rollout_log_probs(trajectories: Sequence[Trajectory], width: int, mode: Modes = "traj") -> tuple[Tensor, Tensor]:
     """The inference engine's sampling log-probs of each generated token, in the log-prob frame of the batch of
     :func:`trajectories_to_batch` (``mode``) of ``width`` tokens: ``values`` (B, width-1) and ``mask`` (B, width-1),
     1 where a generated token has an engine log-prob (never on an appended end-of-turn token)."""
     rows = []
     for traj in trajectories:
-        for run, layout in zip(sample_turns(traj, mode), sample_layouts(traj, mode)):
+        m = _mode(mode, traj)
+        for run, layout in zip(sample_turns(traj, m), sample_layouts(traj, m)):
             rows.append([(start, traj.turns[k].response_log_probs[:traj.turns[k].generated])
                          for k, (start, _) in zip(run, layout.turn_spans)])
     return _frame_log_probs(rows, width)

@@ -1,0 +1,55 @@
+"""ROLL's step prompts (``turn_prompt: fresh``, its StepEnvManager): every turn is a new conversation whose one
+template holds ROLL's placeholders with ROLL's meaning, every later turn starts a sample, the engine is given
+exactly that prompt, and ``trajectory_mode: step`` trains one sample per turn on it."""
+
+from __future__ import annotations
+
+from roll.agentic.env_manager import EnvManager, plan_groups
+from roll.data.layout import sample_layouts, trajectories_to_batch
+from tests.agentic.conftest import make_cfg
+from tests.agentic.helpers import ScriptedGenerator
+
+TEMPLATE = ("I: {env_instruction} | done {step_count} | last {history_length}: [{history}] | "
+            "now {current_step}: {current_observation} | max {max_response_length}")
+
+
+class RecordingGenerator(ScriptedGenerator):
+    """The scripted generator, keeping every prompt it was given."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.prompts: list[list[int]] = []
+
+    def generate(self, prompts, args, max_new_tokens=None):
+        self.prompts += [list(p) for p in prompts]
+        return super().generate(prompts, args, max_new_tokens)
+
+
+def test_every_turn_is_a_fresh_prompt_with_rolls_placeholders(qwen_tokenizer_dir):
+    cfg = make_cfg(group_size=2, env_groups=1, max_actions=3, batch=2)
+    spec = cfg.custom_envs["Flaky"]
+    spec.turn_prompt, spec.trajectory_mode, spec.history_length = "fresh", "step", 2
+    spec.first_turn_template = spec.turn_template = TEMPLATE
+    manager = cfg.train_env_manager
+    env_manager = EnvManager(manager, plan_groups(manager, cfg.custom_envs), qwen_tokenizer_dir,
+                             cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, "train")
+    gen = RecordingGenerator(env_manager.tokenizer)
+    trajs = env_manager.rollout(1, gen).trajectories
+    fmt = env_manager.formatters["Flaky"]
+    for traj in trajs:
+        p = int(traj.turns[0].observation.split()[1])  # FlakyEnv starts at "pos {seed % 1000}", +1 per action
+        expected = [  # history_length 2 (ROLL's meaning): the last completed turn only
+            f"I: Answer go. | done 0 | last 0: [] | now 1: pos {p} | max 8",
+            f"I: Answer go. | done 1 | last 1: [(step: 1, observation: pos {p}, action: go, reward: 1.0)] | "
+            f"now 2: pos {p + 1} | max 8",
+            f"I: Answer go. | done 2 | last 1: [(step: 2, observation: pos {p + 1}, action: go, reward: 1.0)] | "
+            f"now 3: pos {p + 2} | max 8"]
+        assert [m["content"] for m in traj.messages if m["role"] == "user"] == expected
+        assert [t.prompt_ids for t in traj.turns] == [fmt.first_prompt(text) for text in expected]
+        assert [t.starts_sample for t in traj.turns] == [False, True, True] and traj.template_breaks == 2
+        assert traj.token_ids() == traj.turns[-1].prompt_ids + traj.turns[-1].response_ids
+        # each sample is exactly a prompt the engine was given, then the reply
+        for layout, turn in zip(sample_layouts(traj, "step"), traj.turns):
+            assert layout.ids == turn.prompt_ids + turn.response_ids and turn.prompt_ids in gen.prompts
+        assert [s.ids for s in sample_layouts(traj, "traj")] == [s.ids for s in sample_layouts(traj, "step")]
+    assert len(trajectories_to_batch(trajs, 0, {"Flaky": "step"})) == 6
