@@ -168,6 +168,12 @@ def _is_off(value: Any) -> bool:
 
 #: ROLL's env manager class of step prompts: every turn a new conversation, one sample per turn.
 STEP_ENV_MANAGER = "StepEnvManager"
+#: ROLL's env manager classes whose prompts roll does not build: class name -> what to use instead.
+UNSUPPORTED_MANAGERS = {
+    "StepConcatEnvManager": "GEM's concatenated-observation step prompts are not built by roll; use StepEnvManager's "
+                            "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
+    "VLTrajEnvManager": "roll has no image inputs (vision-language models); use a text env",
+}
 
 
 def _env_block(env: dict[str, Any], key: str) -> None:
@@ -178,7 +184,10 @@ def _env_block(env: dict[str, Any], key: str) -> None:
     then holds ``{env_instruction}`` itself, on every turn); ``env_config.trajectory_mode`` (where ROLL's proxy env
     manager reads it) moves to the block."""
     manager = env.get("env_manager_cls")
-    step = isinstance(manager, str) and manager.rsplit(".", 1)[-1] == STEP_ENV_MANAGER
+    name = manager.rsplit(".", 1)[-1] if isinstance(manager, str) else None
+    if name in UNSUPPORTED_MANAGERS:
+        raise ConfigError(f"{key}.env_manager_cls", manager, UNSUPPORTED_MANAGERS[name])
+    step = name == STEP_ENV_MANAGER
     if step:
         env.pop("env_manager_cls")
         env.setdefault("turn_prompt", "fresh")
