@@ -139,3 +139,37 @@ def test_step_samples_give_the_traj_gradient(tiny_model_dir, mode, monkeypatch):
     cosine = float(torch.nn.functional.cosine_similarity(broken, want, dim=0))
     ratio = float(broken.norm() / want.norm())
     assert cosine < 0.9999 or abs(ratio - 1) > 0.05, (cosine, ratio)  # a long episode outweighs a short one
+
+
+@pytest.mark.slow
+def test_native_env_manager_trains_step_samples_with_a_critic(tmp_path, tiny_model_dir):
+    """roll's own env manager (token history) with ``trajectory_mode: step``, PPO with a critic (GAE) and KL in
+    the reward: values, old and reference log-probs go through the episode view; one local step end to end."""
+    import json
+    import math
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    overrides = [
+        "distributed=local", f"pretrain={tiny_model_dir}", f"output_dir={tmp_path}/out", f"logging_dir={tmp_path}/logs",
+        "max_steps=1", "eval_steps=0", "track_with=stdout", "val_env_manager=null", "sft_warmup.enabled=false",
+        "zero_signal_patience=0", "rollout_batch_size=8", "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4", "sequence_length=512", "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6", "custom_envs.SimpleSokoban.trajectory_mode=step",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=2",
+        "critic.training_args.per_device_train_batch_size=4", "critic.training_args.gradient_accumulation_steps=2"]
+    cmd = [sys.executable, str(repo / "examples" / "start_agentic_pipeline.py"), "--config-name", "algo_ppo",
+           *overrides]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [r for r in rows if r["step"] == 1]
+    assert row["perf/samples"] > row["rollout/batch_size"] == 8  # one sample per turn
+    assert row["rollout/template_breaks"] == 0  # token history: no turn starts a sample of its own
+    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "actor/reward_kl",
+                "critic/advantages_mean", "actor/lr"):
+        assert key in row and math.isfinite(row[key]), key
