@@ -82,10 +82,13 @@ def history_summary(turns: Sequence[Any], history_length: int | None) -> tuple[s
 
     >>> from roll.data.trajectory import Turn
     >>> turns = [Turn([], [], [], "A", "<answer>Up</answer>", "Up", True, -0.1), Turn([], [], [], "B", "hm")]
-    >>> history_summary(turns, 5)
-    ('(step: 1, observation: A, action: Up, reward: -0.1), (step: 2, observation: B, action: hm (not a valid action: answer in the required format), reward: 0.0)', 2)
-    >>> history_summary(turns, 2)[1], history_summary(turns, 1)
-    (1, ('', 0))
+    >>> text, shown = history_summary(turns, 5)
+    >>> shown, text.split(", (")[0]
+    (2, '(step: 1, observation: A, action: Up, reward: -0.1)')
+    >>> history_summary(turns, 2)
+    ('(step: 2, observation: B, action: hm (not a valid action: answer in the required format), reward: 0.0)', 1)
+    >>> history_summary(turns, 1)
+    ('', 0)
     """
     keep = len(turns) if history_length is None else max(0, min(len(turns), history_length - 1))
     first = len(turns) - keep

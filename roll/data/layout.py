@@ -12,6 +12,10 @@ in a multi-turn episode, with the env's observations between them). Two frames:
 Scores sit on the last response token, in the log-prob frame (:func:`place_at_last_response`). The agentic
 pipeline (:func:`trajectories_to_batch`), the RLVR pipeline (:func:`prompt_response_batch`), the losses and the
 data checks all take positions from here.
+
+An episode may have several samples (:data:`TRAJECTORY_MODES`: one per turn in ``step`` mode; in ``traj`` mode a
+new one at each turn that ``starts_sample``). The **episode frame** puts an episode's samples side by side in one
+row (:func:`to_episode_frame`, :func:`episode_view`), which is where its advantages are computed.
 """
 
 from __future__ import annotations

@@ -301,7 +301,8 @@ class PPOTrainer:
         """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; returns their
         ``time/*``."""
         cfg, roles, start, timings = self.cfg, self.roles, time.perf_counter(), {}
-        if not skip_old_log_probs(cfg, len(episode_rows(batch)), step):  # else the update's forward provides them (the same values)
+        episodes = len(episode_rows(batch))
+        if not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)
             check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
@@ -340,7 +341,7 @@ class PPOTrainer:
             metrics.update(train_actor(cfg, roles.actor_train, batch, seed))
         metrics["time/train"] = time.perf_counter() - t
         if cfg.add_token_level_kl:
-            self.kl_ctl.update(reward_kl, n_steps=len(batch))
+            self.kl_ctl.update(reward_kl, n_steps=len(episode_rows(batch)))  # episodes, in step mode too
         metrics["actor/kl_coef"] = self.kl_ctl.value
         due = actor_trains and step % cfg.actor_infer.model_update_frequency == 0
         if due or self.infer_released():  # a released engine gets its weights back by a sync

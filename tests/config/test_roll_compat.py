@@ -153,7 +153,8 @@ def test_step_env_manager_means_fresh_prompts_and_step_samples():
                             "T": {"agent_template": "{observation}", "env_config": {"trajectory_mode": "step"}}}}
     assert translate(tree) == []
     assert tree["custom_envs"]["S"] == {"turn_prompt": "fresh", "trajectory_mode": "step", "history_length": 3,
-                                        "turn_template": "{env_instruction}", "first_turn_template": "{env_instruction}"}
+                                        "turn_template": "{env_instruction}",
+                                        "first_turn_template": "{env_instruction}"}
     assert tree["custom_envs"]["T"] == {"env_config": {}, "trajectory_mode": "step", "turn_template": "{observation}",
                                         "first_turn_template": "{instruction}\n{observation}"}
     with pytest.raises(ConfigError, match="differs from custom_envs.S.trajectory_mode='step'"):
