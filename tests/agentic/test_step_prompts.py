@@ -4,6 +4,10 @@ exactly that prompt, and ``trajectory_mode: step`` trains one sample per turn on
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from roll.agentic.env_manager import EnvManager, plan_groups
 from roll.data.layout import sample_layouts, trajectories_to_batch
 from tests.agentic.conftest import make_cfg
@@ -53,3 +57,16 @@ def test_every_turn_is_a_fresh_prompt_with_rolls_placeholders(qwen_tokenizer_dir
             assert layout.ids == turn.prompt_ids + turn.response_ids and turn.prompt_ids in gen.prompts
         assert [s.ids for s in sample_layouts(traj, "traj")] == [s.ids for s in sample_layouts(traj, "step")]
     assert len(trajectories_to_batch(trajs, 0, {"Flaky": "step"})) == 6
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("custom_envs.SimpleSokoban.trajectory_mode=turn", "trajectory_mode='turn': must be one of traj, step"),
+    ("custom_envs.SimpleSokoban.turn_prompt=new", "turn_prompt='new': must be one of append, fresh"),
+    ("custom_envs.SimpleSokoban.history_length=0", "history_length=0: must be >= 1")])
+def test_step_keys_are_checked_before_any_worker(override, expected):
+    from roll.config.agentic import AgenticConfig
+    from roll.config.errors import ConfigError
+    from roll.config.loader import load_config
+
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config("sokoban_tiny", overrides=[override], schema=AgenticConfig)
