@@ -244,7 +244,7 @@ class EnvManager:
         with a summary of the last turns)."""
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         fresh = env.turn_prompt == "fresh"
-        history, shown = history_summary(turns, env.history_length) if fresh else ("", 0)
+        history, shown = history_summary(turns, env.history_length)
         text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
                              history_shown=shown)
         x.traj.messages.append({"role": role, "content": text})
