@@ -93,10 +93,10 @@ def _train_epochs(epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: 
         order = torch.randperm(units, generator=gen)
         for start in range(0, units, mini):
             index = order[start:start + mini]
-            mini_batch = batch.select(index)
-            if episodes is not None:  # mini episodes, all their samples: one optimizer step
+            if episodes is not None:  # mini episodes with all their samples
                 index = torch.tensor([i for e in index.tolist() for i in episodes[e]], dtype=torch.long)
-                mini_batch = batch.select(index)
+            mini_batch = batch.select(index)
+            if episodes is not None:
                 mini_batch.info["one_optimizer_step"] = True
             results = role.train_step(mini_batch, return_log_probs=keep_log_probs, **train_kwargs)
             if keep_log_probs:

@@ -58,8 +58,11 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
                                mask.to(log_probs.device), run_cfg, entropy=entropy,
                                ref_log_probs=None if ref is None else ref.to(log_probs.device))
     if weights is not None:  # sum_it l_it W_it / sum_i f_i: episodes weigh as in one-sample-per-episode layouts
-        loss = loss * float(weights.sum()) / float(mb["episode_fraction"].sum())
-        metrics["actor/loss"] = loss.detach().item()
+        scale = float(weights.sum()) / float(mb["episode_fraction"].sum())
+        loss = loss * scale
+        for key in ("actor/loss", "actor/pg_loss", "actor/kl_loss"):
+            if key in metrics:
+                metrics[key] *= scale
     return loss, metrics
 
 

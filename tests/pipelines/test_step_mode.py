@@ -89,7 +89,7 @@ def train(model_dir: str, cfg: AgenticConfig, batch: Batch):
     back from Adam's first moment after one step) and the strategy."""
     s = strategy(model_dir)
     batch["old_log_probs"] = s.compute_log_probs(batch)["log_probs"]
-    epochs.train_actor(cfg, OneRank(s), batch, seed=0)
+    s.metrics = epochs.train_actor(cfg, OneRank(s), batch, seed=0)
     beta1 = s.config.training_args.adam_beta1
     state = s.torch_optimizer.state
     grad = torch.cat([(state[p]["exp_avg"] / (1 - beta1)).flatten() for p in s.engine.module.parameters()])
@@ -132,6 +132,7 @@ def test_step_samples_give_the_traj_gradient(tiny_model_dir, mode, monkeypatch):
     assert float(want.norm()) > 0
     cosine = float(torch.nn.functional.cosine_similarity(got, want, dim=0))
     assert cosine >= 0.9999 and float(got.norm() / want.norm()) == pytest.approx(1.0, abs=1e-3), (cosine, mode)
+    assert s_step.metrics["actor/pg_loss"] == pytest.approx(s_traj.metrics["actor/pg_loss"], rel=1e-4, abs=1e-7)
     if mode == "token-mean":
         return  # every token is its own unit: no episode weights to remove
     monkeypatch.setattr(epochs, "add_episode_loss_weights", lambda *args: None)
