@@ -44,6 +44,9 @@ def test_traj_mode_splits_at_template_breaks():
     assert batch["scores"].tolist() == [1.5, 2.0, 2.0]  # every sample carries its episode's score
     assert batch["turn_spans"] == [[(1, 3), (4, 6)], [(1, 2), (3, 4)], [(3, 5)]]
     assert batch["step_rewards"] == [[0.5, 1.0], [0.0, 0.0], [2.0]]
+    values, mask = rollout_log_probs([with_break()], width=6)  # the engine's log-probs follow the samples
+    torch.testing.assert_close(values, torch.tensor([[0, -0.1, 0, -0.2, 0], [0, 0, 0, -0.3, -0.4]]))
+    assert mask.tolist() == [[0, 1, 0, 1, 0], [0, 0, 0, 1, 1]]
 
 
 def test_step_mode_one_sample_per_turn_with_the_engine_prompt():
