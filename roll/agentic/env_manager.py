@@ -177,10 +177,13 @@ class EnvManager:
             out.setdefault(x.spec.env.max_tokens_per_step, []).append(x)
         return out
 
+    def _too_long(self, x: _Live) -> bool:
+        """Whether the next turn could exceed ``sequence_length``."""
+        return len(x.traj.pending_ids(x.next_prompt, x.starts)) + x.spec.env.max_tokens_per_step > self.sequence_length
+
     def _check_length(self, x: _Live) -> None:
         """End the episode if the next turn could exceed ``sequence_length``."""
-        needed = len(x.traj.pending_ids(x.next_prompt, x.starts)) + x.spec.env.max_tokens_per_step
-        if needed > self.sequence_length:
+        if self._too_long(x):
             x.done, x.traj.truncated_by_length = True, True
 
     def _step_batch(self, batch: list[_Live], outputs: list[GenerationOutput], result: ManagerResult) -> None:
@@ -241,7 +244,7 @@ class EnvManager:
     def _next_prompt(self, x: _Live, obs: str, reward: float, role: str) -> None:
         """The next turn's user message and prompt ids: the first prompt, a delta after the last reply
         (``turn_prompt: append``), or a new conversation that starts a sample (``fresh``: ROLL's step prompt
-        with a summary of the last turns)."""
+        with a summary of the last turns; ``overflow: restart``: where the delta would exceed sequence_length)."""
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         fresh = env.turn_prompt == "fresh"
         history, shown = history_summary(turns, env.history_length)
@@ -251,6 +254,11 @@ class EnvManager:
         x.starts = fresh and bool(turns)
         x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
         x.observation = obs
+        if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
+            text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
+                                 history_shown=shown, first=True)
+            x.traj.messages[-1] = {"role": role, "content": text}
+            x.next_prompt, x.starts = fmt.first_prompt(text, role), True
         self._check_length(x)
 
     def _conformance(self, trajectories: list[Trajectory]) -> tuple[int, int]:

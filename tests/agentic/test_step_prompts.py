@@ -70,3 +70,31 @@ def test_step_keys_are_checked_before_any_worker(override, expected):
 
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load_config("sokoban_tiny", overrides=[override], schema=AgenticConfig)
+
+
+def test_overflow_restart_continues_the_episode_in_a_new_sample(qwen_tokenizer_dir):
+    """``overflow: restart``: where the token history would exceed sequence_length the episode goes on in a new
+    conversation (the first-turn template, with the history summary) instead of ending; every sample fits."""
+    cfg = make_cfg(group_size=2, env_groups=1, max_actions=12, sequence_length=120, env_config={"max_steps": 12},
+                   batch=2)
+    spec = cfg.custom_envs["Flaky"]
+    spec.overflow, spec.history_length = "restart", 2
+    spec.first_turn_template = "{instruction} [{history}] {observation}"
+    manager = cfg.train_env_manager
+    env_manager = EnvManager(manager, plan_groups(manager, cfg.custom_envs), qwen_tokenizer_dir,
+                             cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, "train")
+    trajs = env_manager.rollout(1, ScriptedGenerator(env_manager.tokenizer)).trajectories
+    fmt = env_manager.formatters["Flaky"]
+    for traj in trajs:
+        assert len(traj.turns) == 12 and not traj.truncated_by_length  # truncate would have ended it (see below)
+        assert traj.template_breaks >= 1
+        samples = sample_layouts(traj, "traj")
+        assert len(samples) == traj.template_breaks + 1 and all(len(s.ids) <= 120 for s in samples)
+        for k, turn in enumerate(traj.turns):
+            if turn.starts_sample:
+                p = int(turn.observation.split()[1])
+                summary = f"(step: {k}, observation: pos {p - 1}, action: go, reward: 1.0)"
+                assert turn.prompt_ids == fmt.first_prompt(f"Answer go. [{summary}] pos {p}")
+    spec.overflow = "truncate"
+    truncated = env_manager.rollout(1, ScriptedGenerator(env_manager.tokenizer)).trajectories
+    assert all(t.truncated_by_length and len(t.turns) < 12 for t in truncated)
