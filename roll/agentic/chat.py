@@ -5,11 +5,13 @@ model was given and produced. :meth:`ChatFormatter.turn_delta` derives, from the
 text that follows an assistant reply's end-of-turn token (``<|im_end|>``): e.g. ``\\n<|im_start|>user\\n{obs}
 <|im_end|>\\n<|im_start|>assistant\\n``. :meth:`ChatFormatter.conformance` re-renders the whole conversation with the
 template and reports whether the ids agree (templates that strip earlier ``<think>`` blocks do not).
+:func:`history_summary` writes the ``{history}`` of ROLL's step prompts (``turn_prompt: fresh``), where every turn
+is a new conversation.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 _PROBE = "\x00probe\x00"
 _PROBE_USER = "\x00user-probe\x00"
@@ -69,3 +71,31 @@ class ChatFormatter:
         if last >= 0 and end >= 0:
             text = text[:end + len(self.eos_text)]
         return self.encode(text) == token_ids
+
+
+def history_summary(turns: Sequence[Any], history_length: int | None) -> tuple[str, int]:
+    """ROLL's ``{history}`` of a step prompt: the last ``history_length - 1`` completed turns (all of them for
+    None) as ``(step: k, observation: ..., action: ..., reward: ...)`` joined by ", ", an invalid action marked;
+    returns the text and how many turns it shows (``{history_length}``). ``turns`` are
+    :class:`~roll.data.trajectory.Turn`-like: ``observation``, ``parsed_action``, ``response_text``, ``reward``,
+    ``action_is_valid``.
+
+    >>> from roll.data.trajectory import Turn
+    >>> turns = [Turn([], [], [], "A", "<answer>Up</answer>", "Up", True, -0.1), Turn([], [], [], "B", "hm")]
+    >>> text, shown = history_summary(turns, 5)
+    >>> shown, text.split(", (")[0]
+    (2, '(step: 1, observation: A, action: Up, reward: -0.1)')
+    >>> history_summary(turns, 2)
+    ('(step: 2, observation: B, action: hm (not a valid action: answer in the required format), reward: 0.0)', 1)
+    >>> history_summary(turns, 1)
+    ('', 0)
+    """
+    keep = len(turns) if history_length is None else max(0, min(len(turns), history_length - 1))
+    first = len(turns) - keep
+    parts = []
+    for k, turn in enumerate(turns[first:], start=first + 1):
+        action = turn.parsed_action if turn.parsed_action is not None else turn.response_text
+        if not turn.action_is_valid:
+            action += " (not a valid action: answer in the required format)"
+        parts.append(f"(step: {k}, observation: {turn.observation}, action: {action}, reward: {turn.reward})")
+    return ", ".join(parts), keep

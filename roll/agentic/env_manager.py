@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll.agentic.batching import Generator
-from roll.agentic.chat import ChatFormatter
+from roll.agentic.chat import ChatFormatter, history_summary
 from roll.agentic.failures import record_error, record_failure
 from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.data.trajectory import Trajectory, Turn
@@ -59,8 +59,10 @@ class _Live:
     spec: GroupSpec
     slot: tuple[int, int]
     next_prompt: list[int] = field(default_factory=list)
+    starts: bool = False  # next_prompt is a whole new prompt (turn_prompt: fresh), not a delta
     done: bool = False
     observation: str = ""
+    instruction: str = ""
 
 
 @dataclass
@@ -165,12 +167,8 @@ class EnvManager:
             if not outcome.ok:
                 continue
             obs, info = outcome.value
-            text = x.spec.env.turn_text(0, obs, instruction=info["env_instruction"])
-            role = info.get("message_role", "user")
-            x.traj.messages.append({"role": role, "content": text})
-            x.next_prompt = self.formatters[x.spec.tag].first_prompt(text, role)
-            x.observation = obs
-            self._check_length(x)
+            x.instruction = info["env_instruction"]
+            self._next_prompt(x, obs, 0.0, info.get("message_role", "user"))
         return live
 
     def _by_budget(self, active: list[_Live]) -> dict[int, list[_Live]]:
@@ -179,10 +177,13 @@ class EnvManager:
             out.setdefault(x.spec.env.max_tokens_per_step, []).append(x)
         return out
 
+    def _too_long(self, x: _Live) -> bool:
+        """Whether the next turn could exceed ``sequence_length``."""
+        return len(x.traj.pending_ids(x.next_prompt, x.starts)) + x.spec.env.max_tokens_per_step > self.sequence_length
+
     def _check_length(self, x: _Live) -> None:
         """End the episode if the next turn could exceed ``sequence_length``."""
-        needed = len(x.traj.token_ids()) + len(x.next_prompt) + x.spec.env.max_tokens_per_step
-        if needed > self.sequence_length:
+        if self._too_long(x):
             x.done, x.traj.truncated_by_length = True, True
 
     def _step_batch(self, batch: list[_Live], outputs: list[GenerationOutput], result: ManagerResult) -> None:
@@ -206,7 +207,7 @@ class EnvManager:
         text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == fmt.eos_id else ids, skip_special_tokens=False)
         turn = Turn(prompt_ids=x.next_prompt, response_ids=ids, response_log_probs=list(out.log_probs),
                     observation=x.observation, response_text=text, finish_reason=out.finish_reason,
-                    policy_version=out.policy_version)
+                    policy_version=out.policy_version, starts_sample=x.starts)
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
             turn.response_ids = ids + [fmt.eos_id]
             turn.appended_eos = True
@@ -238,16 +239,31 @@ class EnvManager:
         if terminated or truncated or len(x.traj.turns) >= x.spec.env.max_actions_per_traj:
             x.done = True
             return
-        role = info.get("message_role", "user")
-        user_text = x.spec.env.turn_text(len(x.traj.turns), obs, reward=reward)
-        x.traj.messages.append({"role": role, "content": user_text})
-        x.next_prompt = self.formatters[x.spec.tag].turn_delta(user_text, role)
+        self._next_prompt(x, obs, reward, info.get("message_role", "user"))
+
+    def _next_prompt(self, x: _Live, obs: str, reward: float, role: str) -> None:
+        """The next turn's user message and prompt ids: the first prompt, a delta after the last reply
+        (``turn_prompt: append``), or a new conversation that starts a sample (``fresh``: ROLL's step prompt
+        with a summary of the last turns; ``overflow: restart``: where the delta would exceed sequence_length)."""
+        env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
+        fresh = env.turn_prompt == "fresh"
+        history, shown = history_summary(turns, env.history_length)
+        text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
+                             history_shown=shown)
+        x.traj.messages.append({"role": role, "content": text})
+        x.starts = fresh and bool(turns)
+        x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
         x.observation = obs
+        if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
+            text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
+                                 history_shown=shown, first=True)
+            x.traj.messages[-1] = {"role": role, "content": text}
+            x.next_prompt, x.starts = fmt.first_prompt(text, role), True
         self._check_length(x)
 
     def _conformance(self, trajectories: list[Trajectory]) -> tuple[int, int]:
         """(checked, mismatched) over up to ``conformance_samples`` evenly spaced finished trajectories."""
-        ok = [t for t in trajectories if t.failure is None and t.turns]
+        ok = [t for t in trajectories if t.failure is None and t.turns and not t.template_breaks]
         k = min(self.cfg.conformance_samples, len(ok))
         if k == 0:
             return 0, 0
@@ -272,7 +288,7 @@ class EnvManager:
 
         def send(xs: list[_Live]) -> None:
             for max_new, batch in self._by_budget(xs).items():
-                requests = [(f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt))
+                requests = [(f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt, x.starts))
                             for x in batch]
                 pending.update({rid: x for (rid, _), x in zip(requests, batch)})
                 generator.submit(requests, self.args, max_new)

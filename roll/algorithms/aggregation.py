@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import torch
 from torch import Tensor
 
 from roll.algorithms.masking import masked_mean, masked_sum
@@ -68,9 +69,42 @@ def seq_mean_token_sum_norm(loss_mat: Tensor, mask: Tensor, norm_len: int | None
 def agg_normalizer(mask: Tensor, mode: str) -> float:
     """How many units mode ``mode`` averages over in ``mask`` (B, T): masked tokens (``unit = "tokens"``) or rows
     with at least one masked token (``"sequences"``, the default)."""
-    if getattr(AGG_MODES.get(mode), "unit", "sequences") == "tokens":
+    if is_token_unit(mode):
         return float(mask.sum())
     return float((mask.sum(dim=-1) > 0).sum())
+
+
+def is_token_unit(mode: str) -> bool:
+    """Whether mode ``mode`` averages over tokens (its ``unit``), not over sequences."""
+    return getattr(AGG_MODES.get(mode), "unit", "sequences") == "tokens"
+
+
+def episode_token_weights(mask: Tensor, mode: str, norm_len: int | None = None) -> Tensor:
+    """Per-token weights that make samples of one episode aggregate like the episode (``trajectory_mode: step``).
+
+    For a sequence mode applied to episode rows (one row per episode, its replies side by side), ``W`` is such
+    that ``agg_loss(l, mask, mode) = sum_{e,t} l_et W_et / E`` for every loss matrix ``l`` (E = rows with a masked
+    token), i.e. ``W = E * d agg / d l``, read off the mode by autograd (every built-in mode is linear in ``l``).
+    Split over the episode's samples, ``sum_{i,t} l_it W_it / sum_i f_i`` with ``f_i = 1 / samples of its
+    episode`` (the episode fraction, summing to 1 per episode) is then the episode loss however the samples are
+    spread over micro-batches. Built in: ``seq-mean-token-mean`` -> ``m_et / n_e`` (n_e = the episode's masked
+    tokens); ``seq-mean-token-sum`` -> ``m_et``; ``seq-mean-token-sum-norm`` -> ``m_et / norm_len``. A
+    token-unit mode (``token-mean``) needs no weights: every token is its own unit in any layout.
+
+    Args:
+        mask: (E, T) loss mask of episode rows.
+        mode: a sequence-unit aggregation mode.
+        norm_len: the fixed length of ``seq-mean-token-sum-norm``.
+    Returns:
+        (E, T) weights, 0 where ``mask`` is 0.
+    """
+    if is_token_unit(mode):
+        raise ValueError(f"loss_agg_mode {mode!r} averages over tokens: its samples need no episode weights")
+    mask = mask.float()
+    with torch.enable_grad():
+        loss_mat = torch.zeros_like(mask, requires_grad=True)
+        (grad,) = torch.autograd.grad(AGG_MODES.get(mode)(loss_mat, mask, norm_len), loss_mat)
+    return grad * (mask.sum(-1) > 0).sum() * mask
 
 
 def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_len: int | None = None) -> Tensor:

@@ -1,7 +1,9 @@
 """Masked reductions over token tensors.
 
 Masks are 0/1 tensors (bool, int or float) of the same shape as the data. Positions where the mask is 0 never
-influence a result, even when they hold ``nan`` or ``inf`` (padding may contain anything).
+influence a result, even when they hold ``nan`` or ``inf`` (padding may contain anything). A float mask of
+non-negative weights makes :func:`masked_sum` and :func:`masked_mean` weighted (``sum x m``, ``sum x m / sum m``):
+the per-episode loss weights of step-wise samples (:func:`roll.algorithms.aggregation.episode_token_weights`).
 """
 
 from __future__ import annotations
@@ -12,22 +14,25 @@ from torch import Tensor
 WHITEN_EPS = 1e-8
 
 
-def _masked_zero(x: Tensor, mask: Tensor) -> Tensor:
-    """Return ``x`` with masked-out positions set to exactly 0 (also when they hold nan/inf)."""
+def _masked_zero(x: Tensor, mask: Tensor, weighted: bool = False) -> Tensor:
+    """Return ``x`` with masked-out positions set to exactly 0 (also when they hold nan/inf); ``weighted``: ``x``
+    times a float mask's weights elsewhere (exactly ``x`` where the weight is 1)."""
     if x.shape != mask.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} must equal data shape {tuple(x.shape)}; pass the matching mask")
+    if weighted and mask.is_floating_point():
+        x = x * mask.to(x.dtype)
     return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Sum of ``x`` over positions where ``mask`` is 1: ``sum_i x_i * m_i``.
+    """Sum of ``x`` over positions where ``mask`` is nonzero: ``sum_i x_i * m_i``.
 
     Args:
         x: data, any shape, e.g. (B, T).
         mask: same shape as ``x``.
         dim: dimension to reduce; ``None`` reduces all dimensions to a scalar.
     """
-    xm = _masked_zero(x, mask)
+    xm = _masked_zero(x, mask, weighted=True)
     return xm.sum() if dim is None else xm.sum(dim=dim)
 
 

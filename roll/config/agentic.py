@@ -27,10 +27,29 @@ class CustomEnvConfig:
                                    "User message of the first turn ({instruction}, {observation}; also {turn_idx}, "
                                    "{actions_left}, {max_response_length} as in ROLL's agent_template).")
     turn_template: str = fld("{observation}", "User message of later turns ({observation}, {reward}, {turn_idx}, "
-                                              "{actions_left}, {max_response_length}).")
+                                              "{actions_left}, {max_response_length}; ROLL's step fields "
+                                              "{env_instruction}, {step_count}, {history_length}, {history}, "
+                                              "{current_step}, {current_observation}).")
+    trajectory_mode: str = fld("traj", "Training samples of an episode: 'traj' = one per episode (turns merged while "
+                                       "each prompt extends the last; a turn that starts a sample starts a new one), "
+                                       "'step' = one per turn (the turn's whole prompt, then its reply) (ROLL's key).",
+                               choices=["traj", "step"])
+    turn_prompt: str = fld("append", "'append' = each turn's message is appended to the token history; 'fresh' = "
+                                     "each turn is a new conversation (system + turn_template, which summarises the "
+                                     "last turns in {history}) and starts a sample: ROLL's StepEnvManager.",
+                           choices=["append", "fresh"])
+    overflow: str = fld("truncate", "When the next turn of a token history (turn_prompt: append) would exceed "
+                                    "sequence_length: 'truncate' ends the episode (truncated_by_length); 'restart' "
+                                    "continues it in a new conversation (first_turn_template; {history} summarises "
+                                    "the last turns) that starts a sample.", choices=["truncate", "restart"])
+    history_length: Optional[int] = fld(None, "Turns {history} spans, the current one included (ROLL's meaning: "
+                                              "the last history_length - 1 completed turns); None = every completed "
+                                              "turn.", allowed=">= 1")
 
-    #: the placeholders :meth:`turn_text` fills
-    TEMPLATE_FIELDS = ("instruction", "observation", "reward", "turn_idx", "actions_left", "max_response_length")
+    #: the placeholders :meth:`turn_text` fills (roll's, then ROLL's StepEnvManager's)
+    TEMPLATE_FIELDS = ("instruction", "observation", "reward", "turn_idx", "actions_left", "max_response_length",
+                       "env_instruction", "step_count", "history_length", "history", "current_step",
+                       "current_observation")
 
     def check_templates(self, key: str) -> None:
         """Every ``{placeholder}`` of the two templates is one :meth:`turn_text` fills (else a ConfigError naming
@@ -51,14 +70,21 @@ class CustomEnvConfig:
                                       f"unknown placeholder {{{field_name}}}; roll fills "
                                       f"{', '.join('{' + f + '}' for f in self.TEMPLATE_FIELDS)}")
 
-    def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0) -> str:
-        """The user message before turn ``turns_done + 1``: the first-turn template at 0, else the turn template;
+    def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0,
+                  history: str = "", history_shown: int = 0, first: bool = False) -> str:
+        """The user message before turn ``turns_done + 1``: the first-turn template at 0 (or when ``first``: a
+        conversation restarted, ``overflow: restart``), else the turn template;
         ``turn_idx`` counts from 1, ``actions_left`` = max_actions_per_traj - turns_done, ``max_response_length`` =
-        max_tokens_per_step."""
-        template = self.first_turn_template if turns_done == 0 else self.turn_template
+        max_tokens_per_step. ROLL's step fields: ``env_instruction`` = ``instruction``, ``step_count`` =
+        turns_done, ``current_step`` = turns_done + 1, ``current_observation`` = ``observation``, ``history`` (the
+        summary of the last turns, :func:`roll.agentic.chat.history_summary`) and ``history_length`` = the turns
+        it shows (``history_shown``)."""
+        template = self.first_turn_template if turns_done == 0 or first else self.turn_template
         return template.format(instruction=instruction, observation=observation, reward=reward,
                                turn_idx=turns_done + 1, actions_left=self.max_actions_per_traj - turns_done,
-                               max_response_length=self.max_tokens_per_step)
+                               max_response_length=self.max_tokens_per_step, env_instruction=instruction,
+                               step_count=turns_done, current_step=turns_done + 1, current_observation=observation,
+                               history=history, history_length=history_shown)
 
 
 @dataclass

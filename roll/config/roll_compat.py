@@ -57,10 +57,8 @@ IGNORED: dict[str, str] = {
     "checkpoint_config.type": "roll writes checkpoints to the file system (output_dir)",
     "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
     "profiler_memory": "use roll's benchmarks/ and the tracker's memory metrics",
-    "batch_adjust_mode": "roll's samples are whole trajectories (ROLL's step env manager makes one per turn), so "
-                         "a step's batch size is fixed and never adjusted",
-    "<tag>.history_length": "roll keeps the whole conversation in the prompt (token-level history), so a step's "
-                            "prompt holds every earlier turn, not the last N",
+    "batch_adjust_mode": "roll trains the samples of a batch of episodes (one per turn in trajectory_mode: step) "
+                         "in one optimizer step, so their number may vary and is never adjusted",
     "<role>.sequence_length_round_in_train": "roll pads a micro-batch to its longest sample",
     "<role>.sequence_length_round_in_infer": "roll pads a micro-batch to its longest sample",
 }
@@ -169,10 +167,38 @@ def _is_off(value: Any) -> bool:
     return any(value is off or (type(value) is type(off) and value == off) for off in OFF)
 
 
+#: ROLL's env manager class of step prompts: every turn a new conversation, one sample per turn.
+STEP_ENV_MANAGER = "StepEnvManager"
+#: ROLL's env manager classes whose prompts roll does not build: class name -> what to use instead.
+UNSUPPORTED_MANAGERS = {
+    "StepConcatEnvManager": "GEM's concatenated-observation step prompts are not built by roll; use StepEnvManager's "
+                            "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
+    "VLTrajEnvManager": "roll has no image inputs (vision-language models); use a text env",
+}
+
+
 def _env_block(env: dict[str, Any], key: str) -> None:
     """ROLL's env block: ``agent_template`` (every turn; fields ``{turn_idx}``, ``{observation}``,
     ``{actions_left}``, ``{max_response_length}``) becomes roll's ``turn_template`` and, after the env's
-    instruction, its ``first_turn_template``; ``env_config.action_pattern`` becomes a named format when it is one."""
+    instruction, its ``first_turn_template``; ``env_config.action_pattern`` becomes a named format when it is one.
+    ``env_manager_cls: ...StepEnvManager`` sets ``turn_prompt: fresh`` and ``trajectory_mode: step`` (the template
+    then holds ``{env_instruction}`` itself, on every turn); ``env_config.trajectory_mode`` (where ROLL's proxy env
+    manager reads it) moves to the block."""
+    manager = env.get("env_manager_cls")
+    name = manager.rsplit(".", 1)[-1] if isinstance(manager, str) else None
+    if name in UNSUPPORTED_MANAGERS:
+        raise ConfigError(f"{key}.env_manager_cls", manager, UNSUPPORTED_MANAGERS[name])
+    step = name == STEP_ENV_MANAGER
+    if step:
+        env.pop("env_manager_cls")
+        env.setdefault("turn_prompt", "fresh")
+        env.setdefault("trajectory_mode", "step")
+    config = env.get("env_config")
+    if isinstance(config, dict) and "trajectory_mode" in config:
+        if "trajectory_mode" in env and env["trajectory_mode"] != config["trajectory_mode"]:
+            raise ConfigError(f"{key}.env_config.trajectory_mode", config["trajectory_mode"],
+                              f"differs from {key}.trajectory_mode={env['trajectory_mode']!r}; keep one")
+        env["trajectory_mode"] = config.pop("trajectory_mode")
     template = env.pop("agent_template", None)
     if template is not None:
         for name in ("turn_template", "first_turn_template"):
@@ -180,8 +206,7 @@ def _env_block(env: dict[str, Any], key: str) -> None:
                 raise ConfigError(f"{key}.agent_template", template, f"ROLL's template for every turn, and {key}."
                                                                      f"{name} is set too; keep one")
         env["turn_template"] = template
-        env["first_turn_template"] = "{instruction}\n" + template
-    config = env.get("env_config")
+        env["first_turn_template"] = template if step else "{instruction}\n" + template
     if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
         config["action_pattern"] = ACTION_PATTERNS.get(config["action_pattern"], config["action_pattern"])
 

@@ -27,6 +27,9 @@ class Turn:
     finish_reason: str = "stop"
     appended_eos: bool = False  # an end-of-turn token was added after a length-cut reply (not trained on)
     policy_version: int = 0  # the policy version (weight syncs) that generated this reply (async rollouts)
+    #: prompt_ids is the complete prompt of a new sample, not a delta after the previous reply: the engine was given
+    #: exactly prompt_ids (a chat template that rewrote the history, or a step template's self-contained prompt)
+    starts_sample: bool = False
 
     @property
     def generated(self) -> int:
@@ -67,12 +70,21 @@ class Trajectory:
         return sum(1 for t in self.turns if t.parsed_action is not None or t.response_ids)
 
     def token_ids(self) -> list[int]:
-        """The whole conversation as token ids, exactly as the model saw and produced them."""
+        """The current sample as token ids, exactly as the model saw and produced them: the turns from the last one
+        that ``starts_sample`` on (the whole conversation when no later turn starts a sample)."""
         ids: list[int] = []
         for turn in self.turns:
+            if turn.starts_sample:
+                ids = []
             ids += turn.prompt_ids + turn.response_ids
         return ids
 
-    def pending_ids(self, next_prompt: list[int]) -> list[int]:
-        """The ids to generate from when ``next_prompt`` is appended."""
-        return self.token_ids() + next_prompt
+    def pending_ids(self, next_prompt: list[int], starts_sample: bool = False) -> list[int]:
+        """The ids to generate from: ``next_prompt`` appended to :meth:`token_ids`, or ``next_prompt`` alone when
+        it ``starts_sample``."""
+        return list(next_prompt) if starts_sample else self.token_ids() + next_prompt
+
+    @property
+    def template_breaks(self) -> int:
+        """Turns after the first that start a new sample (``rollout/template_breaks``)."""
+        return sum(turn.starts_sample for turn in self.turns[1:])

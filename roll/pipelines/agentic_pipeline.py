@@ -16,7 +16,7 @@ from roll.agentic.render_dump import dump_val_renders, env_descriptions
 from roll.agentic.rollout import RolloutScheduler, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
-from roll.data.layout import rollout_log_probs, trajectories_to_batch
+from roll.data.layout import rollout_log_probs, several_samples, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
 from roll.pipelines.base import Pipeline
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
@@ -98,15 +98,20 @@ class AgenticPipeline(Pipeline):
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
         timings["time/offload_reload"] += time.perf_counter() - t
         timings.update(rollout_times)  # time/rollout_{generate,env,idle}, rollout/env_failures, ...
-        # 2. the training batch: one sample per trajectory, in the token layout of roll.data.layout
-        batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id)
-        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(trajs, batch["input_ids"].shape[1])
+        # 2. the training batch: the samples of every trajectory (one, or one per turn: trajectory_mode), in the
+        # token layout of roll.data.layout
+        modes = {tag: spec.trajectory_mode for tag, spec in cfg.custom_envs.items()}
+        batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id, modes)
+        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(
+            trajs, batch["input_ids"].shape[1], modes)
+        timings["rollout/template_breaks"] = float(sum(t.template_breaks for t in trajs))
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         # 3. log-probs (old, reference) and values under the policy that acted
         timings.update(trainer.log_probs(step, batch))
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
         metrics = trainer.advantages(batch, step)
-        self.dumps.agentic("train", step, trajs, batch, self.train_rollout.failed)  # for `roll view`
+        dumped = None if several_samples(batch) else batch  # the dump's token rows are whole trajectories
+        self.dumps.agentic("train", step, trajs, dumped, self.train_rollout.failed)  # for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts

@@ -8,13 +8,15 @@ from typing import Any
 
 import torch
 
+from roll.algorithms.aggregation import episode_token_weights, is_token_unit
 from roll.algorithms.losses import ActorLossConfig
 from roll.config.base import BaseConfig
 from roll.config.validation import global_train_batch
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
+from roll.data.layout import episode_rows, from_episode_frame, several_samples, to_episode_frame
 from roll.distributed.roles import CriticProxy, TrainProxy
-from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss
+from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask
 
 
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
@@ -54,8 +56,19 @@ def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> 
     required = ("advantages",) if skipped else ("old_log_probs", "advantages")
     check_batch_if(cfg.strict_data_check, batch, "train_step", required=required)
     loss_fn = PPOActorLoss(actor_loss_config(cfg))
+    add_episode_loss_weights(batch, cfg.loss_agg_mode, cfg.sequence_length)
     return _train_epochs(cfg.ppo_epochs, train, batch, actor_mini_batch(cfg), seed, loss_fn=loss_fn,
                          with_entropy=True, keep_log_probs=skipped)
+
+
+def add_episode_loss_weights(batch: Batch, loss_agg_mode: str, norm_len: int | None) -> None:
+    """Where episodes have several samples and ``loss_agg_mode`` averages over sequences, store
+    ``loss_weights`` (B, L-1): :func:`~roll.algorithms.aggregation.episode_token_weights` of each episode, so that
+    its samples together weigh what the episode weighs as one sample (:class:`PPOActorLoss` applies them)."""
+    if several_samples(batch) and not is_token_unit(loss_agg_mode):
+        rows, mask = episode_rows(batch), actor_mask(batch)
+        weights = episode_token_weights(to_episode_frame(mask, rows), loss_agg_mode, norm_len)
+        batch["loss_weights"] = from_episode_frame(weights, rows, mask.shape[1])
 
 
 def train_critic(cfg: BaseConfig, critic: CriticProxy, batch: Batch, seed: int) -> dict[str, float]:
@@ -68,17 +81,27 @@ def train_critic(cfg: BaseConfig, critic: CriticProxy, batch: Batch, seed: int) 
 def _train_epochs(epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False,
                   **train_kwargs: Any) -> dict[str, float]:
     """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics.
+    Where episodes have several samples (``trajectory_mode: step``, template breaks), a mini-batch is ``mini``
+    episodes with all their samples, trained as one optimizer step, so the learning-rate schedule counts batches
+    of episodes (ROLL #409: counted per sample, it ran out K times too fast).
 
     ``keep_log_probs`` (one epoch, one mini-batch): store the training forward's log-probs as
     ``batch["old_log_probs"]``, in batch order."""
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = {}
     count = 0
+    episodes = episode_rows(batch) if several_samples(batch) else None
+    units = len(episodes) if episodes is not None else len(batch)
     for _ in range(epochs):
-        order = torch.randperm(len(batch), generator=gen)
-        for start in range(0, len(batch), mini):
+        order = torch.randperm(units, generator=gen)
+        for start in range(0, units, mini):
             index = order[start:start + mini]
-            results = role.train_step(batch.select(index), return_log_probs=keep_log_probs, **train_kwargs)
+            if episodes is not None:  # mini episodes with all their samples
+                index = torch.tensor([i for e in index.tolist() for i in episodes[e]], dtype=torch.long)
+            mini_batch = batch.select(index)
+            if episodes is not None:
+                mini_batch.info["one_optimizer_step"] = True
+            results = role.train_step(mini_batch, return_log_probs=keep_log_probs, **train_kwargs)
             if keep_log_probs:
                 kept = torch.cat([r.pop("log_probs") for r in results])  # rank chunks are consecutive
                 old = torch.zeros(len(batch), kept.shape[1])

@@ -8,7 +8,7 @@ unit (tokens or sequences), so a strategy can weight micro-batches into the exac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -40,6 +40,10 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
                    cfg: ActorLossConfig) -> tuple[torch.Tensor, dict]:
     """The actor objective of :func:`roll.algorithms.losses.actor_loss` on one micro-batch.
 
+    Samples of episodes (``loss_weights`` from :func:`~roll.algorithms.aggregation.episode_token_weights`, set
+    for a sequence ``loss_agg_mode`` where episodes have several samples) aggregate as their episodes would: the
+    weighted token sum over the micro-batch's episode fractions (``episode_fraction``, summing to 1 per episode).
+
     Without ``old_log_probs`` in the micro-batch (the separate pass was skipped because it would be identical: one
     ppo epoch, one optimizer step per rollout batch), the old log-probs are this forward's, detached: ratio 1."""
     ref = mb.tensors.get("ref_log_probs")
@@ -47,9 +51,19 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
     advantages = mb["advantages"]
     if "train_infer_is_weight" in mb:  # decoupled PPO: w * loss = the loss of w * A for w >= 0
         advantages = advantages * mb["train_infer_is_weight"]
-    return actor_loss(log_probs, old.to(log_probs.device), advantages.to(log_probs.device),
-                      actor_mask(mb).to(log_probs.device), cfg, entropy=entropy,
-                      ref_log_probs=None if ref is None else ref.to(log_probs.device))
+    weights = mb.tensors.get("loss_weights")
+    mask = actor_mask(mb) if weights is None else weights
+    run_cfg = cfg if weights is None else replace(cfg, loss_agg_mode="token-mean")
+    loss, metrics = actor_loss(log_probs, old.to(log_probs.device), advantages.to(log_probs.device),
+                               mask.to(log_probs.device), run_cfg, entropy=entropy,
+                               ref_log_probs=None if ref is None else ref.to(log_probs.device))
+    if weights is not None:  # sum_it l_it W_it / sum_i f_i: episodes weigh as in one-sample-per-episode layouts
+        scale = float(weights.sum()) / float(mb["episode_fraction"].sum())
+        loss = loss * scale
+        for key in ("actor/loss", "actor/pg_loss", "actor/kl_loss"):
+            if key in metrics:
+                metrics[key] *= scale
+    return loss, metrics
 
 
 def critic_value_loss(values: torch.Tensor, entropy: torch.Tensor | None, mb: Batch,
@@ -82,7 +96,10 @@ class PPOActorLoss:
         return ppo_actor_loss(log_probs, entropy, mb, self.cfg)
 
     def normalizer(self, mb: Batch) -> float:
-        """Tokens or sequences of the micro-batch, per the aggregation mode."""
+        """Tokens or sequences of the micro-batch, per the aggregation mode (episodes, counted by their fractions,
+        where samples carry ``loss_weights``)."""
+        if "loss_weights" in mb:
+            return float(mb["episode_fraction"].sum())
         return agg_normalizer(actor_mask(mb), self.cfg.loss_agg_mode)
 
 

@@ -32,7 +32,8 @@ from roll.config.agentic import AgenticConfig
 from roll.config.base import BaseConfig, TrainInferCorrectionConfig
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
-from roll.data.layout import place_at_last_response
+from roll.data.layout import (episode_rows, episode_view, from_episode_frame, place_at_last_response,
+                              several_samples)
 from roll.distributed.roles import Roles
 from roll.pipelines.epochs import skip_old_log_probs, train_actor, train_critic
 from roll.pipelines.errors import RunStopped
@@ -183,7 +184,18 @@ def score_normalizer(cfg: BaseConfig) -> ScoreNormalizer:
 def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,
                    normalizer: ScoreNormalizer | None = None) -> dict[str, float]:
     """Scores -> ``normalizer`` (default: :func:`score_normalizer`) -> :func:`compute_advantages`, with the same-group
-    ids (:func:`group_keys`) as the estimator's groups; writes ``advantages``/``returns`` into ``batch``."""
+    ids (:func:`group_keys`) as the estimator's groups; writes ``advantages``/``returns`` into ``batch``.
+
+    Where episodes have several samples (``trajectory_mode: step``, template breaks), all of it runs on the
+    episodes (:func:`~roll.data.layout.episode_view`: one score per episode in the group statistics, the turns of
+    an episode in one row for GiGPO and GAE), and every sample gets its own tokens' advantages back."""
+    if several_samples(batch):
+        view = episode_view(batch)
+        metrics = advantage_step(cfg, view, kl_coef, normalizer)
+        rows, width = episode_rows(batch), batch["response_mask"].shape[1] - 1
+        batch["advantages"] = from_episode_frame(view["advantages"], rows, width)
+        batch["returns"] = from_episode_frame(view["returns"], rows, width)
+        return metrics
     scores = (normalizer or score_normalizer(cfg))(batch)
     return compute_advantages(cfg, batch, scores, group_keys("state", batch), kl_coef)
 
@@ -289,7 +301,8 @@ class PPOTrainer:
         """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; returns their
         ``time/*``."""
         cfg, roles, start, timings = self.cfg, self.roles, time.perf_counter(), {}
-        if not skip_old_log_probs(cfg, len(batch), step):  # else the update's forward provides them (the same values)
+        episodes = len(episode_rows(batch))
+        if not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)
             check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
@@ -328,7 +341,7 @@ class PPOTrainer:
             metrics.update(train_actor(cfg, roles.actor_train, batch, seed))
         metrics["time/train"] = time.perf_counter() - t
         if cfg.add_token_level_kl:
-            self.kl_ctl.update(reward_kl, n_steps=len(batch))
+            self.kl_ctl.update(reward_kl, n_steps=len(episode_rows(batch)))  # episodes, in step mode too
         metrics["actor/kl_coef"] = self.kl_ctl.value
         due = actor_trains and step % cfg.actor_infer.model_update_frequency == 0
         if due or self.infer_released():  # a released engine gets its weights back by a sync

@@ -141,12 +141,15 @@ class ForwardLogProbs:
 def optimizer_steps(strategy: Any, batch: Batch, lr: float | None, return_log_probs: bool, name: str,
                     one_step: Any) -> dict[str, Any]:
     """The outer loop every training backend shares: ``batch`` cut into optimizer steps of
-    ``per_device_train_batch_size x gradient_accumulation_steps`` samples (a ValueError otherwise), each run by
+    ``per_device_train_batch_size x gradient_accumulation_steps`` samples (a ValueError otherwise), or, when
+    ``batch.info["one_optimizer_step"]`` (the samples of a batch of episodes), one step of all of them; each run by
     ``one_step(step_batch, rate) -> (metrics, log_probs (S, L-1) or None)``; ``lr`` (warm start) replaces the
     scheduled rate (``strategy._scheduled_lr()``) and does not advance ``strategy.optimizer_steps``. Adds
     ``<metric_prefix>/lr`` per step; returns the steps' mean metrics (and ``"log_probs"`` in batch order)."""
     targs = strategy.config.training_args
     per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+    if batch.info.get("one_optimizer_step"):  # samples of a batch of whole episodes (trajectory_mode step): their
+        per_step = max(1, len(batch))  # count varies with the turns; the schedule counts batches of episodes
     if len(batch) % per_step:
         raise ValueError(f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
                          f"per_device_train_batch_size x gradient_accumulation_steps = "

@@ -141,8 +141,31 @@ def test_roll_norm_types_become_a_method(mean, std, grouping, method, grouping_a
 
 def test_step_variant_keys_are_named_once():
     tree = {"batch_adjust_mode": "copy", "custom_envs": {"S": {"history_length": 5, "env_manager_cls": "x.Y"}}}
-    assert translate(tree) == ["batch_adjust_mode", "custom_envs.S.history_length", "custom_envs.S.env_manager_cls"]
-    assert tree == {"custom_envs": {"S": {}}}
+    assert translate(tree) == ["batch_adjust_mode", "custom_envs.S.env_manager_cls"]
+    assert tree == {"custom_envs": {"S": {"history_length": 5}}}  # a window of the step prompts (turn_prompt: fresh)
+
+
+def test_step_env_manager_means_fresh_prompts_and_step_samples():
+    """ROLL's StepEnvManager: every turn a new conversation from the one agent_template (which holds
+    {env_instruction} itself), one sample per turn; ROLL's proxy manager's env_config.trajectory_mode moves up."""
+    step = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
+    tree = {"custom_envs": {"S": {"env_manager_cls": step, "history_length": 3, "agent_template": "{env_instruction}"},
+                            "T": {"agent_template": "{observation}", "env_config": {"trajectory_mode": "step"}}}}
+    assert translate(tree) == []
+    assert tree["custom_envs"]["S"] == {"turn_prompt": "fresh", "trajectory_mode": "step", "history_length": 3,
+                                        "turn_template": "{env_instruction}",
+                                        "first_turn_template": "{env_instruction}"}
+    assert tree["custom_envs"]["T"] == {"env_config": {}, "trajectory_mode": "step", "turn_template": "{observation}",
+                                        "first_turn_template": "{instruction}\n{observation}"}
+    with pytest.raises(ConfigError, match="differs from custom_envs.S.trajectory_mode='step'"):
+        translate({"custom_envs": {"S": {"env_manager_cls": step, "env_config": {"trajectory_mode": "traj"}}}})
+
+
+@pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM"), ("VLTrajEnvManager", "image")])
+def test_env_managers_roll_does_not_build_are_one_line_errors(manager, words):
+    with pytest.raises(ConfigError, match=f"custom_envs.S.env_manager_cls.*{words}") as info:
+        translate({"custom_envs": {"S": {"env_manager_cls": f"roll.pipeline.agentic.env_manager.x.{manager}"}}})
+    assert "\n" not in str(info.value)
 
 
 def test_migration_guide_names_every_key_of_the_table():

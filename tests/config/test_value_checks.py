@@ -220,10 +220,11 @@ def test_an_allowed_range_is_its_own_rule():
         in_range(0, "in {0, 1}")
 
 
-@pytest.mark.parametrize("template, placeholder", [("{env_instruction}\n{observation}", "{env_instruction}"),
-                                                   ("{history}", "{history}")])
+@pytest.mark.parametrize("template, placeholder", [("{env_instructions}\n{observation}", "{env_instructions}"),
+                                                   ("{history_summary}", "{history_summary}")])
 def test_unknown_template_placeholder_is_a_config_error(template, placeholder):
-    """ROLL's step env manager templates use placeholders roll does not fill: one line before any worker."""
+    """A placeholder roll does not fill (a misspelt one of ROLL's step env manager's) is one line before any
+    worker, naming the known ones (ROLL's step fields among them)."""
     from roll.config.agentic import AgenticConfig
     from roll.config.errors import ConfigError
     from roll.config.loader import load_config
@@ -234,3 +235,4 @@ def test_unknown_template_placeholder_is_a_config_error(template, placeholder):
     message = str(info.value)
     assert info.value.key == "custom_envs.SimpleSokoban.turn_template"
     assert f"unknown placeholder {placeholder}" in message and "{observation}" in message and "\n" not in message
+    assert "{env_instruction}" in message and "{history}" in message

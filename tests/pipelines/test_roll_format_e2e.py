@@ -1,7 +1,8 @@
 """ROLL v0.3-layout configs (tests/config/roll_format/, written for this suite) run through the real start script
 on CPU for their 2 steps, with only the model path and hardware keys overridden (ROLL_CPU_OVERRIDES): the
 defaults list pulls the shared env file, env blocks come by interpolation, ROLL's key names are translated, and
-the keys without meaning in roll are named in one warning line."""
+the keys without meaning in roll are named in one warning line. The GiGPO config pulls ROLL's step env file
+(StepEnvManager, ROLL's step placeholders): one training sample per turn."""
 
 from __future__ import annotations
 
@@ -37,4 +38,8 @@ def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name
     steps = [r for r in rows if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(key in row for row in steps for key in ("actor/pg_loss", "actor/grad_norm"))
+    if name == "agentic_sokoban_gigpo":  # ROLL's StepEnvManager: every turn a new prompt and a sample of its own
+        assert all(r["rollout/template_breaks"] > 0 and r["perf/samples"] > r["rollout/batch_size"] for r in steps)
+    else:
+        assert all(r["rollout/template_breaks"] == 0 and r["perf/samples"] == r["rollout/batch_size"] for r in steps)
     assert (tmp_path / "output" / "final" / "config.json").is_file()
