@@ -26,6 +26,7 @@ class Turn:
     reward: float = 0.0
     finish_reason: str = "stop"
     appended_eos: bool = False  # an end-of-turn token was added after a length-cut reply (not trained on)
+    starts_sample: bool = False  # prompt_ids is a complete prompt of a new sample, not a delta (a template break)
 
     @property
     def generated(self) -> int:
