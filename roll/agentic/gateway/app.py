@@ -8,12 +8,24 @@ from typing import Any
 from roll.agentic.gateway.session import GatewayError
 
 
+#: Requests served at once (FastAPI's default of 40 threads would cap a generate call at 40 prompts).
+MAX_CONCURRENT_REQUESTS = 4096
+
+
 def build_app(gateway: Any) -> Any:
     """The app serving ``gateway`` (a :class:`~roll.agentic.gateway.server.Gateway`); errors are OpenAI-style ``{"error": {"message", "type", "code"}}``."""
+    from contextlib import asynccontextmanager
+
+    import anyio
     from fastapi import Body, FastAPI, Header, Request
     from fastapi.responses import JSONResponse
 
-    app = FastAPI(title="roll gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(_: Any):  # one worker thread per waiting request: a turn's requests batch into one call
+        anyio.to_thread.current_default_thread_limiter().total_tokens = MAX_CONCURRENT_REQUESTS
+        yield
+
+    app = FastAPI(title="roll gateway", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     @app.exception_handler(GatewayError)
     def _error(_: Request, exc: GatewayError) -> JSONResponse:

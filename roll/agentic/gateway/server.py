@@ -170,7 +170,7 @@ class Gateway:
             eos = self.renderer.eos_id
             text = self.renderer.decode(ids[:-1] if ids and ids[-1] == eos else ids)
             text = _before_stop(text, stops)
-            parsed = (ParsedReply(text or None) if choice == "none"
+            parsed = (ParsedReply(text or None) if choice == "none" or not tools  # no tools offered: plain text
                       else TOOL_PARSERS.get(session.tool_parser)(text))
             reply = _assistant_message(session, parsed)
             session.record(messages, prompt, prompt_ids, starts, ids, log_probs, finish, text,
