@@ -143,7 +143,10 @@ def test_keys_and_refused_requests(tools_dir):
             with pytest.raises(openai.BadRequestError, match=named):
                 client.chat.completions.create(model="m", messages=messages, **bad)
         assert client.models.list().data[0].id == "roll-policy"
-        assert client.chat.completions.create(model="m", messages=messages).choices[0].finish_reason == "tool_calls"
+        plain = client.chat.completions.create(model="m", messages=messages).choices[0]
+        assert plain.finish_reason == "stop" and "<tool_call>" in plain.message.content  # no tools offered: text
+        called = client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0]
+        assert called.finish_reason == "tool_calls" and called.message.tool_calls[0].function.name == "add"
         client.post("/reward", body={"reward": 0.25, "turn": 0}, cast_to=object)
         client.post("/reward", body={"reward": 1.0}, cast_to=object)
         import httpx
@@ -152,7 +155,7 @@ def test_keys_and_refused_requests(tools_dir):
                            headers={"Authorization": f"Bearer {key}"})
         assert admin.status_code == 401  # a session key is not the admin key
         record = gateway.end_session(sid)
-        assert [t.reward for t in record.scored_turns()] == [1.25]
+        assert [t.reward for t in record.scored_turns()] == [0.25, 1.0]  # turn 0's, then the episode's on the last
         with pytest.raises(openai.AuthenticationError):  # an ended session's key is dead
             client.chat.completions.create(model="m", messages=messages)
         started = httpx.post(gateway.base_url.removesuffix("/v1") + "/sessions", json={"max_tokens": 8},
