@@ -17,11 +17,9 @@ from roll.agentic.gateway.runners import AgentResult, AgentTask
 from roll.envs import make_env
 
 
-def play(task: AgentTask, system_prompt: str = "You are a Sokoban player.", format_penalty: float = -0.1,
-         action_format: str = "answer") -> AgentResult:
+def play(task: AgentTask, system_prompt: str = "You are a Sokoban player.") -> AgentResult:
     """One episode; the rewards go to the gateway turn by turn, the outcome is returned."""
-    env = make_env(task.env_type, {"format_penalty": format_penalty, "action_format": action_format,
-                                   **task.env_config})
+    env = make_env("sokoban", {"format_penalty": task.format_penalty, **task.env.env_config})
     board, _ = env.reset(seed=task.seed)
     client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0,
                            timeout=task.timeout_s or None)

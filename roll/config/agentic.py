@@ -73,7 +73,7 @@ class CustomEnvConfig:
         if self.env_manager_cls not in (None, "traj") and not self.uses_gateway:
             raise ConfigError(f"{key}.env_manager_cls", self.env_manager_cls,
                               "must be null or 'traj' (roll's env manager) or 'proxy' / ROLL's "
-                              "roll.pipeline.agentic.env_manager.agent_proxy_env_manager.ProxyEnvManager")
+                              "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager")
         if self.uses_gateway and not self.agent_runner_cls:
             raise ConfigError(f"{key}.agent_runner_cls", self.agent_runner_cls,
                               "env_manager_cls: proxy plays episodes with an agent runner: name one by import path "

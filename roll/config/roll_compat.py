@@ -39,6 +39,8 @@ ALIASES: dict[str, dict[str, str]] = {
 VALUE_ALIASES: dict[str, dict[Any, Any]] = {
     "reward_normalization.grouping": {"traj_group_id": "state", "tags": "inductive", "batch": "batch"},
     "<role>.model_args.attn_implementation": {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"},
+    "<tag>.agent_runner_cls": {"roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner":
+                               "roll.agentic.gateway.runners.EnvRunner"},
 }
 #: ROLL's action patterns that are roll's named formats (other patterns pass through as regexes).
 ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer",

@@ -15,7 +15,7 @@ from roll.config.errors import ConfigError
 from tests.agentic import proxy_runners
 from tests.agentic.conftest import make_cfg
 
-ROLL_PROXY = "roll.pipeline.agentic.env_manager.agent_proxy_env_manager.ProxyEnvManager"
+ROLL_PROXY = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +109,32 @@ def test_config_keys_and_their_errors():
     cfg.custom_envs["Flaky"].tool_parser = "mistral"
     with pytest.raises(ConfigError, match="valid names: .*hermes"):
         check_agents(cfg)
+
+
+def test_env_runner_plays_a_roll_env_with_the_native_prompts(infer_group, tiny_model_dir):
+    """ROLL's GEMRunner maps to EnvRunner: the tag's env through the API, first prompts as roll's env manager's."""
+    from roll.agentic.env_manager import EnvManager, plan_groups
+    from roll.agentic.gateway.runners import EnvRunner
+    from roll.config.roll_compat import translate
+
+    tree = {"custom_envs": {"A": {"env_manager_cls": ROLL_PROXY,
+                                  "agent_runner_cls": "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"}}}
+    translate(tree)
+    runner = tree["custom_envs"]["A"]["agent_runner_cls"]
+    assert runner == "roll.agentic.gateway.runners.EnvRunner"
+    cfg = _agent_cfg(runner=runner)
+    cfg.custom_envs["Flaky"].env_config = {"max_steps": 2}
+    cfg.train_env_manager.env_groups, cfg.rollout_batch_size = 2, 8
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    assert isinstance(sched.managers[0].runners["Flaky"], EnvRunner)
+    batch, metrics = sched.rollout(1, 8)
+    m = cfg.train_env_manager
+    native = EnvManager(m, plan_groups(m, cfg.custom_envs), tiny_model_dir, cfg.actor_infer.generating_args,
+                        cfg.sequence_length, cfg.seed, "train")
+    rounds = native.rollout(1000, sched.generator)  # seeds of the scheduler's first round of step 1
+    first = {t.seed: t.turns[0].prompt_ids for t in rounds.trajectories}
+    assert len(batch) == 8 and metrics["rollout/env_failures"] == 0
+    for t in batch:
+        assert t.turns[0].prompt_ids == first[t.seed]  # same messages, same template, same ids
+        assert t.turns[0].observation.endswith(f"pos {t.seed % 1000}") and len(t.turns) == 2  # the user message
+        assert all(turn.reward in (-0.1, 1.0) for turn in t.turns)  # the env's rewards, posted per turn

@@ -56,9 +56,8 @@ class ProxyEnvManager:
         self.pool = CallPool(max(1, len(groups) * manager.group_size))
 
     def _task(self, spec: GroupSpec, traj: Trajectory, key: str) -> AgentTask:
-        return AgentTask(self.gateway.base_url, key, self.gateway.model_name, traj.seed, spec.tag, spec.env.env_type,
-                         dict(spec.env.env_config), spec.env.max_actions_per_traj, traj.group_id, traj.env_id,
-                         self.phase, spec.env.agent_timeout)
+        return AgentTask(self.gateway.base_url, key, self.gateway.model_name, traj.seed, spec.tag, spec.env,
+                         self.cfg.format_penalty, self.cfg.action_format, traj.group_id, traj.env_id, self.phase)
 
     def rollout(self, step: int, generator: Generator) -> ManagerResult:
         """One episode per slot, seeds from ``step``; failed trajectories are returned with ``failure`` set."""

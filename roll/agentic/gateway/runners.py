@@ -7,7 +7,8 @@
 - a plain function ``fn(task: AgentTask, **agent_runner_kwargs)`` that uses the ``openai`` package with
   ``task.base_url`` and ``task.api_key``;
 - :class:`CommandRunner`, which starts an external program (any language) per episode with
-  ``agent_runner_kwargs: {command: [...]}``.
+  ``agent_runner_kwargs: {command: [...]}``;
+- :class:`EnvRunner`, which plays the tag's roll env through the API (ROLL's ``GEMRunner`` maps to it).
 
 A runner returns the episode reward (a float), an :class:`AgentResult`, or None when the harness posted its reward
 to ``POST /v1/reward`` itself. An exception or a run past ``agent_timeout`` ends the trajectory as a failure, counted
@@ -26,24 +27,35 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Union
 
+from roll.config.agentic import CustomEnvConfig
+
 
 @dataclass
 class AgentTask:
-    """What a runner gets for one episode. Envs of one group share ``seed`` (the same task); ``env_type`` and
-    ``env_config`` are the tag's env, for harnesses that play a roll env behind their own tools."""
+    """What a runner gets for one episode. Envs of one group share ``seed`` (the same task); ``env`` is the tag's
+    config, for harnesses that play a roll env behind their own API (:class:`EnvRunner`)."""
 
     base_url: str  # the gateway's OpenAI base URL (``http://127.0.0.1:<port>/v1``)
     api_key: str  # this episode's session key
     model: str
     seed: int
     tag: str
-    env_type: str
-    env_config: dict[str, Any]
-    max_turns: int  # custom_envs.<tag>.max_actions_per_traj: model calls the harness should stop at
+    env: CustomEnvConfig  # the tag's block: env_type, env_config, templates, max_actions_per_traj
+    format_penalty: float  # the env manager block's, for harnesses that build a roll env
+    action_format: str
     group_id: int
     env_id: int
     phase: str  # "train" or "val"
-    timeout_s: float  # agent_timeout: the episode is abandoned after this many seconds (0 = no limit)
+
+    @property
+    def max_turns(self) -> int:
+        """Model calls the harness should stop at (``custom_envs.<tag>.max_actions_per_traj``)."""
+        return self.env.max_actions_per_traj
+
+    @property
+    def timeout_s(self) -> float:
+        """``agent_timeout``: the episode is abandoned after this many seconds (0 = no limit)."""
+        return self.env.agent_timeout
 
 
 @dataclass
@@ -118,6 +130,44 @@ class CommandRunner(AgentRunner):
         except ValueError:
             raise ValueError(f"{self.command[0]}: the last line of its output must be the reward (a number), got "
                              f"{lines[-1][:80]!r}") from None
+
+
+class EnvRunner(AgentRunner):
+    """The tag's roll env played through the OpenAI API, with the messages roll's env manager builds (system prompt,
+    ``first_turn_template``, ``turn_template``); each step's reward is posted per turn. ROLL's ``GEMRunner``
+    (a GEM env behind the proxy) maps here."""
+
+    def run(self, task: AgentTask) -> RunnerReturn:
+        import openai
+
+        from roll.envs import make_env
+
+        env = make_env(task.env.env_type, {"format_penalty": task.format_penalty, "action_format": task.action_format,
+                                           **dict(task.env.env_config)})
+        obs, info = env.reset(seed=task.seed)
+        client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0,
+                               timeout=task.timeout_s or None)
+        messages = [{"role": "system", "content": task.env.system_prompt}] if task.env.system_prompt else []
+        messages.append({"role": info.get("message_role", "user"),
+                         "content": task.env.turn_text(0, obs, instruction=info["env_instruction"])})
+        success, metrics = False, {}
+        for turn in range(task.max_turns):
+            try:
+                reply = client.chat.completions.create(model=task.model, messages=messages)
+            except openai.BadRequestError as exc:
+                if getattr(exc, "code", None) == "context_length_exceeded":
+                    break
+                raise
+            text = reply.choices[0].message.content or ""
+            messages.append({"role": "assistant", "content": text})
+            obs, reward, terminated, truncated, info = env.step(text)
+            client.post("/reward", body={"reward": float(reward), "turn": -1}, cast_to=object)
+            success, metrics = bool(info.get("success", False)), dict(info.get("metrics", {}))
+            if terminated or truncated:
+                break
+            messages.append({"role": info.get("message_role", "user"),
+                             "content": task.env.turn_text(turn + 1, obs, reward=reward)})
+        return AgentResult(0.0, success, {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
 
 
 def load_runner(name: str, kwargs: dict[str, Any] | None = None) -> AgentRunner:

@@ -56,7 +56,7 @@ class Gateway:
         self._sessions: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self.timings: list[tuple[float, float]] = []  # (request seconds, engine seconds) of each completion
+        self.timings: dict[str, tuple[float, float]] = {}  # response id -> (seconds in complete, of them in the engine)
         self._server: Any = None
         self.base_url = ""
 
@@ -175,9 +175,10 @@ class Gateway:
             reply = _assistant_message(session, parsed)
             session.record(messages, prompt, prompt_ids, starts, ids, log_probs, finish, text,
                            template_message(reply), parsed, eos, getattr(out, "weight_version", None))
-        self.timings.append((time.perf_counter() - start, engine_s))
+        response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
+        self.timings[response_id] = (time.perf_counter() - start, engine_s)
         reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
-        return {"id": f"chatcmpl-{session.session_id}-{len(session.turns) - 1}", "object": "chat.completion",
+        return {"id": response_id, "object": "chat.completion",
                 "created": int(time.time()), "model": body.get("model") or self.model_name,
                 "choices": [{"index": 0, "message": reply, "finish_reason": reason, "logprobs": None}],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
