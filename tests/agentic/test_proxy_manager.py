@@ -86,8 +86,8 @@ def test_config_keys_and_their_errors():
     from roll.pipelines.preflight import check_agents
 
     tree = {"custom_envs": {"A": {"env_manager_cls": ROLL_PROXY, "agent_runner_cls": "m.f"},
-                            "B": {"env_manager_cls": "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",
-                                  "agent_runner_cls": None}}}
+                            "B": {"agent_runner_cls": None, "env_manager_cls":
+                                  "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"}}}
     assert translate(tree) == ["custom_envs.B.env_manager_cls"]
     assert tree["custom_envs"] == {"A": {"env_manager_cls": ROLL_PROXY, "agent_runner_cls": "m.f"}, "B": {}}
     cfg = _agent_cfg()

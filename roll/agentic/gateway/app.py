@@ -13,7 +13,8 @@ MAX_CONCURRENT_REQUESTS = 4096
 
 
 def build_app(gateway: Any) -> Any:
-    """The app serving ``gateway`` (a :class:`~roll.agentic.gateway.server.Gateway`); errors are OpenAI-style ``{"error": {"message", "type", "code"}}``."""
+    """The app serving ``gateway`` (a :class:`~roll.agentic.gateway.server.Gateway`); errors are OpenAI-style
+    ``{"error": {"message", "type", "code"}}``."""
     from contextlib import asynccontextmanager
 
     import anyio
@@ -67,6 +68,8 @@ def build_app(gateway: Any) -> Any:
     def end(session_id: str, authorization: str | None = Header(None)) -> dict:
         admin(authorization)
         session = gateway.end_session(session_id)
+        if session is None:
+            raise GatewayError(404, f"no live session {session_id!r}", "not_found")
         return {"turns": len(session.turns), "template_breaks": session.template_breaks, "reward": session.reward}
 
     return app

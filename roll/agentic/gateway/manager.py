@@ -63,6 +63,7 @@ class ProxyEnvManager:
         """One episode per slot, seeds from ``step``; failed trajectories are returned with ``failure`` set."""
         start, busy = time.perf_counter(), self.gateway.engine.busy_s
         episodes: list[tuple[GroupSpec, Trajectory, str]] = []
+        sessions: list[Session] = []
         calls = []
         self.gateway.engine.use(generator)
         try:
@@ -74,7 +75,9 @@ class ProxyEnvManager:
                     sid, key = self.gateway.start_session(spec.env.max_tokens_per_step, spec.env.tool_parser)
                     task = self._task(spec, traj, key)
                     episodes.append((spec, traj, sid))
-                    calls.append(lambda runner=self.runners[spec.tag], task=task: runner.run(task))
+                    sessions.append(self.gateway.session(sid))
+                    runner = self.runners[spec.tag]
+                    calls.append(lambda runner=runner, task=task, sid=sid: self._episode(runner, task, sid))
             timeout = max(spec.env.agent_timeout for spec in self.groups) if self.groups else 0.0
             try:
                 outcomes = self.pool.run_all(calls, timeout)
@@ -82,7 +85,8 @@ class ProxyEnvManager:
                 raise RuntimeError(f"agent runners of tag(s) {sorted(self.runners)} never return: {exc}, each "
                                    f"abandoned after agent_timeout={timeout}s; fix the harness") from None
         finally:
-            sessions = [self.gateway.end_session(sid) for _, _, sid in episodes]
+            for _, _, sid in episodes:  # those still open: abandoned (timed out) or never run
+                self.gateway.end_session(sid)
             self.gateway.engine.use(None)
             generator.leave()
         for (spec, traj, _), session, outcome in zip(episodes, sessions, outcomes):
@@ -100,6 +104,13 @@ class ProxyEnvManager:
         result.generate_s = self.gateway.engine.busy_s - busy
         result.env_s = max(0.0, result.wall_s - result.generate_s)
         return result
+
+    def _episode(self, runner: AgentRunner, task: AgentTask, session_id: str) -> Any:
+        """One runner call; its session closes when it returns, so the gateway stops waiting for its requests."""
+        try:
+            return runner.run(task)
+        finally:
+            self.gateway.end_session(session_id)
 
     @staticmethod
     def _fill(traj: Trajectory, session: Session, spec: GroupSpec) -> None:

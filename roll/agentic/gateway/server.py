@@ -96,10 +96,17 @@ class Gateway:
             self.engine.set_expected(sum(not s.ended for s in self._sessions.values()))
         return session.session_id, session.key
 
-    def end_session(self, session_id: str) -> Session:
-        """Close a session (its key stops working) and return its record."""
+    def session(self, session_id: str) -> Session:
+        """The record of a live session."""
         with self._lock:
-            session = self._sessions.pop(session_id)
+            return self._sessions[session_id]
+
+    def end_session(self, session_id: str) -> Session | None:
+        """Close a session (its key stops working) and return its record; None if it was closed already."""
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+            if session is None:
+                return None
             self._by_key.pop(session.key, None)
             session.ended = True
             self.engine.set_expected(len(self._sessions))
