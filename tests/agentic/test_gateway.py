@@ -139,7 +139,8 @@ def test_keys_and_refused_requests(tools_dir):
                 model="m", messages=messages)
         client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
         for bad, named in [({"stream": True}, "stream"), ({"n": 2}, "n"), ({"tool_choice": "required"}, "tool_choice"),
-                           ({"logit_bias": {"5": 3}}, "logit_bias")]:
+                           ({"logit_bias": {"5": 3}}, "logit_bias"), ({"max_tokens": 0}, "max_tokens"),
+                           ({"temperature": "hot"}, "temperature")]:
             with pytest.raises(openai.BadRequestError, match=named):
                 client.chat.completions.create(model="m", messages=messages, **bad)
         assert client.models.list().data[0].id == "roll-policy"

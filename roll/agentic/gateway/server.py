@@ -139,10 +139,10 @@ class Gateway:
                 raise GatewayError(400, f"{key}={body[key]!r} is not supported by roll's gateway (allowed: "
                                         f"{[a for a in allowed if a is not None]}): it would change what is sampled "
                                         f"and recorded for training")
-        temperature = body.get("temperature")
+        temperature = _number(body, "temperature", float, 0.0)
         if temperature is None or not self.honor_temperature:
             return self.sampling
-        return replace(self.sampling, temperature=float(temperature), do_sample=float(temperature) > 0)
+        return replace(self.sampling, temperature=temperature, do_sample=temperature > 0)
 
     def complete(self, session: Session, body: dict[str, Any]) -> dict[str, Any]:
         """One chat completion in OpenAI's response format (see the module docstring for the keys)."""
@@ -159,7 +159,8 @@ class Gateway:
         tools = body.get("tools") or None
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
-        requested = body.get("max_completion_tokens") or body.get("max_tokens") or session.max_tokens
+        requested = (_number(body, "max_completion_tokens", int, 1) or _number(body, "max_tokens", int, 1)
+                     or session.max_tokens)
         with session.lock:  # one request of a session at a time: each turn extends the last
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
@@ -200,6 +201,20 @@ class Gateway:
             if any(s in self.renderer.decode(ids[:k]) for s in stops):
                 return ids[:k], log_probs[:k], "stop" if k < len(ids) or finish != "length" else finish
         return ids, log_probs, finish
+
+
+def _number(body: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
+    """``body[key]`` as ``kind`` (None when absent); not a number or below ``minimum`` is a 400 naming the key."""
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < minimum or isinstance(value, bool):
+        raise GatewayError(400, f"{key}={value!r}: expected a number >= {minimum}")
+    return number
 
 
 def _before_stop(text: str, stops: list[str]) -> str:
