@@ -32,6 +32,9 @@ from roll.config.worker import GeneratingArgs
 REFUSED = {"stream": (False, None), "n": (1, None), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
            "frequency_penalty": (None, 0, 0.0), "top_logprobs": (None, 0)}
 
+#: Requests whose timings :attr:`Gateway.timings` keeps.
+MAX_TIMINGS = 10_000
+
 
 class Gateway:
     """Sessions, rendering, generation and tool-call parsing behind one loopback HTTP server.
@@ -56,7 +59,8 @@ class Gateway:
         self._sessions: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self.timings: dict[str, tuple[float, float]] = {}  # response id -> (seconds in complete, of them in the engine)
+        #: response id -> (seconds in :meth:`complete`, of them in the engine), the latest ``MAX_TIMINGS`` requests
+        self.timings: dict[str, tuple[float, float]] = {}
         self._server: Any = None
         self.base_url = ""
 
@@ -185,6 +189,8 @@ class Gateway:
                            template_message(reply), parsed, eos, getattr(out, "weight_version", None))
         response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
         self.timings[response_id] = (time.perf_counter() - start, engine_s)
+        if len(self.timings) > MAX_TIMINGS:  # keep memory flat over a long run
+            self.timings.pop(next(iter(self.timings)))
         reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
         return {"id": response_id, "object": "chat.completion",
                 "created": int(time.time()), "model": body.get("model") or self.model_name,
