@@ -3,8 +3,9 @@ harness written against the OpenAI API through the gateway (``sokoban_agent_tiny
 same steps. Prints a markdown table (rollout success per step, validation success at start and end, the trainer's
 recomputed-vs-recorded log-prob gap) and writes it with the curves' data to ``--out``.
 
-Usage: ``python scripts/verify_agent_gateway.py [--seeds 1 2 3] [--max-steps 6] [--sft-steps 60] [--val-groups 64]``
-(each run is one ``examples/start_agentic_pipeline.py`` process; runs go one after another).
+Usage: ``python scripts/verify_agent_gateway.py [--seeds 1 2 3] [--max-steps 6] [--sft-steps 60] [--val-groups 64]
+[--override distributed=local ...]`` (each run is one ``examples/start_agentic_pipeline.py`` process; runs go one
+after another; a run whose output is complete is reused).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def run(config: str, seed: int, args: argparse.Namespace) -> Path:
     cmd = [sys.executable, str(ROOT / "examples" / "start_agentic_pipeline.py"), "--config-name", config,
            f"seed={seed}", f"max_steps={args.max_steps}", "max_train_minutes=0", f"sft_warmup.steps={args.sft_steps}",
            f"eval_steps={args.max_steps}", f"val_env_manager.env_groups={args.val_groups}", "save_steps=0",
-           "trajectory_dump_steps=0", "zero_signal_patience=0", f"output_dir={out}", f"logging_dir={out / 'logs'}"]
+           "trajectory_dump_steps=0", "zero_signal_patience=0", f"output_dir={out}", f"logging_dir={out / 'logs'}",
+           *args.override]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return metrics
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--val-groups", type=int, default=64)
     parser.add_argument("--out", default=str(ROOT / "output" / "verify_agent_gateway"))
+    parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. distributed=local")
     args = parser.parse_args()
     results = {}
     for seed in args.seeds:
