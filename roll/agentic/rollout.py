@@ -23,8 +23,9 @@ from typing import Any
 from roll.agentic.async_buffer import Group, GroupBuffer
 from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenerator, Generator, GroupGenerator,
                                    RemoteGenerator)
-from roll.agentic.env_manager import EnvManager, ManagerResult, plan_groups
+from roll.agentic.env_manager import ManagerResult, plan_groups
 from roll.agentic.failures import failure_report, print_lines
+from roll.agentic.gateway.manager import env_manager_class
 from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.config.validation import global_train_batch
@@ -72,13 +73,14 @@ class RolloutScheduler:
         per = len(groups) // n
         sampling = manager.generating_args or cfg.actor_infer.generating_args
         args = (tokenizer_path, sampling, cfg.sequence_length, cfg.seed, phase, raise_errors)
+        manager_cls = env_manager_class(manager, cfg.custom_envs)  # EnvManager, or ProxyEnvManager (agents)
         if use_ray:
             import ray
 
-            cls = ray.remote(num_cpus=0.5)(EnvManager)
+            cls = ray.remote(num_cpus=0.5)(manager_cls)
             self.managers = [cls.remote(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
         else:
-            self.managers = [EnvManager(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+            self.managers = [manager_cls(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
         self._threads = ThreadPoolExecutor(n, thread_name_prefix="roll-manager") if n > 1 and not use_ray else None
 
     def _round(self, seed_step: int) -> list[ManagerResult]:

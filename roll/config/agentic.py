@@ -46,6 +46,17 @@ class CustomEnvConfig:
                                               "the last history_length - 1 completed turns); None = every completed "
                                               "turn.", allowed=">= 1")
 
+    env_manager_cls: Optional[str] = fld(None, "Who plays this tag: null or 'traj' = roll's env manager; 'proxy' (or "
+                                               "ROLL's ...ProxyEnvManager) = agent_runner_cls through the gateway "
+                                               "(docs/agents.md).")
+    agent_runner_cls: Optional[str] = fld(None, "Import path of the agent runner (an AgentRunner subclass, a function "
+                                                "fn(task, **kwargs), or roll.agentic.gateway.runners.CommandRunner); "
+                                                "only with env_manager_cls: proxy.")
+    agent_runner_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Keyword arguments of the agent runner.")
+    agent_timeout: float = fld(600.0, "Seconds one agent episode may take; a slower one is abandoned, its session "
+                                      "closed and its trajectory counted as a timeout (0 = no limit).")
+    tool_parser: str = fld("hermes", "The gateway's tool-call parser (registry roll.agentic.gateway.tool_parsers).")
+
     #: the placeholders :meth:`turn_text` fills (roll's, then ROLL's StepEnvManager's)
     TEMPLATE_FIELDS = ("instruction", "observation", "reward", "turn_idx", "actions_left", "max_response_length",
                        "env_instruction", "step_count", "history_length", "history", "current_step",
@@ -69,6 +80,28 @@ class CustomEnvConfig:
                     raise ConfigError(f"{key}.{name}", template,
                                       f"unknown placeholder {{{field_name}}}; roll fills "
                                       f"{', '.join('{' + f + '}' for f in self.TEMPLATE_FIELDS)}")
+
+    @property
+    def uses_gateway(self) -> bool:
+        """Whether agent runners play this tag through the gateway (``env_manager_cls`` names the proxy manager)."""
+        return self.env_manager_cls is not None and (self.env_manager_cls == "proxy"
+                                                     or self.env_manager_cls.endswith("ProxyEnvManager"))
+
+    def check_agent(self, key: str) -> None:
+        """``env_manager_cls`` is known and ``agent_runner_cls`` is set exactly when the gateway is used."""
+        if self.env_manager_cls not in (None, "traj") and not self.uses_gateway:
+            raise ConfigError(f"{key}.env_manager_cls", self.env_manager_cls,
+                              "must be null or 'traj' (roll's env manager) or 'proxy' / ROLL's "
+                              "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager")
+        if self.uses_gateway and not self.agent_runner_cls:
+            raise ConfigError(f"{key}.agent_runner_cls", self.agent_runner_cls,
+                              "env_manager_cls: proxy plays episodes with an agent runner: name one by import path "
+                              "(docs/agents.md)")
+        if self.agent_runner_cls and not self.uses_gateway:
+            raise ConfigError(f"{key}.agent_runner_cls", self.agent_runner_cls,
+                              "agent runners play through the gateway: set env_manager_cls: proxy as well")
+        if self.agent_timeout < 0:
+            raise ConfigError(f"{key}.agent_timeout", self.agent_timeout, "must be >= 0 seconds (0 = no limit)")
 
     def turn_text(self, turns_done: int, observation: str, instruction: str = "", reward: float = 0.0,
                   history: str = "", history_shown: int = 0, first: bool = False) -> str:
@@ -223,6 +256,13 @@ class AgenticConfig(BaseConfig):
             check_env_manager(self, "val_env_manager")
         for tag, spec in self.custom_envs.items():
             spec.check_templates(f"custom_envs.{tag}")
+            spec.check_agent(f"custom_envs.{tag}")
+        for name in ("train_env_manager", "val_env_manager"):
+            block = getattr(self, name)
+            kinds = {self.custom_envs[t].uses_gateway for t in (block.tags if block else []) if t in self.custom_envs}
+            if len(kinds) > 1:
+                raise ConfigError(f"{name}.tags", block.tags, "mixes tags played by agent runners (env_manager_cls: "
+                                                              "proxy) with env tags; put them in separate managers")
         for key in ("trajectory_dump_steps", "trajectory_dump_max"):
             if getattr(self, key) < 0:
                 raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")

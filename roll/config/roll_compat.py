@@ -6,8 +6,9 @@ Each fact has one owner: roll's dataclasses hold the canonical name; this module
 - :data:`ALIASES`: ROLL's name -> roll's canonical name, same meaning (``num_env_groups`` -> ``env_groups``). A
   block that sets both is a one-line :class:`ConfigError`.
 - :data:`VALUE_ALIASES`: ROLL's values of a roll key (``grouping: traj_group_id`` -> ``state``).
-- :data:`IGNORED`: keys that mean nothing in roll (``env_manager_cls``, ``use_thread_lock``): dropped, and
-  named in ONE warning line (:func:`translate` returns them; the loader prints the line).
+- :data:`IGNORED`: keys that mean nothing in roll (``use_thread_lock``; ``env_manager_cls`` unless it names
+  ROLL's ``ProxyEnvManager``): dropped, and named in ONE warning line (:func:`translate` returns them; the loader
+  prints the line).
 - :data:`UNSUPPORTED`: ROLL features roll does not have: a one-line error saying what to use instead (unless the
   value is off: null, false, 0, empty).
 
@@ -38,14 +39,14 @@ ALIASES: dict[str, dict[str, str]] = {
 VALUE_ALIASES: dict[str, dict[Any, Any]] = {
     "reward_normalization.grouping": {"traj_group_id": "state", "tags": "inductive", "batch": "batch"},
     "<role>.model_args.attn_implementation": {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"},
+    "<tag>.agent_runner_cls": {"roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner":
+                               "roll.agentic.gateway.runners.EnvRunner"},
 }
 #: ROLL's action patterns that are roll's named formats (other patterns pass through as regexes).
 ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer",
                    r"<think>(.*?)</think>\s*<answer>(.*?)</answer>": "think_answer"}
 #: Keys without meaning in roll: dropped with one warning line naming them (why, in the migration guide).
 IGNORED: dict[str, str] = {
-    "<tag>.env_manager_cls": "roll has one env manager (roll.agentic.env_manager); register an env instead",
-    "<tag>.agent_runner_cls": "roll's env manager runs the agent loop itself",
     "<tag>.use_thread_lock": "roll steps each env in one thread at a time",
     "<tag>.max_env_step_concurrent": "concurrency is <manager>.env_threads",
     "<role>.model_args.model_type": "roll loads the model class from its config.json",
@@ -117,6 +118,9 @@ def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list
     _block_envs(tree)
     _norm_types(tree.get("reward_normalization"))
     _walk(tree, "", ignored, tree if given is None else given)
+    for name, env in (tree.get("custom_envs") or {}).items():
+        if isinstance(env, dict):
+            ignored += _manager_cls(env, f"custom_envs.{name}")
     return ignored
 
 
@@ -209,6 +213,20 @@ def _env_block(env: dict[str, Any], key: str) -> None:
         env["first_turn_template"] = template if step else "{instruction}\n" + template
     if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
         config["action_pattern"] = ACTION_PATTERNS.get(config["action_pattern"], config["action_pattern"])
+
+
+def _manager_cls(env: dict[str, Any], key: str) -> list[str]:
+    """ROLL's ``env_manager_cls``: a ``...ProxyEnvManager`` is kept (agent runners through the gateway); any other
+    class (``TrajEnvManager``, ``StepEnvManager``, ...) is dropped, roll's env manager plays the tag (returned for
+    the warning line). ``agent_runner_cls: null`` is dropped; a runner that is set is kept (checked with the
+    manager)."""
+    if env.get("agent_runner_cls", "") is None:
+        del env["agent_runner_cls"]
+    cls = env.get("env_manager_cls")
+    if cls is None or cls in ("traj", "proxy") or str(cls).endswith("ProxyEnvManager"):
+        return []
+    del env["env_manager_cls"]
+    return [f"{key}.env_manager_cls"]
 
 
 def _train_sampling(tree: dict[str, Any], given: dict[str, Any]) -> None:

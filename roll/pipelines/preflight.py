@@ -8,7 +8,9 @@ What each check asks:
   ``strategy_config`` options, the weight-sync mode its abilities and the placement allow);
 - algorithms: the registries of :mod:`roll.algorithms` (the estimator, policy loss, KL types, aggregation mode and
   score normalization exist, and what the estimator declares it needs is configured: a critic, groups, turns);
-- envs (agentic): the env registry (every tag's ``env_type`` exists and accepts its ``env_config``);
+- envs (agentic): the env registry (every tag's ``env_type`` exists and accepts its ``env_config``); tags played
+  by agent runners: the runner imports and is built, the tool-call parser is registered, the gateway's packages
+  are installed;
 - data and rewards (RLVR): the data files exist and parse, every reward named exists and accepts its options, and
   every data tag has a reward.
 
@@ -47,6 +49,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     check_tracker(cfg)
     if isinstance(cfg, AgenticConfig):
         check_envs(cfg)
+        check_agents(cfg)
     if isinstance(cfg, RLVRConfig):
         check_rewards(cfg, check_data(cfg))
     for line in warnings:
@@ -314,6 +317,32 @@ def check_envs(cfg: AgenticConfig) -> None:
             raise ConfigError(f"custom_envs.{tag}.env_config", dict(spec.env_config), str(built.error)) from None
         if built.error is not None:
             raise built.error
+
+
+def check_agents(cfg: AgenticConfig) -> None:
+    """Tags with ``env_manager_cls: proxy``: fastapi and uvicorn are installed, ``agent_runner_cls`` imports and is
+    built with ``agent_runner_kwargs``, ``tool_parser`` is registered."""
+    managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
+    tags = [t for t in dict.fromkeys(t for m in managers for t in m.tags) if cfg.custom_envs[t].uses_gateway]
+    if not tags:
+        return
+    from roll.agentic.gateway.runners import load_runner
+    from roll.agentic.gateway.tool_parsers import TOOL_PARSERS
+
+    missing = [p for p in ("fastapi", "uvicorn") if not _importable(p)]
+    if missing:
+        raise ConfigError(f"custom_envs.{tags[0]}.env_manager_cls", cfg.custom_envs[tags[0]].env_manager_cls,
+                          f"the gateway needs {', '.join(missing)}: pip install 'roll[agents]'")
+    for tag in tags:
+        spec = cfg.custom_envs[tag]
+        try:
+            load_runner(spec.agent_runner_cls or "", spec.agent_runner_kwargs)
+        except (ImportError, TypeError, ValueError) as exc:
+            raise ConfigError(f"custom_envs.{tag}.agent_runner_cls", spec.agent_runner_cls, str(exc)) from None
+        try:
+            TOOL_PARSERS.resolve(spec.tool_parser)
+        except (KeyError, ImportError) as exc:
+            raise ConfigError(f"custom_envs.{tag}.tool_parser", spec.tool_parser, str(exc).strip("'\"")) from None
 
 
 # ---------------------------------------------------------------------------- data and rewards (RLVR)

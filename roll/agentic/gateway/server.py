@@ -1,0 +1,241 @@
+"""The OpenAI-compatible gateway: an HTTP server on loopback between agent harnesses and the inference engine.
+
+Routes (nothing else is served; no engine endpoint is ever forwarded):
+
+- ``POST /v1/chat/completions`` (session key): one model turn. Honored: ``messages``, ``tools``, ``tool_choice``
+  (``auto``/``none``), ``temperature`` (unless the gateway fixes the sampling, as in training), ``max_tokens`` /
+  ``max_completion_tokens`` (capped by the session's budget), ``stop``, ``n`` = 1. ``stream: true``, ``n`` > 1,
+  forced tool choices, ``logit_bias`` and penalties are a 400 naming the key (they would change what is sampled).
+- ``GET /v1/models`` (session key): the one model.
+- ``POST /v1/reward`` (session key): ``{"reward": float, "turn": int | null}``: a reward for the episode or a turn.
+- ``POST /sessions``, ``POST /sessions/{id}/end`` (the gateway's admin key): start/end a session from outside
+  Python (the env manager calls :meth:`Gateway.start_session` directly).
+
+Keys: a session key (``Authorization: Bearer <key>``, the OpenAI client's ``api_key``) reaches its own session
+only; a wrong or ended key gets 401. Keys are random (``secrets.token_urlsafe``); the server binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from roll.agentic.gateway.engine import GenerationLoop
+from roll.agentic.gateway.session import GatewayError, Renderer, Session, template_message
+from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
+from roll.config.worker import GeneratingArgs
+
+#: Request keys that would change the sampled distribution (the trainer could not reproduce the log-probs).
+REFUSED = {"stream": (False, None), "n": (1, None), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
+           "frequency_penalty": (None, 0, 0.0), "top_logprobs": (None, 0)}
+
+#: Requests whose timings :attr:`Gateway.timings` keeps.
+MAX_TIMINGS = 10_000
+
+
+class Gateway:
+    """Sessions, rendering, generation and tool-call parsing behind one loopback HTTP server.
+
+    Args:
+        tokenizer: the policy's tokenizer (its chat template renders every request).
+        sampling: the sampling of every request (``temperature`` of a request overrides it only when
+            ``honor_temperature``; training fixes it so that the trainer's log-probs match).
+        sequence_length: most ids of one sample (prompt + reply); a longer request is a 400 and marks the session
+            truncated.
+        model_name: what ``/v1/models`` lists (any model name in a request is accepted).
+        max_wait_ms: batching window of the generation loop (:mod:`roll.agentic.gateway.engine`).
+    """
+
+    def __init__(self, tokenizer: Any, sampling: GeneratingArgs, sequence_length: int,
+                 model_name: str = "roll-policy", honor_temperature: bool = True, max_wait_ms: float = 20.0):
+        self.renderer = Renderer(tokenizer)
+        self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
+        self.honor_temperature = honor_temperature
+        self.engine = GenerationLoop(max_wait_ms)
+        self.admin_key = secrets.token_urlsafe(24)
+        self._sessions: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        #: response id -> (seconds in :meth:`complete`, of them in the engine), the latest ``MAX_TIMINGS`` requests
+        self.timings: dict[str, tuple[float, float]] = {}
+        self._server: Any = None
+        self.base_url = ""
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> str:
+        """Serve on 127.0.0.1 (a free port) in a daemon thread; returns the OpenAI base URL (``.../v1``)."""
+        import uvicorn
+
+        from roll.agentic.gateway.app import build_app
+
+        config = uvicorn.Config(build_app(self), host="127.0.0.1", port=0, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        thread = threading.Thread(target=self._server.run, daemon=True, name="roll-gateway-http")
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the gateway's HTTP server did not start within 30 s")
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        self.engine.close()
+
+    # ------------------------------------------------------------------ sessions
+    def start_session(self, max_tokens: int, tool_parser: str = "hermes") -> tuple[str, str]:
+        """A new session: ``(session id, key)``; ``max_tokens`` caps every reply of it."""
+        TOOL_PARSERS.resolve(tool_parser)
+        session = Session(f"s-{secrets.token_hex(6)}", secrets.token_urlsafe(24), tool_parser, max_tokens)
+        with self._lock:
+            self._sessions[session.session_id] = session
+            self._by_key[session.key] = session
+            self.engine.set_expected(sum(not s.ended for s in self._sessions.values()))
+        return session.session_id, session.key
+
+    def session(self, session_id: str) -> Session:
+        """The record of a live session."""
+        with self._lock:
+            return self._sessions[session_id]
+
+    def end_session(self, session_id: str) -> Session | None:
+        """Close a session (its key stops working) and return its record; None if it was closed already."""
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+            if session is None:
+                return None
+            self._by_key.pop(session.key, None)
+            session.ended = True
+            self.engine.set_expected(len(self._sessions))
+        return session
+
+    def session_of(self, authorization: str | None) -> Session:
+        """The live session of a ``Bearer`` key (401 otherwise)."""
+        key = (authorization or "").removeprefix("Bearer ").strip()
+        session = self._by_key.get(key)
+        if session is None or session.ended:
+            raise GatewayError(401, "invalid or ended session key: use the api_key of a live session",
+                               "invalid_api_key")
+        return session
+
+    def post_reward(self, session: Session, reward: float, turn: int | None = None) -> None:
+        """Add ``reward`` to the episode (``turn`` None) or to turn ``turn`` (0-based; -1 = the latest)."""
+        with session.lock:
+            if turn is None:
+                session.reward = (session.reward or 0.0) + reward
+                return
+            index = turn if turn >= 0 else len(session.turns) + turn
+            if not 0 <= index < len(session.turns):
+                raise GatewayError(400, f"turn={turn}: the session has {len(session.turns)} turns")
+            session.turn_rewards[index] = session.turn_rewards.get(index, 0.0) + reward
+
+    # ------------------------------------------------------------------ completions
+    def _args(self, body: dict[str, Any]) -> GeneratingArgs:
+        for key, allowed in REFUSED.items():
+            if key in body and body[key] not in allowed:
+                raise GatewayError(400, f"{key}={body[key]!r} is not supported by roll's gateway (allowed: "
+                                        f"{[a for a in allowed if a is not None]}): it would change what is sampled "
+                                        f"and recorded for training")
+        temperature = _number(body, "temperature", float, 0.0)
+        if temperature is None or not self.honor_temperature:
+            return self.sampling
+        return replace(self.sampling, temperature=temperature, do_sample=temperature > 0)
+
+    def complete(self, session: Session, body: dict[str, Any]) -> dict[str, Any]:
+        """One chat completion in OpenAI's response format (see the module docstring for the keys)."""
+        start = time.perf_counter()
+        args = self._args(body)
+        choice = body.get("tool_choice")
+        if choice not in (None, "auto", "none"):
+            raise GatewayError(400, f"tool_choice={choice!r} is not supported: use 'auto' or 'none' (forcing a call "
+                                    f"would change the sampled distribution)")
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
+            raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
+        messages = [template_message(m) for m in raw]
+        tools = body.get("tools") or None
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else list(stops)
+        requested = (_number(body, "max_completion_tokens", int, 1) or _number(body, "max_tokens", int, 1)
+                     or session.max_tokens)
+        with session.lock:  # one request of a session at a time: each turn extends the last
+            if session.ended:
+                raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
+            prompt, prompt_ids, starts = session.plan(self.renderer, messages, tools)
+            budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
+            if budget < 1:
+                session.truncated = True
+                raise GatewayError(400, f"the prompt has {len(prompt)} tokens; with a reply it exceeds "
+                                        f"sequence_length={self.sequence_length}", "context_length_exceeded")
+            t = time.perf_counter()
+            out = self.engine.generate(f"{session.session_id}/turn{len(session.turns)}", prompt, args, budget)
+            engine_s = time.perf_counter() - t
+            ids, log_probs, finish = list(out.token_ids), list(out.log_probs), out.finish_reason
+            ids, log_probs, finish = self._cut_at_stop(ids, log_probs, finish, stops)
+            eos = self.renderer.eos_id
+            text = self.renderer.decode(ids[:-1] if ids and ids[-1] == eos else ids)
+            text = _before_stop(text, stops)
+            parsed = (ParsedReply(text or None) if choice == "none" or not tools  # no tools offered: plain text
+                      else TOOL_PARSERS.get(session.tool_parser)(text))
+            reply = _assistant_message(session, parsed)
+            session.record(messages, prompt, prompt_ids, starts, ids, log_probs, finish, text,
+                           template_message(reply), parsed, eos, out.policy_version)
+        response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
+        self.timings[response_id] = (time.perf_counter() - start, engine_s)
+        if len(self.timings) > MAX_TIMINGS:  # keep memory flat over a long run
+            self.timings.pop(next(iter(self.timings)))
+        reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
+        return {"id": response_id, "object": "chat.completion",
+                "created": int(time.time()), "model": body.get("model") or self.model_name,
+                "choices": [{"index": 0, "message": reply, "finish_reason": reason, "logprobs": None}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                          "total_tokens": len(prompt) + len(ids)}}
+
+    def _cut_at_stop(self, ids: list[int], log_probs: list[float], finish: str,
+                     stops: list[str]) -> tuple[list[int], list[float], str]:
+        """Keep the ids up to the token that completes a stop string (the rest was never shown to anyone)."""
+        if not stops:
+            return ids, log_probs, finish
+        for k in range(1, len(ids) + 1):
+            if any(s in self.renderer.decode(ids[:k]) for s in stops):
+                return ids[:k], log_probs[:k], "stop" if k < len(ids) or finish != "length" else finish
+        return ids, log_probs, finish
+
+
+def _number(body: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
+    """``body[key]`` as ``kind`` (None when absent); not a number or below ``minimum`` is a 400 naming the key."""
+    value = body.get(key)
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < minimum or isinstance(value, bool):
+        raise GatewayError(400, f"{key}={value!r}: expected a number >= {minimum}")
+    return number
+
+
+def _before_stop(text: str, stops: list[str]) -> str:
+    """OpenAI's rule: the returned text ends before the first stop string."""
+    cuts = [text.find(s) for s in stops if s in text]
+    return text[:min(cuts)] if cuts else text
+
+
+def _assistant_message(session: Session, parsed: ParsedReply) -> dict[str, Any]:
+    """The reply in OpenAI's format (tool-call ids name the session turn)."""
+    import json
+
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.calls:
+        message["tool_calls"] = [{"id": f"call_{session.session_id}_{len(session.turns)}_{i}", "type": "function",
+                                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                                 for i, c in enumerate(parsed.calls)]
+    return message

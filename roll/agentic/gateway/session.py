@@ -1,0 +1,160 @@
+"""A gateway session: one agent episode's model calls, recorded as the engine saw them.
+
+Every request of a session carries the whole conversation (the OpenAI API is stateless). The gateway renders it with
+the tokenizer's chat template and decides what the engine is given (:meth:`Session.plan`):
+
+- *extends*: the request's messages are the previous request's, then the reply the gateway returned, then new
+  messages, and the template renders that history as a prefix of the new prompt (append-only). The engine gets the
+  ids it saw before (prompt + generated reply, never re-tokenized) plus the tokens of the new messages, rendered
+  after the reply's end-of-turn token: ``Turn.prompt_ids`` is that delta.
+- *template break*: anything else (a template that strips earlier ``<think>`` blocks or re-renders tool calls, a
+  harness that edits or truncates its history, a side conversation). The engine gets the full rendered prompt and
+  the turn starts a new sample (``Turn.starts_sample``), so no sample ever holds tokens the engine did not see.
+
+A reply is recorded with the ids and log-probs the engine returned; a reply cut by length or by a stop string gets
+an end-of-turn token appended (``Turn.appended_eos``, not trained on), as the template closes the message there.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from roll.agentic.gateway.tool_parsers import ParsedReply
+from roll.data.trajectory import Turn
+
+
+class GatewayError(Exception):
+    """An error answered in OpenAI's format: HTTP ``status``, ``message``, ``code``."""
+
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+def _arguments(value: Any) -> Any:
+    """Tool-call arguments as an object (the OpenAI format sends a JSON string)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _text(content: Any) -> str:
+    """Message content as text: None -> "", a list of text parts -> their concatenation."""
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI message in the form Hugging Face chat templates read (content a string, arguments an object)."""
+    out: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
+    calls = message.get("tool_calls") or []
+    if calls:
+        out["tool_calls"] = [{"type": "function", "id": c.get("id"),
+                              "function": {"name": c["function"]["name"],
+                                           "arguments": _arguments(c["function"].get("arguments", {}))}}
+                             for c in calls]
+    for key in ("tool_call_id", "name"):
+        if message.get(key) is not None:
+            out[key] = message[key]
+    return out
+
+
+def message_key(message: dict[str, Any]) -> str:
+    """What makes two messages the same conversation step (ids of tool calls and extra keys do not count)."""
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    return json.dumps([message["role"], message["content"], calls, message.get("tool_call_id")], sort_keys=True)
+
+
+@dataclass
+class Session:
+    """One episode's record. ``context``: the ids the engine saw in the current sample (prompts and replies)."""
+
+    session_id: str
+    key: str
+    tool_parser: str
+    max_tokens: int
+    turns: list[Turn] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)  # message keys of the last request + the returned reply
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the conversation so far (template form)
+    context: list[int] = field(default_factory=list)
+    versions: list[Any] = field(default_factory=list)  # policy version of each turn (None: engine gives none)
+    turn_rewards: dict[int, float] = field(default_factory=dict)
+    reward: float | None = None  # the episode reward posted by the harness
+    template_breaks: int = 0
+    parse_errors: int = 0
+    truncated: bool = False  # a request would have exceeded sequence_length
+    ended: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def plan(self, formatter: "Renderer", messages: list[dict[str, Any]],
+             tools: list[dict[str, Any]] | None) -> tuple[list[int], list[int], bool]:
+        """``(engine prompt, Turn.prompt_ids, starts_sample)`` for a request with ``messages`` (template form)."""
+        full = formatter.render(messages, tools, True)
+        keys = [message_key(m) for m in messages]
+        if self.turns and keys[:len(self.history)] == self.history:
+            prefix = formatter.render(messages[:len(self.history)], tools, False)
+            cut = prefix.rfind(formatter.eos_text)
+            if cut >= 0 and full.startswith(prefix[:cut + len(formatter.eos_text)]):
+                delta = formatter.encode(full[cut + len(formatter.eos_text):])
+                return self.context + delta, delta, False
+        ids = formatter.encode(full)
+        return ids, ids, bool(self.turns)
+
+    def record(self, messages: list[dict[str, Any]], prompt: list[int], prompt_ids: list[int], starts: bool,
+               token_ids: list[int], log_probs: list[float], finish_reason: str, text: str,
+               reply: dict[str, Any], parsed: ParsedReply, eos_id: int, version: Any) -> Turn:
+        """Append the turn the engine produced; ``reply`` is the assistant message returned (template form)."""
+        observation = next((m["content"] for m in reversed(messages) if m["role"] != "assistant"), "")
+        turn = Turn(prompt_ids=prompt_ids, response_ids=list(token_ids), response_log_probs=list(log_probs),
+                    observation=observation, response_text=text, finish_reason=finish_reason,
+                    action_is_valid=parsed.errors == 0, starts_sample=starts, policy_version=int(version or 0),
+                    parsed_action=json.dumps([[c.name, c.arguments] for c in parsed.calls]) if parsed.calls else None)
+        if finish_reason != "stop" or not token_ids or token_ids[-1] != eos_id:
+            turn.response_ids.append(eos_id)
+            turn.appended_eos = True
+        self.template_breaks += starts
+        self.parse_errors += parsed.errors
+        self.turns.append(turn)
+        self.versions.append(version)
+        self.context = prompt + turn.response_ids
+        self.messages = messages + [reply]
+        self.history = [message_key(m) for m in self.messages]
+        return turn
+
+    def scored_turns(self) -> list[Turn]:
+        """The turns with their rewards: per-turn rewards where posted, the episode reward on the last turn."""
+        for i, turn in enumerate(self.turns):
+            turn.reward = self.turn_rewards.get(i, 0.0)
+        if self.turns and self.reward is not None:
+            self.turns[-1].reward += self.reward
+        return self.turns
+
+
+class Renderer:
+    """The tokenizer's chat template as text and ids (tools passed through to the template)."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.eos_text = tokenizer.decode([self.eos_id])
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        """A reply's text: markup tokens (``<tool_call>``, ``<think>``) may be special, so none is skipped."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
