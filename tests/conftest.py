@@ -30,6 +30,8 @@ def ray_session():
     module."""
     ray = pytest.importorskip("ray")
     pythonpath = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    if ray.is_initialized():  # an in-process pipeline run of an earlier module (Ray mode) left its instance up
+        ray.shutdown()
     ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()
