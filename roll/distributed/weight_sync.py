@@ -9,8 +9,9 @@ into ``hf_infer``'s parameters). The weights never leave the GPU; only the paylo
 
 ``direct`` (``distributed=local``): the receiver loads the trainer's bucket tensors in the same process.
 
-``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors) to the driver,
-and every inference worker loads them (through the Ray object store on Ray). The sglang strategy then pushes them
+``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors), and every
+inference worker loads them. On Ray they go from rank 0's result in the object store straight to the inference
+workers (the driver passes the object ref and never holds or re-serializes them); in one process, as a list. The sglang strategy then pushes them
 into its engine in buckets with ``update_weights_from_tensor`` (held on the host while its memory is released).
 
 ``nccl`` (disaggregated): set up once, on the first sync: trainer rank 0 picks a free port on its node and hosts a
@@ -34,7 +35,7 @@ from typing import Any
 
 from roll.distributed.group import RayWorkerGroup
 from roll.distributed.roles import InferProxy, RoleProxy, TrainProxy
-from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, plan_buckets, tensor_nbytes
+from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, tensor_nbytes
 
 
 def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> list[list[int]]:
@@ -51,16 +52,17 @@ MODE_IDS = {"copy": 0.0, "nccl": 1.0, "cuda_ipc": 2.0, "direct": 3.0}
 GROUP_NAME = "roll_weights"
 
 
-def copy_weights(train: TrainProxy, target: RoleProxy) -> tuple[list[tuple[str, Any]], list[float]]:
-    """Copy actor_train's weights into every worker of ``target`` (any role: ``load_weights``); returns the
-    weights (CPU tensors) and each worker's ``load_weights`` seconds."""
-    weights = train.named_weights()  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
-    payload = weights
-    if isinstance(target.group, RayWorkerGroup):
-        import ray
-
-        payload = ray.put(weights)
-    return weights, target.load_weights(payload)
+def copy_weights(train: TrainProxy, target: RoleProxy) -> list[float]:
+    """Copy actor_train's weights into every worker of ``target`` (any role: ``load_weights``); returns each
+    worker's ``load_weights`` seconds. Every trainer rank takes part (ZeRO-3 gathers); rank 0's weights are loaded.
+    Between Ray groups the weights travel from worker to worker through the object store (one serialization, no
+    stop in the driver)."""
+    if isinstance(train.group, RayWorkerGroup) and isinstance(target.group, RayWorkerGroup):
+        handles = train.start_named_weights()
+        seconds = target.load_weights(handles[0])  # Ray resolves the ref in each target worker
+        train.wait(handles)
+        return seconds
+    return target.load_weights(train.named_weights())
 
 
 class WeightSync:
@@ -133,11 +135,13 @@ class WeightSync:
         return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2 ** 30}
 
     def _copy(self) -> dict[str, float]:
-        weights, seconds = copy_weights(self.train, self.infer)
-        sizes = [tensor_nbytes(t) for _, t in weights]
-        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": sum(sizes) / 2 ** 30}
+        seconds = copy_weights(self.train, self.infer)
+        if self.metas is None:  # sizes and buckets from the trainer's plan (fixed for a run), asked once
+            self.metas = self.train.weight_bucket_metas(self.bucket_bytes)
+        stats = {"time/sync_push": max(seconds, default=0.0),
+                 "sync/gib": sum(BucketMeta(**m).nbytes for m in self.metas) / 2 ** 30}
         if self.count_buckets:
-            stats["sync/buckets"] = float(len(plan_buckets(sizes, self.bucket_bytes)))
+            stats["sync/buckets"] = float(len(self.metas))
         return stats
 
     def setup_group(self) -> None:
