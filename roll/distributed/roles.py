@@ -51,6 +51,10 @@ class RoleProxy:
         """Every rank loads ``(name, tensor)`` pairs (a list, or a Ray object ref of one); seconds per rank."""
         return self.group.call(Worker.load_weights, named_tensors)
 
+    def load_shared_weights(self, path: str, layout: list) -> list[float]:
+        """Every rank loads the weights written to the shared-memory file ``path``; seconds per rank."""
+        return self.group.call(Worker.load_shared_weights, path, layout)
+
     def rng_states(self) -> list[dict[str, Any]]:
         """Every rank's RNG states, in rank order."""
         return self.group.call(Worker.rng_state)
@@ -98,6 +102,11 @@ class TrainProxy(RoleProxy):
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The full weights as CPU tensors: every rank takes part in gathering, rank 0's list is returned."""
         return self.group.call(Worker.named_weights)[0]
+
+    def write_shared_weights(self, path: str) -> list:
+        """Every rank takes part in gathering; rank 0 writes the weights into the new shared-memory file ``path``;
+        their layout."""
+        return self.group.call(Worker.write_shared_weights, path)[0]
 
     def start_named_weights(self) -> list[Any]:
         """:meth:`named_weights` started on every rank without waiting; handles in rank order, for :meth:`wait`. On
