@@ -15,6 +15,7 @@ LOOPBACK_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_DEDUP_LOGS": "1",
+    "RAY_worker_niceness": "0",  # Ray starts workers at nice 15: on a shared machine every other process came first
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
 }
