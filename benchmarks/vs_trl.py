@@ -338,25 +338,40 @@ def run_shape(args: argparse.Namespace, work: Path) -> dict:
     return results
 
 
+#: Issue 31's targets: roll's step time over TRL's, per mode.
+TARGETS = {"roll-ray": 0.8, "roll-local": 0.7}
+
+
+def split(side: dict) -> dict[str, float]:
+    """A side's median step as ``rollout`` (generation and rewards) and ``rest`` (training, sync, driver work)."""
+    step, rollout = side["s_per_step"]["median"], side["breakdown"]["time/rollout"]
+    return {"rollout": rollout, "rest": step - rollout}
+
+
+def losing_phase(roll: dict, trl: dict) -> str:
+    """The phase in which roll spends the most time beyond TRL's (``rollout`` or ``rest``)."""
+    mine, theirs = split(roll), split(trl)
+    return max(mine, key=lambda k: mine[k] - theirs[k])
+
+
 def grid_report(results: dict) -> str:
-    """The grid's table: per shape, s/step of each side, the ratios, and rollout / rest of the step per side."""
+    """The grid's table: per shape, s/step of each side, the ratios, rollout / rest of the step per side, and for
+    a mode over its target (:data:`TARGETS`) the phase it loses in."""
     lines = ["| prompt x reply x group | TRL s/step | roll Ray s/step (ratio) | roll local s/step (ratio) | "
-             "rollout / rest (s): TRL, Ray, local |", "| --- | --- | --- | --- | --- |"]
+             "rollout / rest (s): TRL, Ray, local | over target: loses in |", "| --- | --- | --- | --- | --- | --- |"]
     for shape in results["grid"]:
         w, sides = shape["workload"], shape["sides"]
         cells = []
         for name in ("roll-ray", "roll-local"):
             s = sides.get(name)
             cells.append("-" if s is None else f"{s['s_per_step']['median']:.3f} ({s.get('ratio_to_trl', float('nan')):.2f})")
-        split = []
-        for name in ("trl", "roll-ray", "roll-local"):
-            s = sides.get(name)
-            if s is not None:
-                step, rollout = s["s_per_step"]["median"], s["breakdown"]["time/rollout"]
-                split.append(f"{rollout:.3f} / {step - rollout:.3f}")
+        parts = [" / ".join(f"{v:.3f}" for v in split(sides[n]).values())
+                 for n in ("trl", "roll-ray", "roll-local") if n in sides]
+        over = [f"{n.split('-')[1]}: {losing_phase(sides[n], sides['trl'])}" for n, target in TARGETS.items()
+                if n in sides and "trl" in sides and sides[n]["ratio_to_trl"] > target]
         trl = sides.get("trl", {}).get("s_per_step", {}).get("median", float("nan"))
         lines.append(f"| {w['prompt_tokens']} x {w['max_new_tokens']} x {w['samples_per_prompt']} | {trl:.3f} | "
-                     f"{cells[0]} | {cells[1]} | {', '.join(split)} |")
+                     f"{cells[0]} | {cells[1]} | {', '.join(parts)} | {'; '.join(over) or '-'} |")
     return "\n".join(lines)
 
 

@@ -69,4 +69,12 @@ def test_combine_pools_the_runs_of_each_shape(tmp_path):
     assert shape["sides"]["roll-ray"]["ratio_to_trl"] == pytest.approx(0.35 / 0.6)
     assert out["repeats"] == 2 and len(shape["runs"]["trl"]) == 2
     table = vs_trl.grid_report(out)
-    assert "| 24 x 16 x 8 | 0.600 | 0.350 (0.58) | - |" in table
+    assert "| 24 x 16 x 8 | 0.600 | 0.350 (0.58) | - | 0.100 / 0.500, 0.100 / 0.250 | - |" in table
+
+
+def test_losing_phase_is_where_roll_spends_most_beyond_trl():
+    def side(step, rollout):
+        return {"s_per_step": {"median": step}, "breakdown": {"time/rollout": rollout}}
+    # roll 0.5 = 0.1 rollout + 0.4 rest; TRL 0.5 = 0.3 + 0.2: roll loses 0.2 s in the rest, gains 0.2 in rollout
+    assert vs_trl.losing_phase(side(0.5, 0.1), side(0.5, 0.3)) == "rest"
+    assert vs_trl.losing_phase(side(0.5, 0.45), side(0.5, 0.3)) == "rollout"
