@@ -355,10 +355,12 @@ def losing_phase(roll: dict, trl: dict) -> str:
 
 
 def grid_report(results: dict) -> str:
-    """The grid's table: per shape, s/step of each side, the ratios, rollout / rest of the step per side, and for
-    a mode over its target (:data:`TARGETS`) the phase it loses in."""
+    """The grid's table: per shape, s/step of each side, the ratios, the ratio of each side's fastest run (its
+    median; the run least slowed by other load), rollout / rest of the step per side, and for a mode over its
+    target (:data:`TARGETS`, on the pooled medians) the phase it loses in."""
     lines = ["| prompt x reply x group | TRL s/step | roll Ray s/step (ratio) | roll local s/step (ratio) | "
-             "rollout / rest (s): TRL, Ray, local | over target: loses in |", "| --- | --- | --- | --- | --- | --- |"]
+             "best runs' ratio: Ray, local | rollout / rest (s): TRL, Ray, local | over target: loses in |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for shape in results["grid"]:
         w, sides = shape["workload"], shape["sides"]
         cells = []
@@ -370,8 +372,10 @@ def grid_report(results: dict) -> str:
         over = [f"{n.split('-')[1]}: {losing_phase(sides[n], sides['trl'])}" for n, target in TARGETS.items()
                 if n in sides and "trl" in sides and sides[n]["ratio_to_trl"] > target]
         trl = sides.get("trl", {}).get("s_per_step", {}).get("median", float("nan"))
+        best = ", ".join(f"{min(sides[n]['run_medians']) / min(sides['trl']['run_medians']):.2f}"
+                         for n in ("roll-ray", "roll-local") if n in sides and "trl" in sides) or "-"
         lines.append(f"| {w['prompt_tokens']} x {w['max_new_tokens']} x {w['samples_per_prompt']} | {trl:.3f} | "
-                     f"{cells[0]} | {cells[1]} | {', '.join(parts)} | {'; '.join(over) or '-'} |")
+                     f"{cells[0]} | {cells[1]} | {best} | {', '.join(parts)} | {'; '.join(over) or '-'} |")
     return "\n".join(lines)
 
 
