@@ -3,8 +3,8 @@
 Runs in a separate virtualenv that has TRL (``benchmarks/README.md`` says how to make it); roll itself is not
 installed there, only its pure-Python math reward is imported from this checkout, so both sides score answers with
 the same function. Writes ``<out>/steps.jsonl`` (one ``{"step", "timestamp", "cpu_s"}`` per optimizer step, at its
-end; ``cpu_s``: the process's CPU seconds so far) and
-the final model to ``<out>/final``.
+end; ``cpu_s``: the process's CPU seconds so far; ``rollout_s``: the step's seconds in TRL's
+``_generate_and_score_completions``, i.e. generation and reward scoring) and the final model to ``<out>/final``.
 
     .venv-trl/bin/python benchmarks/trl_grpo.py --model output/vs_trl/start --out /tmp/trl_run --steps 30
 """
@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--system-prompt", default="Give the final answer as <answer>N</answer>.")
+    parser.add_argument("--system-prompt", default="Give the final answer as <answer>N</answer>.",
+                        help="system message of every prompt; empty: none")
+    parser.add_argument("--full-length", action="store_true",
+                        help="generate --max-new-tokens tokens for every sample (min_new_tokens: no early end)")
     args = parser.parse_args(argv)
 
     import torch
@@ -50,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     rows = load_rows(args.train_file)
-    dataset = Dataset.from_list([{"prompt": [{"role": "system", "content": args.system_prompt},
-                                             {"role": "user", "content": r["prompt"]}],
+    system = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    dataset = Dataset.from_list([{"prompt": [*system, {"role": "user", "content": r["prompt"]}],
                                   "ground_truth": str(r["ground_truth"])} for r in rows])
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id}
 
@@ -65,11 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     log = (args.out / "steps.jsonl").open("w")
 
+    rollout = [0.0]
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """Counts the seconds of each step's generation and scoring (``rollout_s``)."""
+
+        def _generate_and_score_completions(self, inputs):
+            start = time.perf_counter()
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                rollout[0] += time.perf_counter() - start
+
     class StepTimes(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
             log.write(json.dumps({"step": state.global_step, "timestamp": time.time(),
-                                 "cpu_s": time.process_time()}) + "\n")
+                                 "cpu_s": time.process_time(), "rollout_s": rollout[0]}) + "\n")
             log.flush()
+            rollout[0] = 0.0
 
     config = GRPOConfig(
         output_dir=str(args.out / "trainer"), use_cpu=True, bf16=False, fp16=False, seed=args.seed,
@@ -78,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
         gradient_checkpointing=False, max_steps=args.steps, logging_steps=1, save_strategy="no", report_to="none",
-        dataloader_num_workers=0, disable_tqdm=True, log_completions=False)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
+        dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.full_length else None)
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[StepTimes()])
     trainer.train()
     log.close()

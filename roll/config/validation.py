@@ -18,6 +18,7 @@ from typing import Any
 from roll.config.errors import ConfigError
 from roll.config.fields import check_field
 from roll.config.megatron import MEGATRON_STRATEGIES, parse_megatron_options
+from roll.config.worker import MASKLESS_ATTENTION
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
@@ -105,7 +106,7 @@ def check_workers(cfg: Any) -> None:
             raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
         if worker.model_update_frequency < 1:
             raise ConfigError(f"{role}.model_update_frequency", worker.model_update_frequency, "must be >= 1")
-        if worker.use_prefix_sharing:
+        if worker.use_prefix_sharing not in ("auto", False):  # true: required, so checked
             check_prefix_sharing(worker, role)
         for phase in ("train", "infer"):
             budget = getattr(worker, f"max_tokens_per_microbatch_in_{phase}")
@@ -114,12 +115,8 @@ def check_workers(cfg: Any) -> None:
                                   f"must be >= 1 with use_dynamic_batching_in_{phase}: true (e.g. 8192)")
 
 
-#: Attention implementations that cannot take the per-row mask of shared-prefix rows.
-MASKLESS_ATTENTION = ("flash_attention_2", "flash_attention_3", "roll_varlen")
-
-
 def check_prefix_sharing(worker: Any, role: str) -> None:
-    """``use_prefix_sharing`` needs no packing and an attention implementation that takes a mask (that the
+    """``use_prefix_sharing: true`` needs no packing and an attention implementation that takes a mask (that the
     strategy runs roll's log-prob forward is its registry entry's ``prefix_sharing``, checked by the preflight)."""
     key = f"{role}.use_prefix_sharing"
     if worker.use_sequence_packing:

@@ -8,6 +8,9 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 from roll.config.fields import check_rules, fld
 
+#: Attention implementations that cannot take the per-row mask of shared-prefix rows.
+MASKLESS_ATTENTION = ("flash_attention_2", "flash_attention_3", "roll_varlen")
+
 
 @dataclass
 class ModelArgs:
@@ -130,10 +133,20 @@ class WorkerConfig:
     use_sequence_packing: bool = fld(
         False, "Run each micro-batch as one packed row without padding (position ids restart per sample; attention "
                "stays within a sample). Same results as the padded forward within float tolerance.")
-    use_prefix_sharing: bool = fld(
-        False, "Run the samples of a micro-batch that begin with the same tokens (a GRPO group's prompt) as one row: "
-               "the shared prefix once, then each sample's own tokens, which attend to the prefix and to themselves. "
-               "Same results as the padded forward within float tolerance; needs an attention implementation that "
-               "takes a mask (sdpa, eager).")
+    use_prefix_sharing: Any = fld(
+        "auto", "Run the samples of a micro-batch that begin with the same tokens (a GRPO group's prompt) as one row: "
+                "the shared prefix once, then each sample's own tokens, which attend to the prefix and to themselves. "
+                "Same results as the padded forward within float tolerance. auto = on wherever it applies (roll's "
+                "log-prob forward and hf_infer, no sequence packing, an attention implementation that takes a mask), "
+                "with the row planner keeping apart the samples whose sharing does not pay; true = required (a "
+                "config error where it cannot apply); false = off.", choices=["auto", True, False])
     model_update_frequency: int = fld(1, "Sync weights to this role every N training steps (RLVR actor_infer; "
                                          "the agentic pipeline syncs every step and accepts only 1).")
+
+    def shares_prefixes(self) -> bool:
+        """Whether this role's forward passes plan shared-prefix rows (:mod:`roll.models.prefix_sharing`):
+        ``use_prefix_sharing`` true, or ``auto`` without sequence packing and with an attention implementation that
+        takes a mask. Strategies that are not roll's forward (SGLang, Megatron) never ask."""
+        if self.use_prefix_sharing == "auto":
+            return not self.use_sequence_packing and self.model_args.attn_implementation not in MASKLESS_ATTENTION
+        return bool(self.use_prefix_sharing)

@@ -1,7 +1,8 @@
 """Starting or joining Ray.
 
-Local mode binds every Ray listener to loopback (127.0.0.1), starts no dashboard unless asked and sends no usage
-statistics; ``ray_address`` joins an existing cluster instead.
+Local mode starts its own Ray instance (even where another run's Ray is up on the same machine), binds every Ray
+listener to loopback (127.0.0.1), starts no dashboard unless asked and sends no usage statistics; ``ray_address``
+joins an existing cluster instead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ LOOPBACK_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_DEDUP_LOGS": "1",
+    "RAY_worker_niceness": "0",  # Ray starts workers at nice 15: on a shared machine every other process came first
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),
 }
@@ -37,7 +39,9 @@ def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gp
     if address:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
+        # "local": a new instance even where another run's Ray is up on this machine (without an address, Ray
+        # joins the newest one it finds, and then refuses num_cpus)
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
                  _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
                  configure_logging=True, log_to_driver=True)
     return ray.cluster_resources()

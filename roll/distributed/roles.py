@@ -29,6 +29,7 @@ class RoleProxy:
 
     def __init__(self, group: WorkerGroup, spec: StrategySpec | None = None):
         self.group, self.spec = group, spec
+        self._no_cuda = False  # rank 0 answered memory_stats with {}: it has no CUDA, and never will
 
     @property
     def world_size(self) -> int:
@@ -39,12 +40,20 @@ class RoleProxy:
         return self.group.call(Worker.initialize, ctx)
 
     def memory_stats(self) -> dict[str, float]:
-        """Rank 0's CUDA memory in GiB (``{}`` on CPU)."""
-        return self.group.call_rank0(Worker.memory_stats)
+        """Rank 0's CUDA memory in GiB (``{}`` on CPU: asked once, then known, which saves a round trip per step)."""
+        if self._no_cuda:
+            return {}
+        stats = self.group.call_rank0(Worker.memory_stats)
+        self._no_cuda = not stats
+        return stats
 
     def load_weights(self, named_tensors: Any) -> list[float]:
         """Every rank loads ``(name, tensor)`` pairs (a list, or a Ray object ref of one); seconds per rank."""
         return self.group.call(Worker.load_weights, named_tensors)
+
+    def load_shared_weights(self, path: str, layout: list) -> list[float]:
+        """Every rank loads the weights written to the shared-memory file ``path``; seconds per rank."""
+        return self.group.call(Worker.load_shared_weights, path, layout)
 
     def rng_states(self) -> list[dict[str, Any]]:
         """Every rank's RNG states, in rank order."""
@@ -93,6 +102,17 @@ class TrainProxy(RoleProxy):
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The full weights as CPU tensors: every rank takes part in gathering, rank 0's list is returned."""
         return self.group.call(Worker.named_weights)[0]
+
+    def write_shared_weights(self, path: str) -> list:
+        """Every rank takes part in gathering; rank 0 writes the weights into the new shared-memory file ``path``;
+        their layout."""
+        return self.group.call(Worker.write_shared_weights, path)[0]
+
+    def start_named_weights(self) -> list[Any]:
+        """:meth:`named_weights` started on every rank without waiting; handles in rank order, for :meth:`wait`. On
+        Ray, rank 0's handle is an object ref that another role's call can take as its argument: the weights then
+        go from worker to worker through the object store, never through the driver."""
+        return self.group.call_async(Worker.named_weights)
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
         """The trainer's bucket plan (``BucketMeta`` dicts), the same on every rank: asked of rank 0."""

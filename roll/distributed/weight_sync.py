@@ -9,8 +9,12 @@ into ``hf_infer``'s parameters). The weights never leave the GPU; only the paylo
 
 ``direct`` (``distributed=local``): the receiver loads the trainer's bucket tensors in the same process.
 
-``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors) to the driver,
-and every inference worker loads them (through the Ray object store on Ray). The sglang strategy then pushes them
+``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors), and every
+inference worker loads them. A CPU Ray run on one machine passes them through a file in ``/dev/shm``
+(:mod:`roll.distributed.shared_weights`: rank 0 writes, the engines map and load it; no serialization), while it
+has room for twice the weights. Otherwise, on Ray, they go from rank 0's result in the object store straight to
+the inference workers (the driver passes the object ref and never holds or re-serializes them); in one process,
+as a list. The sglang strategy then pushes them
 into its engine in buckets with ``update_weights_from_tensor`` (held on the host while its memory is released).
 
 ``nccl`` (disaggregated): set up once, on the first sync: trainer rank 0 picks a free port on its node and hosts a
@@ -29,12 +33,15 @@ why no faster path works) is printed once at the first sync.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+import uuid
 from typing import Any
 
 from roll.distributed.group import RayWorkerGroup
 from roll.distributed.roles import InferProxy, RoleProxy, TrainProxy
-from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, plan_buckets, tensor_nbytes
+from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, tensor_nbytes
 
 
 def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> list[list[int]]:
@@ -51,16 +58,26 @@ MODE_IDS = {"copy": 0.0, "nccl": 1.0, "cuda_ipc": 2.0, "direct": 3.0}
 GROUP_NAME = "roll_weights"
 
 
-def copy_weights(train: TrainProxy, target: RoleProxy) -> tuple[list[tuple[str, Any]], list[float]]:
-    """Copy actor_train's weights into every worker of ``target`` (any role: ``load_weights``); returns the
-    weights (CPU tensors) and each worker's ``load_weights`` seconds."""
-    weights = train.named_weights()  # every rank takes part (ZeRO-3 gathers); rank 0 returns them
-    payload = weights
-    if isinstance(target.group, RayWorkerGroup):
-        import ray
+def copy_weights(train: TrainProxy, target: RoleProxy) -> list[float]:
+    """Copy actor_train's weights into every worker of ``target`` (any role: ``load_weights``); returns each
+    worker's ``load_weights`` seconds. Every trainer rank takes part (ZeRO-3 gathers); rank 0's weights are loaded.
+    Between Ray groups the weights travel from worker to worker through the object store (one serialization, no
+    stop in the driver)."""
+    if isinstance(train.group, RayWorkerGroup) and isinstance(target.group, RayWorkerGroup):
+        handles = train.start_named_weights()
+        seconds = target.load_weights(handles[0])  # Ray resolves the ref in each target worker
+        train.wait(handles)
+        return seconds
+    return target.load_weights(train.named_weights())
 
-        payload = ray.put(weights)
-    return weights, target.load_weights(payload)
+
+#: Where a CPU run on one machine passes the weights (``copy`` mode): a RAM-backed file system.
+SHARED_DIR = "/dev/shm"
+
+
+def _free_bytes(directory: str) -> int:
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
 
 
 class WeightSync:
@@ -68,15 +85,17 @@ class WeightSync:
 
     def __init__(self, train: TrainProxy, infer: InferProxy, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False,
-                 ipc_routes: list[list[int]] | None = None):
+                 ipc_routes: list[list[int]] | None = None, shared_dir: str | None = None):
         """``engine_tp_size``: weight-group ranks per inference worker; ``backend``: of the weight group (nccl on
         GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push);
-        ``ipc_routes`` (cuda_ipc): for each inference worker, the trainer rank on each of its GPUs, in order."""
+        ``ipc_routes`` (cuda_ipc): for each inference worker, the trainer rank on each of its GPUs, in order;
+        ``shared_dir`` (copy, every worker on this machine): the weights go through a file there
+        (:mod:`roll.distributed.shared_weights`) while it has room for them twice over."""
         if mode not in MODE_IDS:
             raise ValueError(f"weight sync mode {mode!r}: expected one of {sorted(MODE_IDS)}")
         self.train, self.infer, self.mode, self.bucket_bytes = train, infer, mode, bucket_bytes
         self.engine_tp_size, self.backend, self.count_buckets = engine_tp_size, backend, count_buckets
-        self.ipc_routes = ipc_routes
+        self.ipc_routes, self.shared_dir = ipc_routes, shared_dir
         self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan (nccl, cuda_ipc), asked once
 
     @classmethod
@@ -95,9 +114,12 @@ class WeightSync:
         mode, why = weight_sync_mode(mappings, cfg.distributed, receives, requested,
                                      infer_supports_ipc=spec.can("ipc_weights"), infer_in_subprocess=receives)
         tp = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(ic) if receives else 1
-        print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why})", flush=True)
-        return cls(train, infer, mode, options.weight_bucket_bytes, tp,
-                   count_buckets=receives, ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker))
+        one_machine = cfg.distributed == "ray" and not cfg.ray_address and not any(mappings.values())
+        shared = SHARED_DIR if mode == "copy" and one_machine and os.path.isdir(SHARED_DIR) else None
+        how = f", through shared memory in {shared}: a CPU run on one machine" if shared else ""
+        print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why}{how})", flush=True)
+        return cls(train, infer, mode, options.weight_bucket_bytes, tp, count_buckets=receives,
+                   ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker), shared_dir=shared)
 
     def __call__(self) -> dict[str, float]:
         """Sync once; returns ``time/sync`` and ``sync/*`` metrics (see the module docstring)."""
@@ -133,12 +155,28 @@ class WeightSync:
         return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2 ** 30}
 
     def _copy(self) -> dict[str, float]:
-        weights, seconds = copy_weights(self.train, self.infer)
-        sizes = [tensor_nbytes(t) for _, t in weights]
-        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": sum(sizes) / 2 ** 30}
+        if self.metas is None:  # sizes and buckets from the trainer's plan (fixed for a run), asked once
+            self.metas = self.train.weight_bucket_metas(self.bucket_bytes)
+        total = sum(BucketMeta(**m).nbytes for m in self.metas)
+        if self.shared_dir and _free_bytes(self.shared_dir) > 2 * total:
+            seconds = self._through_shared_memory()
+        else:
+            seconds = copy_weights(self.train, self.infer)
+        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": total / 2 ** 30}
         if self.count_buckets:
-            stats["sync/buckets"] = float(len(plan_buckets(sizes, self.bucket_bytes)))
+            stats["sync/buckets"] = float(len(self.metas))
         return stats
+
+    def _through_shared_memory(self) -> list[float]:
+        """The trainer writes its weights into a new file in ``shared_dir``, the engines load them from it; the
+        file is removed when they are done (or failed)."""
+        path = os.path.join(self.shared_dir, f"roll-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            layout = self.train.write_shared_weights(path)
+            return self.infer.load_shared_weights(path, layout)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def setup_group(self) -> None:
         """Create the weight group (first nccl sync): engines' joins started first, then the trainer's."""

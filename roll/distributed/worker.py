@@ -108,6 +108,23 @@ class Worker:
             self.strategy.load_weights(named_tensors)
         return time.perf_counter() - start
 
+    # ------------------------------------------------------------------ copy through shared memory (one machine)
+    def write_shared_weights(self, path: str) -> list | None:
+        """Every rank takes part in gathering; rank 0 writes the weights into the new file ``path`` and returns
+        their layout (:func:`roll.distributed.shared_weights.write_shared`), the others None."""
+        from roll.distributed.shared_weights import write_shared
+
+        weights = list(self.strategy.named_weights())
+        return write_shared(path, weights) if weights else None
+
+    def load_shared_weights(self, path: str, layout: list) -> float:
+        """Load the weights another worker wrote to ``path``; returns seconds."""
+        from roll.distributed.shared_weights import read_shared
+
+        start = time.perf_counter()
+        self.strategy.load_weights(read_shared(path, layout))
+        return time.perf_counter() - start
+
     # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
     def share_weight_bucket(self, bucket_bytes: int) -> bytes | None:
         """The CUDA IPC payload of the next weight bucket (:mod:`roll.strategies.ipc_buckets`), or None after the

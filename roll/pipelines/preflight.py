@@ -119,7 +119,7 @@ def check_strategies(cfg: Any) -> None:
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
-        if worker.use_prefix_sharing and spec.prefix_sharing != "roll":
+        if worker.use_prefix_sharing not in ("auto", False) and spec.prefix_sharing != "roll":
             from roll.strategies.registry import PREFIX_SHARING
 
             able = [n for n in list_strategies() if strategy_spec(n).prefix_sharing == "roll"]

@@ -60,7 +60,7 @@ class BatchedForward:
         """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values)."""
         return token_log_probs(self._model(), mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy,
                                pack=self.config.use_sequence_packing and self.supports_packing,
-                               share_prefix=self.config.use_prefix_sharing and self.supports_packing,
+                               share_prefix=self.config.shares_prefixes() and self.supports_packing,
                                compiled=self.config.model_args.compile_log_probs)
 
     # ------------------------------------------------------------------ helpers

@@ -82,7 +82,7 @@ class DeepSpeedInferStrategy(ScoringStrategy):
                 mask = torch.ones_like(ids)
             lp, ent = token_log_probs(self.engine, ids, mask, with_entropy=with_entropy,
                                       pack=self.config.use_sequence_packing,
-                                      share_prefix=self.config.use_prefix_sharing,
+                                      share_prefix=self.config.shares_prefixes(),
                                       compiled=self.config.model_args.compile_log_probs)
             if i < len(micro):
                 parts.append(lp.float().cpu())

@@ -50,7 +50,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         """Prompts that continue a kept sequence and those that do not go in separate calls (mixed, the new ones
         would be padded to the cached width plus their whole length)."""
         hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
-        if self.config.use_prefix_sharing:
+        if self.config.shares_prefixes():
             hits = self._prefill_shared(prompts, hits)
         results: list[GenerationOutput | None] = [None] * len(prompts)
         for part in ([i for i, h in enumerate(hits) if h[0]], [i for i, h in enumerate(hits) if not h[0]]):
@@ -130,7 +130,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         for mb in batch.split(self.config.infer_batch_size):
             lp, ent = token_log_probs(self.model, mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
                                       with_entropy=with_entropy, pack=self.config.use_sequence_packing,
-                                      share_prefix=self.config.use_prefix_sharing,
+                                      share_prefix=self.config.shares_prefixes(),
                                       compiled=self.config.model_args.compile_log_probs)
             parts.append(lp.cpu())
             if ent is not None:

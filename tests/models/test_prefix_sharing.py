@@ -172,3 +172,75 @@ def test_launch_refuses_prefix_sharing_where_the_strategy_entry_says_so(role, na
     with pytest.raises(ConfigError, match=rf"{role}.use_prefix_sharing=True: {name} .*{why}.*prefix sharing is for "
                                           r".*deepspeed_infer, deepspeed_train, fsdp2_infer, fsdp2_train, hf_infer"):
         check_strategies(cfg)
+
+
+def test_auto_is_on_where_it_applies_and_off_where_it_cannot():
+    """The default (``auto``) shares prefixes unless packing or a maskless attention rules it out, and, unlike
+    ``true``, is no config error there; ``false`` is off."""
+    from types import SimpleNamespace
+
+    from roll.config.loader import load_config
+    from roll.config.rlvr import RLVRConfig
+    from roll.pipelines.preflight import check_strategies
+
+    worker = WorkerConfig()
+    assert worker.use_prefix_sharing == "auto" and worker.shares_prefixes()
+    worker.use_sequence_packing = True
+    assert not worker.shares_prefixes()
+    worker.use_sequence_packing, worker.model_args.attn_implementation = False, "flash_attention_2"
+    assert not worker.shares_prefixes()
+    worker.model_args.attn_implementation = "sdpa"
+    assert worker.shares_prefixes()
+    worker.use_prefix_sharing = False
+    assert not worker.shares_prefixes()
+    # a config that does not name the key gets auto; false from the command line turns it off
+    cfg = load_config("rlvr_tiny", overrides=["actor_infer.use_prefix_sharing=false"], schema=RLVRConfig)
+    assert cfg.actor_train.use_prefix_sharing == "auto" and cfg.actor_train.shares_prefixes()
+    assert cfg.actor_infer.use_prefix_sharing is False and not cfg.actor_infer.shares_prefixes()
+    # auto on an engine that shares prefixes itself (SGLang) passes the launch check that true fails
+    engine = WorkerConfig()
+    engine.strategy_args.strategy_name = "sglang"
+    check_strategies(SimpleNamespace(ray_address="auto", actor_train=None, actor_infer=engine, reference=None,
+                                     critic=None))
+
+
+def _rows_seen(model: torch.nn.Module) -> list[int]:
+    """A forward pre-hook on ``model`` that records the number of rows of every forward it runs."""
+    seen: list[int] = []
+
+    def hook(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        seen.append(ids.shape[0])
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def test_default_config_runs_shared_rows(tiny_model_dir):
+    """With the key left at its default, hf_infer's log-prob pass runs a micro-batch of 2 groups x 4 samples as 2
+    shared rows and its prefill encodes each distinct prompt once; the log-probs are those of ``false``. Fails if
+    auto were silently off (8 rows)."""
+    from roll.data.batch import Batch
+    from roll.strategies.base import StrategyContext
+    from roll.strategies.hf_infer import HFInferStrategy
+
+    def strategy(**key) -> HFInferStrategy:
+        config = WorkerConfig(**key)
+        config.model_args.model_name_or_path = tiny_model_dir
+        config.strategy_args.strategy_name = "hf_infer"
+        s = HFInferStrategy(config, 0, 1)
+        s.initialize(StrategyContext(seed=0))
+        return s
+
+    ids, mask = _groups(5)
+    ids, mask = ids[:8], mask[:8]  # the first 2 groups of 4
+    auto, off = strategy(), strategy(use_prefix_sharing=False)
+    seen_auto, seen_off = _rows_seen(auto.model), _rows_seen(off.model)
+    batch = Batch({"input_ids": ids, "attention_mask": mask})
+    got, want = auto.compute_log_probs(batch)["log_probs"], off.compute_log_probs(batch)["log_probs"]
+    assert seen_auto == [2] and seen_off == [8]
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    prompts = [ids[i, :7].tolist() for i in range(8)]  # 2 distinct 7-token prompts, 4 copies each
+    seen_auto.clear()
+    auto.generate(prompts, GeneratingArgs(max_new_tokens=2, temperature=0.0, do_sample=False))
+    assert seen_auto[0] == 2  # the shared prefill: one row per distinct prompt
