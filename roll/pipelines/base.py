@@ -227,7 +227,8 @@ class Pipeline(ABC):
                               f"({self.train_seconds:.0f} s of training)", flush=True)
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
-            self.stop_producers(wait=False)
+            # local mode: the producers' threads end their round first (see below), unless the user interrupted
+            self.stop_producers(wait=self.cfg.distributed != "ray" and not isinstance(exc, KeyboardInterrupt))
             with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
                 self.tracker.finish()
             print(self.resume_hint(step, exc), flush=True)
@@ -235,7 +236,10 @@ class Pipeline(ABC):
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
-        self.stop_producers(wait=False)  # a round in flight (minutes of long episodes) is not waited for
+        # Ray mode: a round in flight (minutes of long episodes) is not waited for, its actors go with Ray; local
+        # mode waits, since its threads run in this process (leaving them in native code aborted the interpreter's
+        # exit: "terminate called without an active exception", exit -6)
+        self.stop_producers(wait=self.cfg.distributed != "ray")
         self.finish()
         self.plot()
         print(f"[roll] final actor saved to {final}", flush=True)
