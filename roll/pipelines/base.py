@@ -168,10 +168,13 @@ class Pipeline(ABC):
             self.async_state = None
         return self.producers
 
-    def stop_producers(self, wait: bool = True) -> None:
-        """Admit no more groups; ``wait``: for the producers' current rounds to end."""
+    def stop_producers(self, interrupted: bool = False) -> None:
+        """Admit no more groups and, in local mode (unless ``interrupted``), wait for the producers' current rounds:
+        their threads run in this process, and leaving them in native code aborted the interpreter's exit
+        ("terminate called without an active exception", exit -6). In Ray mode a round in flight (minutes of long
+        episodes) is not waited for; its actors go with Ray."""
         if self.producers is not None:
-            if wait:
+            if self.cfg.distributed != "ray" and not interrupted:
                 self.producers.close()
             else:
                 self.producers.buffer.close()
@@ -227,8 +230,7 @@ class Pipeline(ABC):
                               f"({self.train_seconds:.0f} s of training)", flush=True)
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
-            # local mode: the producers' threads end their round first (see below), unless the user interrupted
-            self.stop_producers(wait=self.cfg.distributed != "ray" and not isinstance(exc, KeyboardInterrupt))
+            self.stop_producers(interrupted=isinstance(exc, KeyboardInterrupt))
             with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
                 self.tracker.finish()
             print(self.resume_hint(step, exc), flush=True)
@@ -236,10 +238,7 @@ class Pipeline(ABC):
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
         self.tracker.finish()
-        # Ray mode: a round in flight (minutes of long episodes) is not waited for, its actors go with Ray; local
-        # mode waits, since its threads run in this process (leaving them in native code aborted the interpreter's
-        # exit: "terminate called without an active exception", exit -6)
-        self.stop_producers(wait=self.cfg.distributed != "ray")
+        self.stop_producers()
         self.finish()
         self.plot()
         print(f"[roll] final actor saved to {final}", flush=True)

@@ -310,5 +310,6 @@ class RLVRPipeline(Pipeline):
         self.async_state = state.get("async")
 
     def finish(self) -> None:
-        self.stop_producers()  # its round (one generate call and its rewards) ends before the reward workers go
+        if self.producers is not None:  # its round (one generate call and its rewards) ends before the reward workers go
+            self.producers.close()
         self.rewards.shutdown()

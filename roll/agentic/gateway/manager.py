@@ -120,9 +120,8 @@ class ProxyEnvManager:
         traj.messages = [{"role": m["role"], "content": m["content"] or _calls_text(m)} for m in session.messages]
         traj.env_metrics = {"turns": float(len(session.turns)), "template_breaks": float(session.template_breaks),
                             "tool_parse_errors": float(session.parse_errors)}
-        versions = [v for v in session.versions if v is not None]
-        if versions:
-            traj.env_metrics["policy_version_min"] = float(min(versions))
+        if session.turns:
+            traj.env_metrics["policy_version_min"] = float(min(t.policy_version for t in session.turns))
 
     def _score(self, traj: Trajectory, session: Session, value: Any) -> None:
         """The runner's return value as the episode reward (None: what the harness posted)."""

@@ -86,7 +86,6 @@ class Session:
     history: list[str] = field(default_factory=list)  # message keys of the last request + the returned reply
     messages: list[dict[str, Any]] = field(default_factory=list)  # the conversation so far (template form)
     context: list[int] = field(default_factory=list)
-    versions: list[Any] = field(default_factory=list)  # policy version of each turn (None: engine gives none)
     turn_rewards: dict[int, float] = field(default_factory=dict)
     reward: float | None = None  # the episode reward posted by the harness
     template_breaks: int = 0
@@ -111,12 +110,12 @@ class Session:
 
     def record(self, messages: list[dict[str, Any]], prompt: list[int], prompt_ids: list[int], starts: bool,
                token_ids: list[int], log_probs: list[float], finish_reason: str, text: str,
-               reply: dict[str, Any], parsed: ParsedReply, eos_id: int, version: Any) -> Turn:
+               reply: dict[str, Any], parsed: ParsedReply, eos_id: int, version: int) -> Turn:
         """Append the turn the engine produced; ``reply`` is the assistant message returned (template form)."""
         observation = next((m["content"] for m in reversed(messages) if m["role"] != "assistant"), "")
         turn = Turn(prompt_ids=prompt_ids, response_ids=list(token_ids), response_log_probs=list(log_probs),
                     observation=observation, response_text=text, finish_reason=finish_reason,
-                    action_is_valid=parsed.errors == 0, starts_sample=starts, policy_version=int(version or 0),
+                    action_is_valid=parsed.errors == 0, starts_sample=starts, policy_version=version,
                     parsed_action=json.dumps([[c.name, c.arguments] for c in parsed.calls]) if parsed.calls else None)
         if finish_reason != "stop" or not token_ids or token_ids[-1] != eos_id:
             turn.response_ids.append(eos_id)
@@ -124,7 +123,6 @@ class Session:
         self.template_breaks += starts
         self.parse_errors += parsed.errors
         self.turns.append(turn)
-        self.versions.append(version)
         self.context = prompt + turn.response_ids
         self.messages = messages + [reply]
         self.history = [message_key(m) for m in self.messages]
