@@ -46,7 +46,8 @@ def start_roles(cfg: BaseConfig) -> Roles:
     per_rollout = optimizer_steps_per_rollout(cfg, "actor_train", samples)
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, per_rollout)
     ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
-                          max_running_requests=cfg.max_running_requests)
+                          max_running_requests=cfg.max_running_requests,
+                          async_rollouts=bool(getattr(cfg, "async_generation_ratio", 0)))
     roles = Roles.of(groups, cfg)
     for role, proxy in roles.items():
         with start_notice(role, cfg.rpc_timeout):

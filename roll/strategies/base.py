@@ -48,6 +48,7 @@ class StrategyContext:
     max_grad_norm: float = 1.0  # 0 disables clipping
     total_steps: int = 0  # optimizer steps the learning-rate schedule spans
     max_running_requests: int | None = None  # most generation requests in flight per inference worker (None: any)
+    async_rollouts: bool = False  # weights may change while requests are in flight (async_generation_ratio >= 1)
 
 
 @dataclass

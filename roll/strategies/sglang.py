@@ -20,8 +20,11 @@ receive NCCL broadcasts from the trainer (sender: :class:`roll.distributed.weigh
 Partial rollouts: a weight push while requests are in flight (asynchronous rollouts) is bracketed by SGLang's
 ``pause_generation(mode="retract")`` and ``continue_generation`` (:meth:`SGLangStrategy.paused`): running
 requests go back to the waiting queue with the tokens they have, the weights change, and they continue on the new
-weights (their KV cache recomputed); no token is thrown away. SGLang's default pause mode, ``abort``, which ends
-every request, is never used. Each request keeps the policy version it was submitted under (the oldest of its
+weights, their KV recomputed; no token is thrown away. SGLang's default pause mode, ``abort``, which ends
+every request, is never used. SGLang cannot flush its cache while retracted requests wait (its scheduler asserts
+on a failed flush after a weight update), so an update with requests in flight does not flush, and an
+asynchronous run (``StrategyContext.async_rollouts``) starts the engine with ``disable_radix_cache`` (unless
+``engine_args`` sets it): no prefix KV computed under older weights outlives an update. Each request keeps the policy version it was submitted under (the oldest of its
 tokens; :meth:`roll.distributed.worker.Worker.poll`).
 Nothing here imports SGLang until :meth:`initialize`, so the module loads on CPU machines.
 """
@@ -191,6 +194,8 @@ class SGLangStrategy(InferenceStrategy):
                                tp_size=engine_tp_size(self.config))
         if options.max_running_requests is None and ctx.max_running_requests is not None:
             kwargs["max_running_requests"] = ctx.max_running_requests
+        if ctx.async_rollouts and "disable_radix_cache" not in options.engine_args:
+            kwargs["disable_radix_cache"] = True  # updates in flight cannot flush it (module docstring)
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig
@@ -254,9 +259,10 @@ class SGLangStrategy(InferenceStrategy):
     # ------------------------------------------------------------------ weights and memory
     @contextlib.contextmanager
     def paused(self):
-        """Requests in flight are retracted (kept, with their tokens) for the duration; nothing is aborted."""
+        """Requests in flight are retracted (kept, with their tokens) for the duration; nothing is aborted. Yields
+        whether any were in flight: then the update must not flush the cache (SGLang refuses while they wait)."""
         if not len(self.tracker):
-            yield
+            yield False
             return
         from sglang.srt.managers.io_struct import ContinueGenerationReqInput, PauseGenerationReqInput
 
@@ -269,7 +275,7 @@ class SGLangStrategy(InferenceStrategy):
                                f"set async_generation_ratio: 0") from exc
         self.engine.loop.run_until_complete(manager.pause_generation(pause))
         try:
-            yield
+            yield True
         finally:
             self.engine.loop.run_until_complete(manager.continue_generation(ContinueGenerationReqInput()))
 
@@ -278,15 +284,15 @@ class SGLangStrategy(InferenceStrategy):
         named = [(n, t) for n, t in named_tensors if n not in self.skip_names]
         self._host_weights = [(n, t.detach().cpu()) for n, t in named]  # pushed again after each resume
         if not self.released:
-            with self.paused():
-                self._push(self._host_weights)
+            with self.paused() as in_flight:
+                self._push(self._host_weights, flush=not in_flight)
 
-    def _push(self, named: list[tuple[str, torch.Tensor]]) -> None:
+    def _push(self, named: list[tuple[str, torch.Tensor]], flush: bool = True) -> None:
         start, buckets = time.perf_counter(), list(iter_buckets(named, self.bucket_bytes))
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         for i, bucket in enumerate(buckets):
             bucket = [(n, t.to(device, non_blocking=True)) for n, t in bucket] if device else bucket
-            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=i == len(buckets) - 1)
+            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=flush and i == len(buckets) - 1)
         self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": float(len(buckets))}
 
     def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> None:
@@ -299,9 +305,9 @@ class SGLangStrategy(InferenceStrategy):
         if self.released and self._weights_released:
             self.engine.resume_memory_occupation(tags=["weights"])
             self._weights_released = False
-        with self.paused():
+        with self.paused() as in_flight:
             _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
-                named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush))
+                named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush and not in_flight))
         self._host_weights = None  # the engine holds the newest weights; no host copy is kept
         self._weights_fresh = self._synced = True
 
@@ -347,11 +353,11 @@ class SGLangStrategy(InferenceStrategy):
         """Receive buckets (``BucketMeta`` fields as dicts) that the trainer broadcasts in the same order; only the
         last flushes the cache. Returns seconds."""
         start = time.perf_counter()
-        with self.paused():
+        with self.paused() as in_flight:
             for i, meta in enumerate(metas):
                 _check_result("update_weights_from_distributed", self.engine.update_weights_from_distributed(
                     names=meta["names"], dtypes=meta["dtypes"], shapes=meta["shapes"], group_name=group_name,
-                    flush_cache=i == len(metas) - 1))
+                    flush_cache=not in_flight and i == len(metas) - 1))
         return time.perf_counter() - start
 
     def shutdown(self) -> None:

@@ -90,6 +90,7 @@ class FakeEngine:
         self.loop = asyncio.new_event_loop()
         self.pushed: list[list[str]] = []
         self.events: list[str] = []
+        self.waiting_after_retract = False
 
     async def async_generate(self, input_ids, sampling_params, return_logprob, rid):
         assert return_logprob
@@ -97,7 +98,13 @@ class FakeEngine:
         await asyncio.sleep(self.delays.get(rid, 0.0))
         return _result(rid, input_ids[::-1])
 
+    def _flush(self, flush_cache: bool) -> None:
+        """SGLang's scheduler after a weight update: a flush with retracted requests waiting fails, and it asserts."""
+        if flush_cache and self.waiting_after_retract:
+            raise AssertionError("Cache flush failed after updating weights")
+
     def update_weights_from_tensor(self, named_tensors, flush_cache=True, load_format=None):
+        self._flush(flush_cache)
         if load_format == "flattened_bucket":
             self.events.append(f"ipc({len(named_tensors)}, flush={flush_cache})")
             return (True, "Success")
@@ -118,6 +125,7 @@ class FakeEngine:
         return (kwargs["world_size"] > 1, "world_size must be > 1")
 
     def update_weights_from_distributed(self, names, dtypes, shapes, group_name, flush_cache):
+        self._flush(flush_cache)
         self.events.append(("recv", names, flush_cache))
         return (names != ["bad"], "Failed to update parameter online: shape mismatch")
 
@@ -296,9 +304,11 @@ def test_weight_push_with_requests_in_flight_pauses_by_retract_never_abort(monke
 
     async def pause_generation(obj):
         eng.events.append(f"pause({obj.mode})")
+        eng.waiting_after_retract = True  # r1 is back in the waiting queue
 
     async def continue_generation(obj):
         eng.events.append("continue")
+        eng.waiting_after_retract = False
 
     eng.tokenizer_manager.pause_generation = pause_generation
     eng.tokenizer_manager.continue_generation = continue_generation
@@ -307,7 +317,35 @@ def test_weight_push_with_requests_in_flight_pauses_by_retract_never_abort(monke
     s.submit([("r1", [1, 2, 3])], GeneratingArgs(), 4)
     s.load_weights([("w0", torch.ones(2, 2))])
     s.update_weights_distributed([{"names": ["w0"], "dtypes": ["float32"], "shapes": [[2, 2]]}])
-    assert eng.events == ["push(flush=True)", "pause(retract)", "push(flush=True)", "continue", "pause(retract)",
-                          ("recv", ["w0"], True), "continue"]
+    s.load_weight_bucket([b"payload"], flush=True)
+    # SGLang cannot flush while r1 waits: no update in flight asks it to (the engine runs without a radix cache)
+    assert eng.events == ["push(flush=True)", "pause(retract)", "push(flush=False)", "continue", "pause(retract)",
+                          ("recv", ["w0"], False), "continue", "pause(retract)", "ipc(1, flush=False)", "continue"]
     assert eng.tokenizer_manager.aborted == []
     assert s.tracker.wait_all(["r1"])["r1"].token_ids == [3, 2, 1]
+
+
+def test_async_run_starts_the_engine_without_radix_cache(monkeypatch, tiny_model_dir):
+    """An update with requests in flight cannot flush SGLang's cache, so an asynchronous run starts the engine
+    with ``disable_radix_cache`` (no prefix KV of older weights is reused); a synchronous run keeps the cache, and
+    ``engine_args`` decides where it names the key. ``sglang.Engine`` is a recording stand-in (SGLang needs a GPU)."""
+    import sys
+    import types
+
+    from roll.strategies.base import StrategyContext
+
+    started: list[dict] = []
+
+    class Engine:
+        def __init__(self, **kwargs):
+            started.append(kwargs)
+            self.loop = asyncio.new_event_loop()
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine))
+    for async_rollouts, engine_args, expected in [(False, {}, None), (True, {}, True),
+                                                   (True, {"disable_radix_cache": False}, False)]:
+        cfg = WorkerConfig()
+        cfg.model_args.model_name_or_path = tiny_model_dir
+        cfg.strategy_args.strategy_config = {"engine_args": engine_args}
+        SGLangStrategy(cfg, 0, 1).initialize(StrategyContext(seed=0, async_rollouts=async_rollouts))
+        assert started[-1].get("disable_radix_cache") == expected, (async_rollouts, engine_args)
