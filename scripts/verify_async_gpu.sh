@@ -11,6 +11,9 @@
 #     runs async_generation_ratio=k for each k in $KS: $STEPS steps after a $SFT_STEPS-step warm start, each killed
 #     after RUN_TIMEOUT s; logs and metrics in $OUT/k<k>.log, $OUT/k<k>_metrics.jsonl (kept across calls: run one k
 #     per call when a call's 10 minutes do not hold three runs, then `bash scripts/verify_async_gpu.sh summarize`).
+#   PIPELINE=rlvr: the RLVR GPU config (examples/config/rlvr_qwen05b_gpu.yaml) on the same two GPUs instead:
+#     actor_train and reference on GPU 0, actor_infer on GPU 1 (mem_fraction_static $RLVR_MEM), $RLVR_STEPS steps,
+#     Liger off (its wheel is not in the bundles), validation off; files rlvr_k<k>.*, summary rlvr_async_<gpu>.json.
 #   summarize: $OUT/async_<gpu>.json (copied to benchmarks/results/): per k, steps per hour (steps 2.., the first
 #     step of an async run has no batch ready) and its ratio to k = 0 (target >= 1.5), the trainer's idle fraction
 #     (time/rollout: waiting for a batch, over time/step), the engine's (k = 0: the step's time outside the rollout;
@@ -25,6 +28,10 @@ STEPS=${STEPS:-6}
 SFT_STEPS=${SFT_STEPS:-10}
 RUN_TIMEOUT=${RUN_TIMEOUT:-280}
 KS=${KS:-0 1 2}
+PIPELINE=${PIPELINE:-agentic}
+RLVR_STEPS=${RLVR_STEPS:-5}
+RLVR_MEM=${RLVR_MEM:-0.7}
+P=$([ "$PIPELINE" = rlvr ] && echo rlvr_ || echo "")
 WORK=${WORK:-/tmp/roll-verify-async-work}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
@@ -37,24 +44,36 @@ if [ "${1:-run}" != summarize ]; then
     for k in $KS; do
         ray stop --force >/dev/null 2>&1
         t=$(date +%s)
-        timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py \
-            --config-path "$PWD/examples/config" --config-name sokoban_qwen05b_async pretrain="$MODEL" \
-            max_steps="$STEPS" sft_warmup.steps="$SFT_STEPS" async_generation_ratio="$k" distributed=ray \
-            exp_name="async_k$k" output_dir="$WORK/k$k" logging_dir="$WORK/k$k/logs" > "$OUT/k$k.log" 2>&1
-        echo "$?" > "$OUT/k$k.rc"
-        echo "[verify] k=$k: exit $(cat "$OUT/k$k.rc") after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)"
-        grep -E "^\[roll\] weight (sync|group)|Error|error:" "$OUT/k$k.log" | cut -c1-300 | head -6
-        cp -f "$WORK/k$k/logs/metrics.jsonl" "$OUT/k${k}_metrics.jsonl" 2>/dev/null
+        if [ "$PIPELINE" = rlvr ]; then
+            timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_rlvr_pipeline.py \
+                --config-path "$PWD/examples/config" --config-name rlvr_qwen05b_gpu pretrain="$MODEL" \
+                max_steps="$RLVR_STEPS" async_generation_ratio="$k" distributed=ray num_gpus_per_node=2 \
+                actor_train.device_mapping=[0] reference.device_mapping=[0] actor_infer.device_mapping=[1] \
+                actor_infer.strategy_args.strategy_config.mem_fraction_static="$RLVR_MEM" \
+                actor_train.model_args.use_liger_kernel=false eval_steps=0 save_steps=0 rollout_dump_steps=0 \
+                exp_name="rlvr_async_k$k" output_dir="$WORK/${P}k$k" logging_dir="$WORK/${P}k$k/logs" \
+                > "$OUT/${P}k$k.log" 2>&1
+        else
+            timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py \
+                --config-path "$PWD/examples/config" --config-name sokoban_qwen05b_async pretrain="$MODEL" \
+                max_steps="$STEPS" sft_warmup.steps="$SFT_STEPS" async_generation_ratio="$k" distributed=ray \
+                exp_name="async_k$k" output_dir="$WORK/k$k" logging_dir="$WORK/k$k/logs" > "$OUT/k$k.log" 2>&1
+        fi
+        echo "$?" > "$OUT/${P}k$k.rc"
+        echo "[verify] ${P}k=$k: exit $(cat "$OUT/${P}k$k.rc") after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)"
+        grep -E "^\[roll\] weight (sync|group)|Error|error:" "$OUT/${P}k$k.log" | cut -c1-300 | head -6
+        cp -f "$WORK/${P}k$k/logs/metrics.jsonl" "$OUT/${P}k${k}_metrics.jsonl" 2>/dev/null
         ray stop --force >/dev/null 2>&1
     done
 fi
 
-python3 - "$OUT" "$STEPS" <<'PY'
+python3 - "$OUT" "$([ "$PIPELINE" = rlvr ] && echo "$RLVR_STEPS" || echo "$STEPS")" "$P" <<'PY'
 import json, pathlib, shutil, statistics, sys
-out, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+out, steps, prefix = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 sys.path.insert(0, "scripts")
 from signal_check import signal_checks, step_rows
-summary, passed = {"config": "examples/config/sokoban_qwen05b_async.yaml", "steps": steps}, True
+config = "rlvr_qwen05b_gpu" if prefix else "sokoban_qwen05b_async"
+summary, passed = {"config": f"examples/config/{config}.yaml", "steps": steps}, True
 try:
     import torch, sglang
     summary.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), torch=torch.__version__,
@@ -63,13 +82,13 @@ except Exception as exc:
     summary["version_error"] = str(exc)
 mean = lambda rows, key: statistics.fmean(r[key] for r in rows) if rows and all(key in r for r in rows) else None
 runs = {}
-for path in sorted(out.glob("k*_metrics.jsonl")):
-    k = int(path.name[1:].split("_")[0])
+for path in sorted(out.glob(f"{prefix}k*_metrics.jsonl")):
+    k = int(path.name[len(prefix) + 1:].split("_")[0])
     rows = step_rows(path)
     timed = rows[1:] or rows  # step 1 of an async run starts with nothing buffered
-    rc = (out / f"k{k}.rc").read_text().strip() if (out / f"k{k}.rc").exists() else "?"
+    rc = (out / f"{prefix}k{k}.rc").read_text().strip() if (out / f"{prefix}k{k}.rc").exists() else "?"
     step_s, wait_s = mean(timed, "time/step"), mean(timed, "time/rollout")
-    producers = 4  # train_env_manager.num_env_managers of the config
+    producers = 1 if prefix else 4  # RLVR: one producer; agentic: train_env_manager.num_env_managers
     if k == 0 or step_s is None:
         engine_idle = 1 - wait_s / step_s if step_s and wait_s is not None else None
     else:
@@ -95,7 +114,7 @@ for k, run in runs.items():
     run["speedup_vs_k0"] = run["steps_per_hour"] / base if base and run["steps_per_hour"] else None
 summary["runs"], summary["passed"] = {f"k{k}": v for k, v in sorted(runs.items())}, passed and bool(runs)
 gpu = summary.get("gpu", "unknown").replace("NVIDIA ", "").split()[0].lower()
-target = out / f"async_{gpu}.json"
+target = out / f"{prefix}async_{gpu}.json"
 target.write_text(json.dumps(summary, indent=1))
 pathlib.Path("benchmarks/results").mkdir(parents=True, exist_ok=True)
 shutil.copy(target, pathlib.Path("benchmarks/results") / target.name)
