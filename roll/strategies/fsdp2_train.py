@@ -68,7 +68,7 @@ class FSDP2Trainer(AccumulatingTrainer):
         self.model = shard_model(model, self.mesh, self.options, self.compute_dtype,
                                  reduce_dtype=self.options.reduce_dtype)
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=targs.learning_rate,
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=targs.learning_rate, foreach=True,
                                            betas=(targs.adam_beta1, targs.adam_beta2), weight_decay=targs.weight_decay)
         self.max_grad_norm = ctx.max_grad_norm
         self.total_steps = targs.max_steps or ctx.total_steps
