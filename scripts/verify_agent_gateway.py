@@ -1,41 +1,64 @@
 """docs/verified.md's gateway comparison: Sokoban played by roll's env manager (``sokoban_tiny``) and by an agent
-harness written against the OpenAI API through the gateway (``sokoban_agent_tiny``), same seeds, same warm start,
-same steps. Prints a markdown table (rollout success per step, validation success at start and end, the trainer's
-recomputed-vs-recorded log-prob gap) and writes it with the curves' data to ``--out``.
+harness written against the OpenAI API through the gateway (``sokoban_agent_tiny``), from the same weights.
 
-Usage: ``python scripts/verify_agent_gateway.py [--seeds 1 2 3] [--max-steps 6] [--sft-steps 60] [--val-groups 64]
-[--override distributed=local ...]`` (each run is one ``examples/start_agentic_pipeline.py`` process; runs go one
-after another; a run whose output is complete is reused).
+Per seed (the per-seed overrides of ``benchmarks/seeds.py``): one warm start (``sokoban_tiny``'s supervised phase,
+no RL, saved), then one RL run per side from those weights: ``--max-steps`` steps of the config's batch
+(``max_train_minutes`` off, so both sides train on the same number of episodes), validated on the same
+``--val-groups`` rooms before and after, each side through its own harness. Prints a markdown table (rollout
+success per step, validation success at start and end, the trainer's recomputed-vs-recorded log-prob gap), the
+paired gateway - native differences with their mean over seeds and standard error (sd / sqrt(n)), and writes the
+table and the curves' data to ``--out``.
+
+Usage: ``python scripts/verify_agent_gateway.py [--seeds 1 2 3] [--max-steps 20] [--sft-steps 300]
+[--val-groups 128] [--override distributed=local ...]`` (each run is one ``examples/start_agentic_pipeline.py``
+process; runs go one after another; a finished run is reused, ``--summarize`` only reads them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from compare_metrics import load  # noqa: E402
+from seeds import seed_overrides  # noqa: E402
 
 CONFIGS = {"native": "sokoban_tiny", "gateway": "sokoban_agent_tiny"}
 
 
-def run(config: str, seed: int, args: argparse.Namespace) -> Path:
-    """One training run; returns its metrics.jsonl (an existing complete run is reused)."""
-    out = Path(args.out) / f"{config}-s{seed}"
-    metrics = out / "logs" / "metrics.jsonl"
-    if metrics.exists() and (out / "final").exists():
-        return metrics
-    cmd = [sys.executable, str(ROOT / "examples" / "start_agentic_pipeline.py"), "--config-name", config,
-           f"seed={seed}", f"max_steps={args.max_steps}", "max_train_minutes=0", f"sft_warmup.steps={args.sft_steps}",
-           f"eval_steps={args.max_steps}", f"val_env_manager.env_groups={args.val_groups}", "save_steps=0",
-           "trajectory_dump_steps=0", "zero_signal_patience=0", f"output_dir={out}", f"logging_dir={out / 'logs'}",
-           *args.override]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+def launch(config: str, overrides: list[str], run_dir: Path) -> None:
+    """One pipeline run, its output in ``run_dir/run.log``; raises on a non-zero exit."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "examples" / "start_agentic_pipeline.py"), "--config-name", config, *overrides]
+    print("+", " ".join(cmd[2:]), flush=True)
+    with (run_dir / "run.log").open("w") as log:
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Path]:
+    """The shared warm start, then each side's RL run (finished runs are reused); returns their metrics files."""
+    base = Path(args.out) / f"seed{seed}"
+    common = ["zero_signal_patience=0", "max_train_minutes=0", f"val_env_manager.env_groups={args.val_groups}",
+              "save_steps=0", "trajectory_dump_steps=0", *args.override]
+    warm = base / "warm"
+    if not args.summarize and not (warm / "final" / "config.json").exists():
+        launch("sokoban_tiny", [*seed_overrides(seed, warm), "max_steps=0", "eval_steps=0",
+                                f"sft_warmup.steps={args.sft_steps}", *common], warm)
+    metrics = {}
+    for mode, config in CONFIGS.items():
+        run_dir = base / mode
+        if not args.summarize and not (run_dir / "final" / "config.json").exists():
+            launch(config, [f"seed={seed}", f"pretrain={warm / 'final'}", "tiny_model=null",
+                            "sft_warmup.enabled=false", f"max_steps={args.max_steps}", f"eval_steps={args.max_steps}",
+                            f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}", *common], run_dir)
+        metrics[mode] = run_dir / "logs" / "metrics.jsonl"
     return metrics
 
 
@@ -49,34 +72,57 @@ def summary(metrics: Path, max_steps: int) -> dict:
             "rollout_s": sum(steps.get(s, {}).get("time/rollout", 0.0) for s in range(1, max_steps + 1))}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--max-steps", type=int, default=6)
-    parser.add_argument("--sft-steps", type=int, default=60)
-    parser.add_argument("--val-groups", type=int, default=64)
-    parser.add_argument("--out", default=str(ROOT / "output" / "verify_agent_gateway"))
-    parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. distributed=local")
-    args = parser.parse_args()
-    results = {}
-    for seed in args.seeds:
-        for mode, config in CONFIGS.items():
-            results[f"{mode}-s{seed}"] = summary(run(config, seed, args), args.max_steps)
+def mean_se(values: list[float]) -> str:
+    """``mean +- standard error`` in points (values are fractions)."""
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return f"{100 * statistics.fmean(values):+.1f} +- {100 * se:.1f}"
+
+
+def table(results: dict, seeds: list[int]) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     lines = ["| run | rollout success per step | val success start -> end | max log-prob gap | rollout s |",
              "| --- | --- | --- | --- | --- |"]
     for name, r in results.items():
         lines.append(f"| {name} | {' '.join(fmt(v) for v in r['rollout'])} | {fmt(r['val_start'])} -> "
                      f"{fmt(r['val_end'])} | {r['logprob_gap']:.1e} | {r['rollout_s']:.0f} |")
-    for mode in CONFIGS:
-        ends = [results[f"{mode}-s{s}"]["val_end"] for s in args.seeds]
-        starts = [results[f"{mode}-s{s}"]["val_start"] for s in args.seeds]
-        if None not in ends and None not in starts:
-            lines.append(f"| {mode} mean | | {sum(starts) / len(starts):.3f} -> {sum(ends) / len(ends):.3f} | | |")
-    table = "\n".join(lines)
-    print(table)
+    lines.append("")
+    lines.append("| per seed | native: val end - start | gateway: val end - start | gateway - native, val end |")
+    lines.append("| --- | --- | --- | --- |")
+    gains, diffs = {m: [] for m in CONFIGS}, []
+    for s in seeds:
+        n, g = results.get(f"native-s{s}"), results.get(f"gateway-s{s}")
+        if not n or not g or None in (n["val_start"], n["val_end"], g["val_start"], g["val_end"]):
+            continue
+        gains["native"].append(n["val_end"] - n["val_start"])
+        gains["gateway"].append(g["val_end"] - g["val_start"])
+        diffs.append(g["val_end"] - n["val_end"])
+        lines.append(f"| seed {s} | {100 * gains['native'][-1]:+.1f} | {100 * gains['gateway'][-1]:+.1f} | "
+                     f"{100 * diffs[-1]:+.1f} |")
+    if diffs:
+        lines.append(f"| mean +- stderr (points) | {mean_se(gains['native'])} | {mean_se(gains['gateway'])} | "
+                     f"{mean_se(diffs)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--sft-steps", type=int, default=300)
+    parser.add_argument("--val-groups", type=int, default=128)
+    parser.add_argument("--out", default=str(ROOT / "output" / "verify_agent_gateway"))
+    parser.add_argument("--summarize", action="store_true", help="read finished runs only")
+    parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. distributed=local")
+    args = parser.parse_args()
+    results = {}
+    for seed in args.seeds:
+        for mode, metrics in run_seed(seed, args).items():
+            if metrics.exists():
+                results[f"{mode}-s{seed}"] = summary(metrics, args.max_steps)
+    text = table(results, args.seeds)
+    print(text)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "table.md").write_text(table + "\n")
+    (Path(args.out) / "table.md").write_text(text + "\n")
     (Path(args.out) / "results.json").write_text(json.dumps(results, indent=1))
 
 
