@@ -417,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-length", action="store_true",
                         help="every reply --max-new-tokens long on both sides (roll ignore_eos, TRL min_new_tokens)")
     parser.add_argument("--grid", action="store_true", help="run every shape of GRID (see the module docstring)")
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="PxRxG",
+                        help="with --grid: only these shapes of GRID, e.g. 24x8x4 128x64x4")
     parser.add_argument("--combine", type=Path, nargs="+", default=None, metavar="GRID_JSON",
                         help="pool the runs of these --grid results into --out and print the table (runs nothing)")
     parser.add_argument("--rotate", type=int, default=0,
@@ -450,7 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = {"grid": [], "cpus": os.cpu_count(), "roll_strategy": args.roll_strategy,
                    "roll_overrides": args.extra, "repeats": args.repeats, "skip_steps": SKIP}
-        for prompt_tokens, reply_tokens, group in GRID:
+        shapes = GRID if args.shapes is None else [tuple(int(v) for v in name.split("x")) for name in args.shapes]
+        unknown = sorted(set(shapes) - set(GRID))
+        if unknown:
+            parser.error(f"--shapes {unknown}: not in the grid; known: {' '.join('x'.join(map(str, g)) for g in GRID)}")
+        for prompt_tokens, reply_tokens, group in shapes:
             shape = argparse.Namespace(**{**vars(args), "max_new_tokens": reply_tokens, "group": group,
                                           "full_length": True, "eval_samples": 0})
             shape.system_prompt, shape.prompt_tokens = system_prompt_for(args.work / "start", prompt_tokens)
