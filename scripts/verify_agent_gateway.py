@@ -86,8 +86,10 @@ def table(results: dict, seeds: list[int]) -> str:
         lines.append(f"| {name} | {' '.join(fmt(v) for v in r['rollout'])} | {fmt(r['val_start'])} -> "
                      f"{fmt(r['val_end'])} | {r['logprob_gap']:.1e} | {r['rollout_s']:.0f} |")
     lines.append("")
-    lines.append("| per seed | native: val end - start | gateway: val end - start | gateway - native, val end |")
-    lines.append("| --- | --- | --- | --- |")
+    lines.append("| per seed | native: val end - start | gateway: val end - start | gateway - native, val end | "
+                 "rollout success, first 5 -> last 5 steps: native, gateway |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    ends = lambda r: (statistics.fmean(r["rollout"][:5]), statistics.fmean(r["rollout"][-5:]))  # noqa: E731
     gains, diffs = {m: [] for m in CONFIGS}, []
     for s in seeds:
         n, g = results.get(f"native-s{s}"), results.get(f"gateway-s{s}")
@@ -96,11 +98,12 @@ def table(results: dict, seeds: list[int]) -> str:
         gains["native"].append(n["val_end"] - n["val_start"])
         gains["gateway"].append(g["val_end"] - g["val_start"])
         diffs.append(g["val_end"] - n["val_end"])
+        (n0, n1), (g0, g1) = ends(n), ends(g)
         lines.append(f"| seed {s} | {100 * gains['native'][-1]:+.1f} | {100 * gains['gateway'][-1]:+.1f} | "
-                     f"{100 * diffs[-1]:+.1f} |")
+                     f"{100 * diffs[-1]:+.1f} | {n0:.3f} -> {n1:.3f}, {g0:.3f} -> {g1:.3f} |")
     if diffs:
         lines.append(f"| mean +- stderr (points) | {mean_se(gains['native'])} | {mean_se(gains['gateway'])} | "
-                     f"{mean_se(diffs)} |")
+                     f"{mean_se(diffs)} | |")
     return "\n".join(lines)
 
 
