@@ -10,6 +10,7 @@ k >= 1 the paired difference to k = 0 with its mean over seeds and standard erro
     python benchmarks/async_learning.py --seeds 1 2 3 4 5 --out output/async_learning
     python benchmarks/async_learning.py --seeds 1 2 3 4 5 --out output/async_learning --summarize
     python benchmarks/async_learning.py --seeds 1 --steps 10 --val-rooms 64 --out /tmp/al   # a quick look
+    python benchmarks/async_learning.py --correction ...   # also k = 1, 2 with the truncated IS weight (k1c, k2c)
 
 On 2 cores a seed takes about (warm start) + 3 x (RL steps + 2 validations): ~25 minutes at the defaults.
 """
@@ -29,6 +30,21 @@ from seeds import ROOT, seed_overrides  # noqa: E402
 
 START = ROOT / "examples" / "start_agentic_pipeline.py"
 KS = (0, 1, 2)
+#: ``--correction``'s runs: k >= 1 with decoupled PPO's truncated token importance weight (docs/async.md)
+IS_WEIGHT = ["train_infer_correction.is_weight.enabled=true", "train_infer_correction.is_weight.weight_type=token",
+             "train_infer_correction.is_weight.upper_bound=2.0"]
+
+
+def variants(correction: bool) -> dict[str, tuple[int, list[str]]]:
+    """Run name -> (k, extra overrides): ``k0``, ``k1``, ``k2``, and with ``correction`` ``k1c``, ``k2c``."""
+    out = {f"k{k}": (k, []) for k in KS}
+    if correction:
+        out.update({f"k{k}c": (k, IS_WEIGHT) for k in KS[1:]})
+    return out
+
+
+def label(name: str) -> str:
+    return f"k={name[1:].rstrip('c')}" + (" + IS weight" if name.endswith("c") else "")
 
 
 def launch(overrides: list[str], log: Path) -> None:
@@ -51,49 +67,51 @@ def val_success(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def run_seed(seed: int, out: Path, steps: int, val_rooms: int, extra: list[str]) -> None:
-    """The warm start, then the RL run of every k (skipping finished ones)."""
+def run_seed(seed: int, out: Path, steps: int, val_rooms: int, extra: list[str], correction: bool = False) -> None:
+    """The warm start, then the RL run of every variant (skipping finished ones)."""
     base = out / f"seed{seed}"
     warm = base / "warm"
     val = [f"val_env_manager.env_groups={val_rooms}", "zero_signal_patience=0", "max_train_minutes=0"]
     if not (warm / "final" / "config.json").exists():
         launch([*seed_overrides(seed, warm), "max_steps=0", "eval_steps=0", *val, *extra], warm / "run.log")
-    for k in KS:
-        run_dir = base / f"k{k}"
+    for name, (k, overrides) in variants(correction).items():
+        run_dir = base / name
         if (run_dir / "final" / "config.json").exists():
             continue
         launch([f"seed={seed}", f"pretrain={warm / 'final'}", "tiny_model=null", "sft_warmup.enabled=false",
                 f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}", f"max_steps={steps}",
-                f"eval_steps={steps}", f"async_generation_ratio={k}", "save_steps=0", *val, *extra],
+                f"eval_steps={steps}", f"async_generation_ratio={k}", "save_steps=0", *overrides, *val, *extra],
                run_dir / "run.log")
 
 
-def table(out: Path, seeds: list[int]) -> str:
-    """Markdown: per seed, success after the warm start and after RL per k; then the paired differences to k=0."""
-    head = ["seed", "after warm start"] + [f"k={k}" for k in KS] + [f"k={k} - k=0" for k in KS[1:]]
+def table(out: Path, seeds: list[int], correction: bool = False) -> str:
+    """Markdown: per seed, success after the warm start and after RL per variant; then the paired differences to
+    k=0."""
+    names = list(variants(correction))
+    head = ["seed", "after warm start"] + [label(n) for n in names] + [f"{label(n)} - k=0" for n in names[1:]]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    diffs: dict[int, list[float]] = {k: [] for k in KS[1:]}
-    finals: dict[int, list[float]] = {k: [] for k in KS}
+    diffs: dict[str, list[float]] = {n: [] for n in names[1:]}
+    finals: dict[str, list[float]] = {n: [] for n in names}
     for seed in seeds:
-        runs = {k: val_success(out / f"seed{seed}" / f"k{k}") for k in KS
-                if (out / f"seed{seed}" / f"k{k}" / "logs" / "metrics.jsonl").exists()}
-        if len(runs) < len(KS) or any(len(r) < 2 for r in runs.values()):
+        runs = {n: val_success(out / f"seed{seed}" / n) for n in names
+                if (out / f"seed{seed}" / n / "logs" / "metrics.jsonl").exists()}
+        if len(runs) < len(names) or any(len(r) < 2 for r in runs.values()):
             continue
-        first = runs[0][min(runs[0])]
-        last = {k: r[max(r)] for k, r in runs.items()}
-        for k in KS:
-            finals[k].append(100 * last[k])
-        cells = [str(seed), f"{100 * first:.1f}%"] + [f"{100 * last[k]:.1f}%" for k in KS]
-        for k in KS[1:]:
-            diffs[k].append(100 * (last[k] - last[0]))
-            cells.append(f"{diffs[k][-1]:+.1f}")
+        first = runs["k0"][min(runs["k0"])]
+        last = {n: r[max(r)] for n, r in runs.items()}
+        for n in names:
+            finals[n].append(100 * last[n])
+        cells = [str(seed), f"{100 * first:.1f}%"] + [f"{100 * last[n]:.1f}%" for n in names]
+        for n in names[1:]:
+            diffs[n].append(100 * (last[n] - last["k0"]))
+            cells.append(f"{diffs[n][-1]:+.1f}")
         lines.append("| " + " | ".join(cells) + " |")
-    n = len(diffs[KS[1]])
-    if n >= 2:
-        mean = [f"{statistics.fmean(finals[k]):.1f}% +- {statistics.stdev(finals[k]) / math.sqrt(n):.1f}"
-                for k in KS]
-        dm = [f"{statistics.fmean(diffs[k]):+.1f} +- {statistics.stdev(diffs[k]) / math.sqrt(n):.1f}"
-              for k in KS[1:]]
+    count = len(diffs[names[1]])
+    if count >= 2:
+        mean = [f"{statistics.fmean(finals[n]):.1f}% +- {statistics.stdev(finals[n]) / math.sqrt(count):.1f}"
+                for n in names]
+        dm = [f"{statistics.fmean(diffs[n]):+.1f} +- {statistics.stdev(diffs[n]) / math.sqrt(count):.1f}"
+              for n in names[1:]]
         lines.append("| mean +- stderr | |" + "".join(f" {c} |" for c in mean + dm))
     return "\n".join(lines)
 
@@ -106,13 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-rooms", type=int, default=256, help="validation rooms (val_env_manager.env_groups)")
     parser.add_argument("--out", type=Path, default=Path("output/async_learning"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
+    parser.add_argument("--correction", action="store_true",
+                        help="also run k = 1 and 2 with the truncated token importance weight (k1c, k2c)")
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     out = args.out.resolve()
     if not args.summarize:
         for seed in args.seeds:
-            run_seed(seed, out, args.steps, args.val_rooms, extra)
-    print(table(out, args.seeds))
+            run_seed(seed, out, args.steps, args.val_rooms, extra, args.correction)
+    print(table(out, args.seeds, args.correction))
     return 0
 
 
