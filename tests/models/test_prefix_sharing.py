@@ -244,3 +244,19 @@ def test_default_config_runs_shared_rows(tiny_model_dir):
     seen_auto.clear()
     auto.generate(prompts, GeneratingArgs(max_new_tokens=2, temperature=0.0, do_sample=False))
     assert seen_auto[0] == 2  # the shared prefill: one row per distinct prompt
+
+
+def test_groups_that_share_only_a_system_prompt_keep_rows_of_their_own():
+    """Two groups of 4 (128-token prompts, 116 of them a common system prompt; 64-token replies; hidden size 128):
+    joining them through the system prompt makes one 724-token masked row, which measured slower on CPU than a row
+    per group (docs/verified.md, "The grid on a quiet machine"); the planner keeps a row per group. With the pair
+    cost at half (the FLOP count alone) it joined them."""
+    gen = torch.Generator().manual_seed(0)
+    system = torch.randint(3, 500, (116,), generator=gen).tolist()
+    samples = []
+    for _ in range(2):
+        prompt = system + torch.randint(3, 500, (12,), generator=gen).tolist()
+        samples += [prompt + torch.randint(3, 500, (64,), generator=gen).tolist() for _ in range(4)]
+    assert [sorted(members) for _, members in plan_rows(samples, 4 * 192, pair_cost(128))] == [[0, 1, 2, 3],
+                                                                                           [4, 5, 6, 7]]
+    assert len(plan_rows(samples, 4 * 192, pair_cost(128) / 2)) == 1
