@@ -193,11 +193,10 @@ class RolloutScheduler:
         if not batch:
             raise RuntimeError(self._empty_batch_message(step, trajectories + failed, len(trajectories)))
         p = self.prefix
-        metrics.update({f"{p}/env_failures": float(sum(t.failure_kind == "error" for t in failed)),
-                        f"{p}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in failed)),
+        metrics.update({**failure_counts(failed, p),
                         f"{p}/dropped_trajectories": float(len(trajectories) - len(batch)),
-                        f"{p}/batch_size": float(len(batch)), f"time/{p}_wait": time.perf_counter() - start,
-                        **error_counts})
+                        f"{p}/batch_size": float(len(batch)), f"time/{p}_wait": time.perf_counter() - start})
+        metrics.update(error_counts)
         return batch, metrics
 
     def _empty_batch_message(self, step: int, trajectories: list[Trajectory], usable: int) -> str:
@@ -224,8 +223,7 @@ class RolloutScheduler:
         engine = self._engine_stats()
         generate = engine["busy_s"] if engine else sum(r.generate_s for r in results) / n
         metrics = {
-            f"{p}/env_failures": float(sum(t.failure_kind == "error" for t in all_trajs)),
-            f"{p}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in all_trajs)),
+            **failure_counts(all_trajs, p),
             f"{p}/dropped_trajectories": float(len(all_trajs) - failed - len(batch)),
             f"{p}/envs_replaced": float(sum(r.envs_replaced for r in results)),
             f"{p}/batch_size": float(len(batch)),
@@ -240,6 +238,12 @@ class RolloutScheduler:
             metrics[f"{p}/generate_calls"] = float(engine["calls"])
             metrics[f"{p}/prompts_per_generate_call"] = engine["prompts"] / engine["calls"]
         return metrics
+
+
+def failure_counts(trajectories: list[Trajectory], prefix: str) -> dict[str, float]:
+    """``{prefix}/env_failures`` and ``{prefix}/env_timeouts``: the failed trajectories among ``trajectories``."""
+    return {f"{prefix}/env_failures": float(sum(t.failure_kind == "error" for t in trajectories)),
+            f"{prefix}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in trajectories))}
 
 
 def keep_groups(trajectories: list[Trajectory], min_group: int) -> list[Trajectory]:

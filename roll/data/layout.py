@@ -88,15 +88,6 @@ class SampleLayout:
 TRAJECTORY_MODES = ("traj", "step")
 
 
-def trajectory_layout(traj: Trajectory) -> SampleLayout:
-    """The layout of one episode as one sample: every turn's prompt delta, then its reply (no turn may
-    ``starts_sample`` after the first; :func:`sample_layouts` splits those)."""
-    layout = SampleLayout()
-    for turn in traj.turns:
-        layout.append(turn.prompt_ids, turn.response_ids, turn.generated)
-    return layout
-
-
 def sample_turns(traj: Trajectory, mode: str = "traj") -> list[list[int]]:
     """The turn indices of each sample of ``traj``: ``step``: one turn each; ``traj``: runs of turns, a new run at
     every turn that ``starts_sample``.

@@ -121,9 +121,7 @@ class Worker:
         """Load the weights another worker wrote to ``path``; returns seconds."""
         from roll.distributed.shared_weights import read_shared
 
-        start = time.perf_counter()
-        self.strategy.load_weights(read_shared(path, layout))
-        return time.perf_counter() - start
+        return self.load_weights(read_shared(path, layout))
 
     # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
     def share_weight_bucket(self, bucket_bytes: int) -> bytes | None:
@@ -166,8 +164,9 @@ class Worker:
                max_new_tokens: int | None = None) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
         self._needs("submit", "take single requests")
-        self._request_versions.update({rid: self.policy_version for rid, _ in requests})
-        return self.strategy.submit(requests, args, max_new_tokens)
+        sent = self.strategy.submit(requests, args, max_new_tokens)
+        self._request_versions.update(dict.fromkeys(sent, self.policy_version))  # the engine's ids (rid#k for n > 1)
+        return sent
 
     def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, GenerationOutput]:
         """Finished requests among ``rids``, waiting at most ``timeout`` s for the first one; each carries the

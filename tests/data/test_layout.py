@@ -4,7 +4,7 @@ log-probs, for a multi-turn trajectory and for single-turn (RLVR) samples."""
 import torch
 
 from roll.data.layout import (last_response_index, loss_mask, place_at_last_response, prompt_response_batch,
-                              rollout_log_probs, trajectories_to_batch, trajectory_layout)
+                              rollout_log_probs, sample_layouts, trajectories_to_batch)
 from roll.data.trajectory import Trajectory, Turn
 
 
@@ -16,7 +16,7 @@ def two_turn_trajectory() -> Trajectory:
 
 
 def test_trajectory_layout_positions():
-    layout = trajectory_layout(two_turn_trajectory())
+    [layout] = sample_layouts(two_turn_trajectory())
     # token positions: 0:1 1:2 2:3 3:4 4:5 5:6 6:7 7:9
     assert layout.ids == [1, 2, 3, 4, 5, 6, 7, 9]
     assert layout.response_mask == [0, 0, 1, 1, 0, 1, 1, 0]  # the appended end token is not trained on

@@ -11,6 +11,7 @@ import torch
 
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
+from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
 from roll.distributed.weight_group import WeightGroup
@@ -18,6 +19,7 @@ from roll.distributed.weight_sync import GROUP_NAME, WeightSync
 from roll.distributed.roles import ActorProxy, InferProxy
 from roll.distributed.worker import Worker
 from roll.pipelines.preflight import check_strategy_options, check_weight_sync
+from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import strategy_spec
 from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
 
@@ -325,3 +327,26 @@ def test_flattened_bucket_round_trip_mixed_dtypes():
     assert back[0][1].data_ptr() == buffer.data_ptr()  # views, no copy
     with pytest.raises(ValueError, match="CUDA IPC needs GPU tensors"):
         share_bucket(named)
+
+
+class _FanOutEngine:
+    """``submit`` answers the engine's ids as SGLang does for ``n`` samples (``rid#k``); ``poll`` finishes them."""
+
+    def __init__(self):
+        self.sent: list[str] = []
+
+    def submit(self, requests, args, max_new_tokens=None):
+        self.sent = [f"{rid}#{k}" for rid, _ in requests for k in range(args.num_return_sequences)]
+        return self.sent
+
+    def poll(self, rids=None, timeout=None):
+        return {rid: GenerationOutput([1], [0.0]) for rid in self.sent}
+
+
+def test_requests_keep_the_version_they_were_submitted_under_for_every_sample():
+    """Samples of one request (``rid#0``, ``rid#1``) carry the version of their submission, not the one current
+    when they finish (a sync came in between)."""
+    worker = _worker("actor_infer", 0, _FanOutEngine(), "sglang")
+    worker.submit([("r", [1, 2])], GeneratingArgs(num_return_sequences=2))
+    worker.set_policy_version(3)
+    assert {rid: out.policy_version for rid, out in worker.poll().items()} == {"r#0": 0, "r#1": 0}

@@ -64,6 +64,19 @@ def test_async_batches_are_one_update_old(tiny_model_dir, tmp_path):
     assert b[1]["actor/pg_loss"] == pytest.approx(a[1]["actor/pg_loss"], rel=1e-5)  # same first batch
 
 
+def test_rlvr_staleness_stays_within_k(tiny_model_dir, tmp_path):
+    steps_run = 5
+    RLVRPipeline(_config(tiny_model_dir, tmp_path, f"max_steps={steps_run}", "save_steps=0", "rollout_batch_size=2",
+                         "actor_train.training_args.per_device_train_batch_size=8", "zero_signal_patience=0",
+                         "async_generation_ratio=2")).run()
+    rows = _rows(tmp_path)
+    steps = [rows[s] for s in range(1, steps_run + 1)]
+    assert all(r["rollout/staleness_max"] <= 2 and r["rollout/buffered_groups_peak"] <= 3 * 2 for r in steps)
+    # one producer, rounds of one generate call each: round 2 starts (under version 0) as soon as round 1 is put
+    assert [r["rollout/staleness_max"] for r in steps[:2]] == [0.0, 1.0]
+    assert [r["rollout/policy_lag"] for r in steps] == [r["rollout/staleness_mean"] for r in steps]
+
+
 @pytest.mark.slow
 def test_async_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
