@@ -7,12 +7,13 @@
 # 3. runs the native env manager on the same config (sokoban_qwen05b_sglang, $STEPS steps) for comparison;
 # 4. writes $OUT/summary.json and prints per step: the recorded-vs-recomputed log-prob mismatch (mean, max), template
 #    breaks, failures, rollout time and success, for both runs.
-# Needs: torch + CUDA, sglang, deepspeed, ray, hydra, gymnasium, fastapi, uvicorn, openai importable. Logs: $OUT/*.log.
+# Each run is killed after $RUN_TIMEOUT s. Needs: torch + CUDA, sglang, deepspeed, ray, hydra, gymnasium, fastapi, uvicorn, openai importable. Logs: $OUT/*.log.
 set -uo pipefail
 OUT=${OUT:-/tmp/roll-verify-gateway}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 STEPS=${STEPS:-3}
 DIST=${DIST:-ray}
+RUN_TIMEOUT=${RUN_TIMEOUT:-280}   # seconds per run (a hung run cannot take the whole call)
 WORK=${WORK:-/tmp/roll-verify-gateway-work}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
@@ -24,7 +25,7 @@ python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
 run() {  # name, config name
     ray stop --force >/dev/null 2>&1
     local t0=$(date +%s)
-    python3 examples/start_agentic_pipeline.py --config-name "$2" pretrain="$MODEL" max_steps="$STEPS" \
+    timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py --config-name "$2" pretrain="$MODEL" max_steps="$STEPS" \
         distributed="$DIST" zero_signal_patience=0 output_dir="$WORK/$1" logging_dir="$WORK/$1/logs" 2>&1 \
         | tee "$OUT/$1.log"
     local rc=${PIPESTATUS[0]}

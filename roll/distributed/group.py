@@ -232,7 +232,8 @@ class RayWorkerGroup(WorkerGroup):
 
 def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]:
     """Ray actor options for one :class:`~roll.distributed.placement.WorkerSlot`: its bundle, its resources and,
-    on GPU, ``CUDA_VISIBLE_DEVICES`` = the slot's node-local GPU indices (Ray told not to overwrite it).
+    on GPU, the slot's node-local GPU indices, which the worker turns into its ``CUDA_VISIBLE_DEVICES`` before
+    touching CUDA (:func:`~roll.distributed.placement.visible_devices`; Ray told not to overwrite it).
 
     GPU workers also get ``NCCL_CUMEM_ENABLE=0`` unless the driver sets it: each sees only its own GPUs, and NCCL's
     cuMem peer-to-peer path then fails between them ("Cuda failure 'invalid argument'", measured on 2 H200s in the
@@ -240,7 +241,7 @@ def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from roll.distributed.placement import NOSET_CUDA
+    from roll.distributed.placement import LOCAL_GPUS, NOSET_CUDA
 
     options: dict[str, Any] = {
         "num_cpus": slot.num_cpus, "num_gpus": slot.num_gpus,
@@ -248,7 +249,7 @@ def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]
             placement_group=placement_groups[slot.group_key], placement_group_bundle_index=slot.bundle)}
     if slot.gpu_ids:
         env = dict((ray.get_runtime_context().runtime_env or {}).get("env_vars", {}))
-        env.update({NOSET_CUDA: "1", "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.local_gpu_ids))})
+        env.update({NOSET_CUDA: "1", LOCAL_GPUS: ",".join(map(str, slot.local_gpu_ids))})
         env.setdefault("NCCL_CUMEM_ENABLE", os.environ.get("NCCL_CUMEM_ENABLE", "0"))
         options["runtime_env"] = {"env_vars": env}
     return options

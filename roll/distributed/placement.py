@@ -5,7 +5,7 @@ GPU runs: every GPU id named by any role gets one bundle ``{"GPU": 1, "CPU": c}`
 ``STRICT_PACK`` placement group, so local indices are consistent inside a node. Worker ``r`` of a role owns GPUs
 ``device_mapping[r*k:(r+1)*k]`` (``k = num_gpus_per_worker``); its actor is scheduled in the bundle of its first
 GPU with a fractional GPU request (``1 / workers starting on that GPU``) and sets ``CUDA_VISIBLE_DEVICES`` itself
-to the local indices of all its GPUs. Roles whose mappings overlap are *colocated* (time-shared: the one not in the
+to the local indices of all its GPUs (:func:`visible_devices`: counted among the GPUs its node's raylet sees). Roles whose mappings overlap are *colocated* (time-shared: the one not in the
 current phase offloads its states); disjoint mappings are *disaggregated*.
 
 CPU runs (empty mappings): ``world_size`` workers per role, one placement group per role with one
@@ -28,6 +28,24 @@ from roll.config.worker import WorkerConfig
 
 #: Environment variable that stops Ray from overwriting ``CUDA_VISIBLE_DEVICES`` in an actor.
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+#: Environment variable carrying a GPU worker's node-local GPU indices into its actor (:func:`visible_devices`).
+LOCAL_GPUS = "ROLL_LOCAL_GPU_IDS"
+
+
+def visible_devices(local_ids: str, node_visible: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a worker with node-local GPU indices ``local_ids`` (``"0,1"``).
+
+    The indices count the GPUs that the node's Ray exposes. Where its raylet was started with
+    ``CUDA_VISIBLE_DEVICES`` itself (``node_visible``: a shared machine, or two ``ray start`` nodes on one host, one
+    GPU each), index ``i`` is the ``i``-th entry of that list, not physical GPU ``i``."""
+    ids = [int(i) for i in local_ids.split(",") if i.strip()]
+    exposed = [d.strip() for d in (node_visible or "").split(",") if d.strip()]
+    if not exposed:
+        return ",".join(map(str, ids))
+    if ids and max(ids) >= len(exposed):
+        raise RuntimeError(f"worker needs node-local GPU {max(ids)} but its node exposes only "
+                           f"CUDA_VISIBLE_DEVICES={node_visible}: lower the ids in device_mapping or num_gpus_per_node")
+    return ",".join(exposed[i] for i in ids)
 
 
 @dataclass(frozen=True)

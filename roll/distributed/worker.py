@@ -17,6 +17,7 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.distributed.network import free_port, node_ip
+from roll.distributed.placement import LOCAL_GPUS, visible_devices
 from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
 from roll.strategies.registry import get_strategy_class, strategy_spec
@@ -28,6 +29,9 @@ class Worker:
 
     def __init__(self, role: str, config: WorkerConfig, rank: int, world_size: int, master_port: int,
                  num_threads: int | None = None):
+        if os.environ.get(LOCAL_GPUS) is not None:  # a GPU slot's actor: pick its GPUs before CUDA starts
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ.pop(LOCAL_GPUS),
+                                                                 os.environ.get("CUDA_VISIBLE_DEVICES"))
         os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "RANK": str(rank),
                            "LOCAL_RANK": "0" if not torch.cuda.is_available() else os.environ.get("LOCAL_RANK", "0"),
                            "WORLD_SIZE": str(world_size)})
@@ -266,6 +270,14 @@ class Worker:
 
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
+
+    def location(self) -> str:
+        """Where this worker runs: its Ray node (id prefix and IP) and its GPUs, for the startup log."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()[:8] if ray.is_initialized() else "local"
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES") if torch.cuda.is_available() else None
+        return f"node {node} ({node_ip()})" + (f", GPU {gpus}" if gpus else "")
 
 
 def get_rng_state() -> dict[str, Any]:

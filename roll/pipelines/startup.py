@@ -52,8 +52,13 @@ def start_roles(cfg: BaseConfig) -> Roles:
     for role, proxy in roles.items():
         with start_notice(role, cfg.rpc_timeout):
             proxy.initialize(ctx)
+        where = ""
+        if cfg.distributed != "local":  # which node and GPUs each rank landed on (several nodes: see they spread)
+            from roll.distributed.worker import Worker
+
+            where = ": " + "; ".join(f"rank {r} on {loc}" for r, loc in enumerate(proxy.group.call(Worker.location)))
         print(f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
-              f"worker(s)", flush=True)
+              f"worker(s){where}", flush=True)
     return roles
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from roll.config.worker import WorkerConfig
@@ -144,3 +146,43 @@ def test_never_policy_moves_nothing_and_bad_policy_is_named():
     assert phases.activate(groups, {"actor_infer"}) == [] and phases.activate(groups, {"actor_train"}) == []
     with pytest.raises(ValueError, match="colocated_offload='sometimes'"):
         ColocationPhases(plan.colocated, "sometimes")
+
+
+def test_visible_devices_count_the_gpus_the_node_exposes():
+    from roll.distributed.placement import visible_devices
+
+    assert visible_devices("0,1", None) == "0,1"  # a raylet that sees every GPU: index = physical id
+    assert visible_devices("1", "") == "1"
+    assert visible_devices("0", "1") == "1"  # the second `ray start` of a host, started with CUDA_VISIBLE_DEVICES=1
+    assert visible_devices("1,0", "4, 6") == "6,4"
+    assert visible_devices("0", "GPU-ab12,GPU-cd34") == "GPU-ab12"
+    with pytest.raises(RuntimeError, match="node-local GPU 2 but its node exposes only CUDA_VISIBLE_DEVICES=3,5"):
+        visible_devices("2", "3,5")
+
+
+def test_gpu_worker_on_a_raylet_started_with_cuda_visible_devices(monkeypatch, tiny_model_dir):
+    """A real Worker actor in a GPU slot (Ray told the raylet it has 2 GPUs; none exist here): its CUDA_VISIBLE_DEVICES
+    is the slot's node-local index counted in the raylet's own list, not the physical index (the old behaviour gave
+    "1" here, i.e. another tenant's GPU on a shared machine, or the head's GPU for a second `ray start` on one host)."""
+    ray = pytest.importorskip("ray")
+    from roll.config.loader import load_config
+    from roll.distributed.group import RayWorkerGroup
+    from roll.distributed.placement import create_placement_groups
+
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # the raylet started below inherits it
+    root = str(Path(__file__).resolve().parents[2])
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    try:
+        config = load_config("sokoban_tiny", overrides=[f"pretrain={tiny_model_dir}", "tiny_model=null"]).actor_infer
+        config.device_mapping, config.world_size, config.num_cpus_per_worker = [1], 1, 1
+        plan = plan_placement({"actor_infer": config}, num_gpus_per_node=2)
+        groups = create_placement_groups(plan)
+        group = RayWorkerGroup("actor_infer", config, timeout_s=120, gpu_ids=[1], slots=plan.roles["actor_infer"],
+                               placement_groups=groups)
+        env = ray.get(group.actors[0].__ray_call__.remote(lambda w: dict(__import__("os").environ)))
+        assert env["CUDA_VISIBLE_DEVICES"] == "7"
+        assert "ROLL_LOCAL_GPU_IDS" not in env
+    finally:
+        ray.shutdown()
