@@ -46,6 +46,10 @@ CUDA_VISIBLE_DEVICES=0 ray start --head --port="$PORT" --include-dashboard=false
 HEAD=$(python3 -c "import ray; print(ray.util.get_node_ip_address())"):$PORT
 CUDA_VISIBLE_DEVICES=1 ray start --address="$HEAD" "${NODE[@]}" > "$OUT/ray_node2.log" 2>&1 \
     || { cat "$OUT/ray_node2.log"; ray stop --force; exit 1; }
+for _ in $(seq 60); do  # the second node registers a moment after `ray start` returns
+    [ "$(ray status 2>/dev/null | grep -c '^ *1 node_')" -ge 2 ] && break
+    sleep 1
+done
 ray status 2>&1 | tee "$OUT/ray_status.txt" | head -20
 
 t0=$(date +%s)
