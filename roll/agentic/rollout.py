@@ -32,6 +32,33 @@ from roll.config.validation import global_train_batch
 from roll.distributed.roles import InferProxy
 
 
+#: CPUs each env manager actor reserves in Ray mode (its envs or agent harnesses and, for agents, a gateway).
+MANAGER_CPUS = 0.5
+#: Seconds env manager actors may take to start before the run stops (a cluster short of CPUs leaves them pending).
+STARTUP_TIMEOUT_S = 300.0
+
+
+def manager_cpus(cfg: AgenticConfig) -> float:
+    """CPUs that the env manager actors of ``cfg`` (train and validation) reserve in Ray mode."""
+    managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
+    return MANAGER_CPUS * sum(m.num_env_managers for m in managers)
+
+
+def _await_started(actors: list[Any], phase: str, name: str, timeout_s: float) -> None:
+    """Wait until every actor has started; a cluster without room for them fails here, naming what they need,
+    instead of leaving the first rollout waiting forever."""
+    import ray
+
+    ready, pending = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+    if pending:
+        raise RuntimeError(
+            f"{len(pending)} of {len(actors)} {phase} {name} actors did not start within {timeout_s:.0f}s; each "
+            f"reserves {MANAGER_CPUS} CPU. Ray has {ray.available_resources().get('CPU', 0):g} of "
+            f"{ray.cluster_resources().get('CPU', 0):g} CPUs free: lower num_env_managers, or give Ray more CPUs "
+            f"(ray_num_cpus, or more nodes)")
+    ray.get(ready)  # an actor whose constructor raised raises here
+
+
 def train_batch_multiple(cfg: AgenticConfig) -> int:
     """Samples of one optimizer step of actor_train (and critic): the batch size must stay a multiple of it."""
     multiple = 1
@@ -77,8 +104,9 @@ class RolloutScheduler:
         if use_ray:
             import ray
 
-            cls = ray.remote(num_cpus=0.5)(manager_cls)
+            cls = ray.remote(num_cpus=MANAGER_CPUS)(manager_cls)
             self.managers = [cls.remote(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+            _await_started(self.managers, phase, manager_cls.__name__, STARTUP_TIMEOUT_S)
         else:
             self.managers = [manager_cls(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
         self._threads = ThreadPoolExecutor(n, thread_name_prefix="roll-manager") if n > 1 and not use_ray else None

@@ -13,7 +13,7 @@ from dataclasses import asdict
 import torch
 
 from roll.agentic.render_dump import dump_val_renders, env_descriptions
-from roll.agentic.rollout import RolloutScheduler, rollout_metrics
+from roll.agentic.rollout import RolloutScheduler, manager_cpus, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, several_samples, trajectories_to_batch
@@ -38,7 +38,7 @@ class AgenticPipeline(Pipeline):
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         self.build_tiny_model()
-        self.start_roles()
+        self.start_roles(extra_cpus=manager_cpus(cfg))
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
         self.dumps = TrajectoryDumps(self.log_dir, cfg.trajectory_dump_steps, cfg.trajectory_dump_max,
                                      self.tokenizer, "agentic", env_descriptions(cfg))

@@ -71,9 +71,10 @@ class Pipeline(ABC):
         extra = {"corpus": corpus} if corpus is not None else {}
         ensure_tiny_model(cfg.pretrain, **extra, **vars(cfg.tiny_model))
 
-    def start_roles(self) -> None:
-        """Start the roles (typed proxies), the colocation phases and the PPO update."""
-        self.roles = start_roles(self.cfg)
+    def start_roles(self, extra_cpus: float = 0.0) -> None:
+        """Start the roles (typed proxies), the colocation phases and the PPO update (``extra_cpus``: see
+        :func:`~roll.pipelines.startup.start_roles`)."""
+        self.roles = start_roles(self.cfg, extra_cpus)
         self.groups = self.roles.groups
         self.phases = colocation_phases(self.cfg)
         self.trainer = PPOTrainer(self.cfg, self.roles, self.sync_infer,

@@ -152,7 +152,7 @@ class RLVRPipeline(Pipeline):
                                      "rlvr")
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
-        self.start_roles()
+        self.start_roles(extra_cpus=cfg.rewards.num_workers * cfg.rewards.num_cpus_per_worker)
         self.generator = generation_client(self.roles.actor_infer)
         self.round_stats: list[tuple[dict[str, float], dict[str, float]]] = []  # async: rounds since the last take
         self.round_lock = threading.Lock()

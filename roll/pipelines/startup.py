@@ -16,9 +16,10 @@ from roll.distributed.weight_sync import copy_weights
 from roll.strategies.base import StrategyContext
 
 
-def start_roles(cfg: BaseConfig) -> Roles:
+def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
     """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
-    role's strategy checked against the registry) and initialise their strategies."""
+    role's strategy checked against the registry) and initialise their strategies. ``extra_cpus``: what the
+    pipeline's other actors (env managers, reward workers) will reserve, counted when sizing a Ray it starts."""
     workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
     for worker in workers.values():
         if not worker.model_args.model_name_or_path:
@@ -29,7 +30,7 @@ def start_roles(cfg: BaseConfig) -> Roles:
     else:
         from roll.distributed.cluster import start_ray
 
-        needed = sum(w.num_cpus_per_worker * w.world_size for w in workers.values()) + 1
+        needed = sum(w.num_cpus_per_worker * w.world_size for w in workers.values()) + extra_cpus + 1
         start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
                   num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
                   env_vars=dict(cfg.system_envs))

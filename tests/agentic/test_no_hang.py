@@ -162,3 +162,47 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
                                            "env_step_timeout=0.5s"):
         bounded(lambda: EnvManager(m, plan_groups(m, cfg.custom_envs), qwen_tokenizer_dir,
                                    cfg.actor_infer.generating_args, 2048, 42, "train"))
+
+
+def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
+    """An env manager actor that Ray cannot place (the cluster is short of CPUs) stops the run at startup with what
+    it needs; before, the first rollout waited on it forever."""
+    from roll.agentic.rollout import MANAGER_CPUS, _await_started
+
+    @ray_session.remote(num_cpus=MANAGER_CPUS)
+    class Manager:
+        pass
+
+    fits = [Manager.remote() for _ in range(2)]
+    bounded(lambda: _await_started(fits, "train", "EnvManager", 60.0))
+    too_many = [Manager.remote() for _ in range(8)]  # 2 CPUs hold 4, two of which are taken
+    with pytest.raises(RuntimeError, match=r"of 8 train EnvManager actors did not start within 2s; each reserves 0.5 CPU"):
+        bounded(lambda: _await_started(too_many, "train", "EnvManager", 2.0))
+    for actor in fits + too_many:
+        ray_session.kill(actor)
+
+
+def test_a_ray_started_by_roll_counts_the_env_managers(tmp_path, tiny_model_dir):
+    """sokoban_tiny with 4 env managers on Ray on this 2-core machine: Ray is sized for the managers too (they used
+    to be left pending, and the rollout waited forever)."""
+    from roll.config.loader import load_config
+    from roll.pipelines.agentic_pipeline import AgenticPipeline
+
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    overrides = [f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}",
+                 f"logging_dir={tmp_path}/logs", "distributed=ray", "track_with=stdout", "max_steps=1",
+                 "save_steps=0", "eval_steps=0", "trajectory_dump_steps=0", "sft_warmup.enabled=false",
+                 "rollout_batch_size=16", "train_env_manager.env_groups=4", "train_env_manager.group_size=4",
+                 "train_env_manager.num_env_managers=4", "val_env_manager=null", "zero_signal_patience=0",
+                 "actor_infer.generating_args.max_new_tokens=4", "custom_envs.SimpleSokoban.max_tokens_per_step=4",
+                 "custom_envs.SimpleSokoban.max_actions_per_traj=2",
+                 "actor_train.training_args.per_device_train_batch_size=4",
+                 "actor_train.training_args.gradient_accumulation_steps=1"]
+    try:
+        pipe = AgenticPipeline(load_config("sokoban_tiny", overrides=overrides))
+        pipe.run()  # pytest-timeout bounds it
+        assert ray.cluster_resources()["CPU"] >= 2 + 4 * 0.5
+    finally:
+        ray.shutdown()
