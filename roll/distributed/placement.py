@@ -5,8 +5,9 @@ GPU runs: every GPU id named by any role gets one bundle ``{"GPU": 1, "CPU": c}`
 ``STRICT_PACK`` placement group, so local indices are consistent inside a node. Worker ``r`` of a role owns GPUs
 ``device_mapping[r*k:(r+1)*k]`` (``k = num_gpus_per_worker``); its actor is scheduled in the bundle of its first
 GPU with a fractional GPU request (``1 / workers starting on that GPU``) and sets ``CUDA_VISIBLE_DEVICES`` itself
-to the local indices of all its GPUs (:func:`visible_devices`: counted among the GPUs its node's raylet sees). Roles whose mappings overlap are *colocated* (time-shared: the one not in the
-current phase offloads its states); disjoint mappings are *disaggregated*.
+to the local indices of all its GPUs, counted among the GPUs its node's raylet sees (:func:`visible_devices`).
+Roles whose mappings overlap are *colocated* (time-shared: the one not in the current phase offloads its states);
+disjoint mappings are *disaggregated*.
 
 CPU runs (empty mappings): ``world_size`` workers per role, one placement group per role with one
 ``{"CPU": num_cpus_per_worker}`` bundle per worker.

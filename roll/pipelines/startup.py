@@ -13,6 +13,7 @@ from roll.config.validation import ROLES, optimizer_steps_per_rollout
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.roles import RoleProxy, Roles, TrainProxy
 from roll.distributed.weight_sync import copy_weights
+from roll.distributed.worker import Worker
 from roll.strategies.base import StrategyContext
 
 
@@ -55,8 +56,6 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
             proxy.initialize(ctx)
         where = ""
         if cfg.distributed != "local":  # which node and GPUs each rank landed on (several nodes: see they spread)
-            from roll.distributed.worker import Worker
-
             where = ": " + "; ".join(f"rank {r} on {loc}" for r, loc in enumerate(proxy.group.call(Worker.location)))
         print(f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
               f"worker(s){where}", flush=True)

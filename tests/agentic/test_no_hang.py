@@ -176,7 +176,8 @@ def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
     fits = [Manager.remote() for _ in range(2)]
     bounded(lambda: _await_started(fits, "train", "EnvManager", 60.0))
     too_many = [Manager.remote() for _ in range(8)]  # 2 CPUs hold 4, two of which are taken
-    with pytest.raises(RuntimeError, match=r"of 8 train EnvManager actors did not start within 2s; each reserves 0.5 CPU"):
+    message = r"of 8 train EnvManager actors did not start within 2s; each reserves 0.5 CPU"
+    with pytest.raises(RuntimeError, match=message):
         bounded(lambda: _await_started(too_many, "train", "EnvManager", 2.0))
     for actor in fits + too_many:
         ray_session.kill(actor)
