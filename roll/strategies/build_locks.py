@@ -74,13 +74,22 @@ def _holders(lock: Path, proc: Path) -> tuple[int, ...] | None:
         if not entry.name.isdigit():
             continue
         try:
-            if any(os.readlink(fd) == lock_s for fd in (entry / "fd").iterdir()) or _works_in(entry, build_dir):
+            if _works_in(entry, build_dir) or any(_target(fd) == lock_s for fd in (entry / "fd").iterdir()):
                 holders.append(int(entry.name))
-        except FileNotFoundError:  # the process (or one of its fds) ended meanwhile
+        except FileNotFoundError:  # the process ended meanwhile
             continue
         except PermissionError:  # not ours to inspect: a possible holder if it is a builder
             blind = blind or _may_build(entry)
     return tuple(holders) if holders or not blind else None
+
+
+def _target(fd: Path) -> str | None:
+    """What open file ``fd`` points at; None when it was closed meanwhile (a busy process opens and closes files
+    between the listing and the read: that must not hide the process)."""
+    try:
+        return os.readlink(fd)
+    except FileNotFoundError:
+        return None
 
 
 def _may_build(entry: Path) -> bool:

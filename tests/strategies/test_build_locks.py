@@ -68,6 +68,29 @@ def test_process_working_in_the_build_directory_holds_the_lock(tmp_path):
         compiler.wait()
 
 
+@pytest.mark.parametrize("holds_by", ["cwd", "fd"])
+def test_a_file_closed_between_listing_and_reading_does_not_hide_the_holder(tmp_path, monkeypatch, holds_by):
+    """A busy builder opens and closes files all the time: an fd gone between ``/proc/<pid>/fd`` and its readlink
+    (the race that failed CI once) must not drop the process from the holders."""
+    lock = stale_lock(tmp_path / "ext")
+    entry = tmp_path / "proc" / "4242"
+    (entry / "fd").mkdir(parents=True)
+    (entry / "cwd").symlink_to(lock.parent if holds_by == "cwd" else tmp_path)
+    (entry / "fd" / "3").symlink_to(tmp_path / "closed-meanwhile")
+    if holds_by == "fd":
+        (entry / "fd" / "4").symlink_to(lock.resolve())
+    real_readlink = os.readlink
+
+    def readlink(path):
+        if Path(path).name == "3":
+            raise FileNotFoundError(path)
+        return real_readlink(path)
+
+    monkeypatch.setattr("roll.strategies.build_locks.os.readlink", readlink)
+    [found] = find_build_locks(tmp_path / "ext", proc=tmp_path / "proc")
+    assert found.holders == (4242,) and not found.stale
+
+
 def test_doctor_reports_a_stale_lock_with_its_fix_and_passes_without_one(tmp_path):
     [ok] = doctor.check_build_locks(tmp_path)
     assert ok.status is doctor.Status.OK
