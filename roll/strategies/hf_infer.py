@@ -13,6 +13,7 @@ import torch
 from roll.config.strategies import HFInferOptions
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
+from roll.models.decode import decode, unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
@@ -21,7 +22,9 @@ from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, spl
 
 
 class HFInferStrategy(InferenceStrategy, ScoringStrategy):
-    """transformers ``generate`` over left-padded batches; token ids in, token ids out. Registered ability
+    """Left-padded batches, token ids in, token ids out. On CPU a Llama-family model decodes with
+    :func:`roll.models.decode.decode` (``generate``'s tokens and log-probs bit for bit, at about half the cost per
+    token); any other model, a repetition penalty, or a GPU uses transformers ``generate``. Registered ability
     ``ipc_weights``: weights may arrive as CUDA-IPC buckets from a trainer on the same GPU
     (:meth:`load_weight_bucket`)."""
 
@@ -94,18 +97,27 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             extra["past_key_values"] = batch_cache([kv for _, kv in hits], cached, width_cached, like)
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
-        out = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-            max_new_tokens=max_new_tokens, do_sample=sample,
-            temperature=args.temperature if sample else None, top_p=args.top_p if sample else None,
-            top_k=args.top_k if sample and args.top_k > 0 else None,
-            repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids, pad_token_id=pad,
-            min_new_tokens=max_new_tokens if args.ignore_eos else None,
-            return_dict_in_generate=True, output_scores=True, **extra,
-        )
-        new = out.sequences[:, width:].cpu()  # (B, N)
-        # log-probs of the sampled tokens under the distribution actually sampled from (after warpers)
-        logps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).cpu()
+        if self.device.type == "cpu" and decode_unsupported(self.model, args.repetition_penalty) is None:
+            out = decode(self.model, input_ids, attention_mask, max_new_tokens, past=extra.get("past_key_values"),
+                         past_width=width_cached, do_sample=sample, temperature=args.temperature if sample else 1.0,
+                         top_k=args.top_k if sample and args.top_k > 0 else 0,
+                         top_p=args.top_p if sample else 1.0, min_new_tokens=max_new_tokens if args.ignore_eos else 0,
+                         stop_ids=stop_ids, pad_id=pad, keep_cache=self.turn_cache is not None)
+            new, logps, cache = out.tokens.cpu(), out.log_probs.cpu(), out.cache
+        else:
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+                max_new_tokens=max_new_tokens, do_sample=sample,
+                temperature=args.temperature if sample else None, top_p=args.top_p if sample else None,
+                top_k=args.top_k if sample and args.top_k > 0 else None,
+                repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids, pad_token_id=pad,
+                min_new_tokens=max_new_tokens if args.ignore_eos else None,
+                return_dict_in_generate=True, output_scores=True, **extra,
+            )
+            new = out.sequences[:, width:].cpu()  # (B, N)
+            # log-probs of the sampled tokens under the distribution actually sampled from (after warpers)
+            logps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).cpu()
+            cache = out.past_key_values
         results = []
         stop_set = set(stop_ids)
         for i in range(len(prompts)):
@@ -117,10 +129,10 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
                     reason = "stop"
                     break
             results.append(GenerationOutput(ids, lps, reason))
-        if self.turn_cache is not None and out.past_key_values is not None:
+        if self.turn_cache is not None and cache is not None:
             # keys exist for the prompt and every response token but the last (never fed back)
             kept = [len(r.token_ids) - 1 for r in results]
-            for prompt, r, kv in zip(prompts, results, split_cache(out.past_key_values, attention_mask, kept)):
+            for prompt, r, kv in zip(prompts, results, split_cache(cache, attention_mask, kept)):
                 self.turn_cache.store(prompt + r.token_ids[:-1], kv)
         return results
 
