@@ -48,8 +48,8 @@ def unsupported(model: Any, repetition_penalty: float = 1.0) -> str | None:
 @dataclass
 class Decoded:
     """``tokens`` and ``log_probs``: (B, n) for the n decode steps taken (every row past its stop token holds the
-    pad id); ``cache`` (None unless asked for): a ``DynamicCache`` over the prompt width plus n - 1 positions (the last token is never fed
-    back), laid out as ``generate``'s ``past_key_values``."""
+    pad id); ``cache`` (None unless asked for): a ``DynamicCache`` over the prompt width plus n - 1 positions (the
+    last token is never fed back), laid out as ``generate``'s ``past_key_values``."""
 
     tokens: torch.Tensor
     log_probs: torch.Tensor
