@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="a Hugging Face model directory (default: roll's tiny model, built here)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--shapes", nargs="+", metavar="BxPxN", help="sequences x prompt x new tokens (default: "
+                        + " ".join(f"{b}x{p}x{n}" for b, p, n in SHAPES) + ")")
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM
 
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"model": args.model or "roll tiny model (build_tiny_model defaults)", "torch": torch.__version__,
                "threads": torch.get_num_threads(), "repeats": args.repeats, "shapes": []}
     print(f"{'sequences x prompt x new':>26} {'generate s':>11} {'lean s':>8} {'lean/generate':>14} same tokens")
-    for batch, prompt, new_tokens in SHAPES:
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
+    for batch, prompt, new_tokens in shapes:
         row = run_shape(model, batch, prompt, new_tokens, args.repeats)
         results["shapes"].append(row)
         print(f"{f'{batch} x {prompt} x {new_tokens}':>26} {row['generate']['median_s']:>11.4f} "
