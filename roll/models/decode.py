@@ -113,6 +113,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
     a stop id. Arguments mean what ``generate``'s do; ``keep_cache=False`` returns no cache."""
     from transformers import DynamicCache
 
+    if max_new_tokens < 1:
+        raise ValueError(f"decode: max_new_tokens must be >= 1, got {max_new_tokens}")
     inner = model.model
     batch, width = input_ids.shape
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -131,7 +133,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
         mask[:, 0, 0, :width] = attention_mask.bool()
     # every decode step's rotary cos/sin in one call: (B, N, head_dim) each
     steps = positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=input_ids.device)
-    rotary = inner.rotary_emb(out.logits, steps)
+    rotary = inner.rotary_emb(buffers[0][0], steps)  # in the model's dtype, as generate's
     sampling = dict(min_new_tokens=min_new_tokens, stop_ids=stop_ids, sample=do_sample, temperature=temperature,
                     top_k=top_k, top_p=top_p)
     stop = torch.tensor(list(stop_ids), dtype=torch.long, device=input_ids.device)

@@ -97,7 +97,8 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             extra["past_key_values"] = batch_cache([kv for _, kv in hits], cached, width_cached, like)
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
-        if self.device.type == "cpu" and decode_unsupported(self.model, args.repetition_penalty) is None:
+        if (self.device.type == "cpu" and max_new_tokens >= 1
+                and decode_unsupported(self.model, args.repetition_penalty) is None):
             out = decode(self.model, input_ids, attention_mask, max_new_tokens, past=extra.get("past_key_values"),
                          past_width=width_cached, do_sample=sample, temperature=args.temperature if sample else 1.0,
                          top_k=args.top_k if sample and args.top_k > 0 else 0,

@@ -82,6 +82,18 @@ def test_decode_is_generate_bit_for_bit(kind, padded, mode):
     assert ours.tokens.shape[1] > 1 and (ours.log_probs[:, 0] < 0).all()  # something was decoded and scored
 
 
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+@torch.no_grad()
+def test_bfloat16_model_is_generate_bit_for_bit(mode):
+    model, (ids, mask) = tiny("qwen2-gqa").to(torch.bfloat16), prompts(True)
+    torch.manual_seed(3)
+    theirs = reference(model, ids, mask, 12, SAMPLING[mode])
+    torch.manual_seed(3)
+    ours = decode(model, ids, mask, 12, stop_ids=STOPS, pad_id=PAD, **SAMPLING[mode])
+    assert ours.cache.layers[0].keys.dtype == torch.bfloat16
+    assert_same(ours, theirs, mask)
+
+
 @torch.no_grad()
 def test_rows_past_their_stop_token_hold_padding_and_decoding_ends_when_all_stop():
     model, (ids, mask) = tiny("qwen2-gqa"), prompts(True)
