@@ -19,6 +19,7 @@ reason, and ``hf_infer`` falls back to ``generate``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -103,6 +104,12 @@ def _layer_step(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_arg(model_cls: type) -> str:
+    """The forward's keyword for a key/value cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
 def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, *,
            past: Any = None, past_width: int = 0, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
@@ -118,9 +125,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
     inner = model.model
     batch, width = input_ids.shape
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.x's name
-    out = model(input_ids=input_ids[:, past_width:], attention_mask=attention_mask,
-                position_ids=positions[:, past_width:], use_cache=True, logits_to_keep=1, **{cache_arg: past})
+    out = model(input_ids=input_ids[:, past_width:], attention_mask=attention_mask, use_cache=True, logits_to_keep=1,
+                position_ids=positions[:, past_width:], **{_cache_arg(type(model)): past})
     buffers = []
     for layer in out.past_key_values.layers:
         k = layer.keys.new_zeros((batch, layer.keys.shape[1], width + max_new_tokens, layer.keys.shape[-1]))

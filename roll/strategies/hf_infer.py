@@ -104,7 +104,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
                          top_k=args.top_k if sample and args.top_k > 0 else 0,
                          top_p=args.top_p if sample else 1.0, min_new_tokens=max_new_tokens if args.ignore_eos else 0,
                          stop_ids=stop_ids, pad_id=pad, keep_cache=self.turn_cache is not None)
-            new, logps, cache = out.tokens.cpu(), out.log_probs.cpu(), out.cache
+            new, logps, cache = out.tokens, out.log_probs, out.cache  # CPU tensors
         else:
             out = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from roll.models.decode import decode, unsupported
+from roll.strategies.turn_cache import batch_layout
+from tests.strategies.test_turn_cache import _strategy as hf_infer_strategy
 
 VOCAB, STOPS, PAD = 96, [2, 7], 0
 
@@ -25,13 +27,11 @@ def tiny(kind: str):
 
 
 def prompts(padded: bool, batch: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``(input_ids, attention_mask)`` as hf_infer lays them out."""
     gen = torch.Generator().manual_seed(1)
     lengths = torch.randint(3, 12, (batch,), generator=gen) if padded else torch.full((batch,), 9)
-    width = int(lengths.max())
-    ids, mask = torch.full((batch, width), PAD), torch.zeros(batch, width, dtype=torch.long)
-    for i, n in enumerate(lengths.tolist()):
-        ids[i, width - n:] = torch.randint(8, VOCAB, (n,), generator=gen)
-        mask[i, width - n:] = 1
+    rows = [torch.randint(8, VOCAB, (n,), generator=gen).tolist() for n in lengths.tolist()]
+    ids, mask, _ = batch_layout(rows, [0] * batch, PAD)
     return ids, mask
 
 
@@ -114,7 +114,7 @@ def test_rows_past_their_stop_token_hold_padding_and_decoding_ends_when_all_stop
 def test_continues_from_a_prefix_cache_as_generate_does():
     """hf_infer's layout for prompts whose first tokens have keys (a kept turn or a shared prefix): the cached
     columns first, then the rest of each prompt, both right-aligned."""
-    from roll.strategies.turn_cache import batch_cache, batch_layout, split_cache
+    from roll.strategies.turn_cache import batch_cache, split_cache
 
     model = tiny("qwen2-gqa")
     gen = torch.Generator().manual_seed(2)
@@ -150,19 +150,6 @@ def test_unsupported_names_the_reason():
     assert "sliding" in unsupported(sliding)
 
 
-def hf_infer_strategy(model_dir: str):
-    from roll.config.worker import WorkerConfig
-    from roll.strategies.base import StrategyContext
-    from roll.strategies.hf_infer import HFInferStrategy
-
-    config = WorkerConfig()
-    config.model_args.model_name_or_path = model_dir
-    config.strategy_args.strategy_name = "hf_infer"
-    strategy = HFInferStrategy(config, 0, 1)
-    strategy.initialize(StrategyContext(seed=0))
-    return strategy
-
-
 @pytest.mark.parametrize("penalty", [1.0, 1.2])
 def test_hf_infer_decodes_with_it_on_cpu_and_falls_back_to_generate(tiny_model_dir, monkeypatch, penalty):
     """Two turns (the second continues kept keys; a group's shared prompt is prefilled once) give the same tokens
@@ -177,7 +164,7 @@ def test_hf_infer_decodes_with_it_on_cpu_and_falls_back_to_generate(tiny_model_d
     for path in ("lean", "generate"):
         if path == "generate":
             monkeypatch.setattr(hf_infer, "decode_unsupported", lambda *a: "turned off in this test")
-        strategy, log = hf_infer_strategy(tiny_model_dir), []
+        strategy = hf_infer_strategy(tiny_model_dir)
         torch.manual_seed(0)
         outs = strategy.generate(first, args)
         second = [p + o.token_ids + [14, 15] for p, o in zip(first, outs)]
