@@ -31,8 +31,11 @@ from seeds import ROOT, seed_overrides  # noqa: E402
 START = ROOT / "examples" / "start_agentic_pipeline.py"
 KS = (0, 1, 2)
 #: ``--correction``'s runs: k >= 1 with decoupled PPO's truncated token importance weight (docs/async.md)
-IS_WEIGHT = ["train_infer_correction.is_weight.enabled=true", "train_infer_correction.is_weight.weight_type=token",
-             "train_infer_correction.is_weight.upper_bound=2.0"]
+IS_WEIGHT = [
+    "train_infer_correction.is_weight.enabled=true",
+    "train_infer_correction.is_weight.weight_type=token",
+    "train_infer_correction.is_weight.upper_bound=2.0",
+]
 
 
 def variants(correction: bool) -> dict[str, tuple[int, list[str]]]:
@@ -78,10 +81,24 @@ def run_seed(seed: int, out: Path, steps: int, val_rooms: int, extra: list[str],
         run_dir = base / name
         if (run_dir / "final" / "config.json").exists():
             continue
-        launch([f"seed={seed}", f"pretrain={warm / 'final'}", "tiny_model=null", "sft_warmup.enabled=false",
-                f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}", f"max_steps={steps}",
-                f"eval_steps={steps}", f"async_generation_ratio={k}", "save_steps=0", *overrides, *val, *extra],
-               run_dir / "run.log")
+        launch(
+            [
+                f"seed={seed}",
+                f"pretrain={warm / 'final'}",
+                "tiny_model=null",
+                "sft_warmup.enabled=false",
+                f"output_dir={run_dir}",
+                f"logging_dir={run_dir / 'logs'}",
+                f"max_steps={steps}",
+                f"eval_steps={steps}",
+                f"async_generation_ratio={k}",
+                "save_steps=0",
+                *overrides,
+                *val,
+                *extra,
+            ],
+            run_dir / "run.log",
+        )
 
 
 def table(out: Path, seeds: list[int], correction: bool = False) -> str:
@@ -93,8 +110,11 @@ def table(out: Path, seeds: list[int], correction: bool = False) -> str:
     diffs: dict[str, list[float]] = {n: [] for n in names[1:]}
     finals: dict[str, list[float]] = {n: [] for n in names}
     for seed in seeds:
-        runs = {n: val_success(out / f"seed{seed}" / n) for n in names
-                if (out / f"seed{seed}" / n / "logs" / "metrics.jsonl").exists()}
+        runs = {
+            n: val_success(out / f"seed{seed}" / n)
+            for n in names
+            if (out / f"seed{seed}" / n / "logs" / "metrics.jsonl").exists()
+        }
         if len(runs) < len(names) or any(len(r) < 2 for r in runs.values()):
             continue
         first = runs["k0"][min(runs["k0"])]
@@ -108,24 +128,31 @@ def table(out: Path, seeds: list[int], correction: bool = False) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     count = len(diffs[names[1]])
     if count >= 2:
-        mean = [f"{statistics.fmean(finals[n]):.1f}% +- {statistics.stdev(finals[n]) / math.sqrt(count):.1f}"
-                for n in names]
-        dm = [f"{statistics.fmean(diffs[n]):+.1f} +- {statistics.stdev(diffs[n]) / math.sqrt(count):.1f}"
-              for n in names[1:]]
+        mean = [
+            f"{statistics.fmean(finals[n]):.1f}% +- {statistics.stdev(finals[n]) / math.sqrt(count):.1f}" for n in names
+        ]
+        dm = [
+            f"{statistics.fmean(diffs[n]):+.1f} +- {statistics.stdev(diffs[n]) / math.sqrt(count):.1f}"
+            for n in names[1:]
+        ]
         lines.append("| mean +- stderr | |" + "".join(f" {c} |" for c in mean + dm))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     epilog="Arguments after -- are extra Hydra overrides for every run.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog="Arguments after -- are extra Hydra overrides for every run."
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--steps", type=int, default=40, help="RL steps of every run (64 trajectories each)")
     parser.add_argument("--val-rooms", type=int, default=256, help="validation rooms (val_env_manager.env_groups)")
     parser.add_argument("--out", type=Path, default=Path("output/async_learning"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
-    parser.add_argument("--correction", action="store_true",
-                        help="also run k = 1 and 2 with the truncated token importance weight (k1c, k2c)")
+    parser.add_argument(
+        "--correction",
+        action="store_true",
+        help="also run k = 1 and 2 with the truncated token importance weight (k1c, k2c)",
+    )
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     out = args.out.resolve()

@@ -23,9 +23,11 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: name -> (strategy_name, strategy_config)
-STRATEGIES = {"deepspeed_zero0": ("deepspeed_train", {"zero_stage": 0}),
-              "deepspeed_zero2": ("deepspeed_train", {"zero_stage": 2}),
-              "fsdp2": ("fsdp2_train", {})}
+STRATEGIES = {
+    "deepspeed_zero0": ("deepspeed_train", {"zero_stage": 0}),
+    "deepspeed_zero2": ("deepspeed_train", {"zero_stage": 2}),
+    "fsdp2": ("fsdp2_train", {}),
+}
 
 
 def build(name: str, model_dir: str):
@@ -74,8 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     args = parser.parse_args(argv)
 
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT", "29517"),
-                       "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "DS_ACCELERATOR": "cpu"})
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": os.environ.get("MASTER_PORT", "29517"),
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "DS_ACCELERATOR": "cpu",
+        }
+    )
     import torch
 
     from roll.algorithms.losses import ActorLossConfig
@@ -83,9 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     from roll.pipelines.loss_fns import PPOActorLoss
 
     torch.set_num_threads(args.threads)
-    model_dir = str(ensure_tiny_model(Path("output/models/tiny-qwen2-bench"), hidden_size=128, intermediate_size=512,
-                                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                                      vocab_size=1024))
+    model_dir = str(
+        ensure_tiny_model(
+            Path("output/models/tiny-qwen2-bench"),
+            hidden_size=128,
+            intermediate_size=512,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=1024,
+        )
+    )
     from transformers import AutoConfig
 
     batch = rollout_batch(args.samples, tuple(args.lengths), AutoConfig.from_pretrained(model_dir).vocab_size)
@@ -102,19 +120,37 @@ def main(argv: list[str] | None = None) -> int:
             if round_:
                 times[name]["log_probs"].append(middle - start)
                 times[name]["train_step"].append(end - middle)
-    summary = {name: {f"{part}_{stat}_s": fn(values) for part, values in parts.items()
-                      for stat, fn in (("median", statistics.median), ("min", min))}
-               for name, parts in times.items()}
+    summary = {
+        name: {
+            f"{part}_{stat}_s": fn(values)
+            for part, values in parts.items()
+            for stat, fn in (("median", statistics.median), ("min", min))
+        }
+        for name, parts in times.items()
+    }
     base = summary.get("deepspeed_zero2")
     for name, row in summary.items():
-        print(f"{name:16s} train_step median {row['train_step_median_s']:.3f} s (min {row['train_step_min_s']:.3f})"
-              f"  log_probs median {row['log_probs_median_s']:.3f} s (min {row['log_probs_min_s']:.3f})"
-              + (f"  train_step vs ZeRO-2 {row['train_step_median_s'] / base['train_step_median_s']:.2f}x"
-                 if base else ""))
-    result = {"date": datetime.date.today().isoformat(), "cpu_count": os.cpu_count(), "threads": args.threads,
-              "load_avg": os.getloadavg(), "samples": args.samples, "lengths": args.lengths,
-              "tokens": int(batch["attention_mask"].sum()), "repeats": args.repeats, "summary": summary,
-              "times": times}
+        print(
+            f"{name:16s} train_step median {row['train_step_median_s']:.3f} s (min {row['train_step_min_s']:.3f})"
+            f"  log_probs median {row['log_probs_median_s']:.3f} s (min {row['log_probs_min_s']:.3f})"
+            + (
+                f"  train_step vs ZeRO-2 {row['train_step_median_s'] / base['train_step_median_s']:.2f}x"
+                if base
+                else ""
+            )
+        )
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "cpu_count": os.cpu_count(),
+        "threads": args.threads,
+        "load_avg": os.getloadavg(),
+        "samples": args.samples,
+        "lengths": args.lengths,
+        "tokens": int(batch["attention_mask"].sum()),
+        "repeats": args.repeats,
+        "summary": summary,
+        "times": times,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "cpu_train_step.json").write_text(json.dumps(result, indent=1))
     print(f"[cpu_train_step] results written to {RESULTS / 'cpu_train_step.json'}")

@@ -31,17 +31,35 @@ SHAPES = [(64, 24, 16), (32, 24, 8), (32, 24, 64), (64, 64, 32), (128, 128, 8), 
 
 
 def generate_call(model, ids, mask, new_tokens: int):
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         do_sample=True, temperature=1.0, top_p=1.0, top_k=None,  # as hf_infer (None: no top-k)
-                         eos_token_id=[model.config.eos_token_id],
-                         pad_token_id=model.config.pad_token_id, return_dict_in_generate=True, output_scores=True)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,  # as hf_infer (None: no top-k)
+        eos_token_id=[model.config.eos_token_id],
+        pad_token_id=model.config.pad_token_id,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-    return out.sequences[:, ids.shape[1]:]
+    return out.sequences[:, ids.shape[1] :]
 
 
 def lean_call(model, ids, mask, new_tokens: int):
-    return decode(model, ids, mask, new_tokens, min_new_tokens=new_tokens, stop_ids=[model.config.eos_token_id],
-                  pad_id=model.config.pad_token_id, keep_cache=False).tokens
+    return decode(
+        model,
+        ids,
+        mask,
+        new_tokens,
+        min_new_tokens=new_tokens,
+        stop_ids=[model.config.eos_token_id],
+        pad_id=model.config.pad_token_id,
+        keep_cache=False,
+    ).tokens
 
 
 @torch.no_grad()
@@ -71,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="a Hugging Face model directory (default: roll's tiny model, built here)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    parser.add_argument("--shapes", nargs="+", metavar="BxPxN", help="sequences x prompt x new tokens (default: "
-                        + " ".join(f"{b}x{p}x{n}" for b, p, n in SHAPES) + ")")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        metavar="BxPxN",
+        help="sequences x prompt x new tokens (default: " + " ".join(f"{b}x{p}x{n}" for b, p, n in SHAPES) + ")",
+    )
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM
 
@@ -83,15 +105,23 @@ def main(argv: list[str] | None = None) -> int:
 
             path = str(build_tiny_model(Path(tmp) / "tiny"))
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    results = {"model": args.model or "roll tiny model (build_tiny_model defaults)", "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "repeats": args.repeats, "shapes": []}
+    results = {
+        "model": args.model or "roll tiny model (build_tiny_model defaults)",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "repeats": args.repeats,
+        "shapes": [],
+    }
     print(f"{'sequences x prompt x new':>26} {'generate s':>11} {'lean s':>8} {'lean/generate':>14} same tokens")
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     for batch, prompt, new_tokens in shapes:
         row = run_shape(model, batch, prompt, new_tokens, args.repeats)
         results["shapes"].append(row)
-        print(f"{f'{batch} x {prompt} x {new_tokens}':>26} {row['generate']['median_s']:>11.4f} "
-              f"{row['lean']['median_s']:>8.4f} {row['ratio']:>14.2f} {row['same_tokens']}", flush=True)
+        print(
+            f"{f'{batch} x {prompt} x {new_tokens}':>26} {row['generate']['median_s']:>11.4f} "
+            f"{row['lean']['median_s']:>8.4f} {row['ratio']:>14.2f} {row['same_tokens']}",
+            flush=True,
+        )
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     return 0 if all(r["same_tokens"] for r in results["shapes"]) else 1

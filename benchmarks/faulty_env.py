@@ -33,12 +33,22 @@ class FaultySokobanEnv(SokobanEnv):
     (0.02), ``hang_s`` (5.0), ``never_rate`` (0.0) and ``fault_seed`` (0).
     """
 
-    def __init__(self, *, error_rate: float = 0.10, hang_rate: float = 0.02, hang_s: float = 5.0,
-                 never_rate: float = 0.0, fault_seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        error_rate: float = 0.10,
+        hang_rate: float = 0.02,
+        hang_s: float = 5.0,
+        never_rate: float = 0.0,
+        fault_seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
         rates = (error_rate, hang_rate, never_rate)
         if min(rates) < 0 or sum(rates) > 1:
-            raise ValueError(f"error_rate={error_rate}, hang_rate={hang_rate}, never_rate={never_rate}: need rates "
-                             f">= 0 summing to <= 1")
+            raise ValueError(
+                f"error_rate={error_rate}, hang_rate={hang_rate}, never_rate={never_rate}: need rates "
+                f">= 0 summing to <= 1"
+            )
         super().__init__(**kwargs)
         self.error_rate, self.hang_rate, self.hang_s, self.fault_seed = error_rate, hang_rate, hang_s, fault_seed
         self.never_rate = never_rate
@@ -56,7 +66,7 @@ class FaultySokobanEnv(SokobanEnv):
     def fault_draw(self, action: str) -> float:
         """u in [0, 1) for the next step with ``action`` (a pure function of the episode and the action)."""
         key = f"{self.fault_seed}|{self._episode_seed}|{self.num_steps}|{action}".encode()
-        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2 ** 64
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
 
     def step(self, action: str):
         if self._demonstration:

@@ -26,8 +26,17 @@ import time
 from pathlib import Path
 
 #: Dense bf16 tensor-core peak (FLOP/s) by a substring of the device name (vendor data sheets; SXM parts).
-PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "H800": 989.4e12, "B200": 2250e12, "A100": 312e12,
-             "A800": 312e12, "L40S": 362e12, "A10G": 125e12, "4090": 165.2e12}
+PEAK_BF16 = {
+    "H200": 989.4e12,
+    "H100": 989.4e12,
+    "H800": 989.4e12,
+    "B200": 2250e12,
+    "A100": 312e12,
+    "A800": 312e12,
+    "L40S": 362e12,
+    "A10G": 125e12,
+    "4090": 165.2e12,
+}
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -63,15 +72,24 @@ def summarize(row: dict, params: int, peak: float | None) -> dict[str, float]:
     tokens = row.get("perf/tokens", 0.0)
     generated = row.get("rollout/generated_tokens", 0.0)
     trained_per_s = row.get("perf/train_tokens_per_s", tokens / train)
-    out = {"step_s": step, "generate_s": generate, "rollout_s": row.get("time/rollout", 0.0), "train_s": train,
-           "old_log_probs_s": row.get("time/old_log_probs", row.get("time/log_probs", 0.0)),
-           "sync_s": row.get("time/sync", 0.0), "offload_reload_s": row.get("time/offload_reload", 0.0),
-           "gen_tokens_per_s": generated / max(generate, 1e-9), "train_tokens_per_s": trained_per_s,
-           "gen_train_fraction": (generate + train) / step,
-           "sync_gib_per_s": row.get("sync/gib", 0.0) / max(row.get("time/sync", 0.0), 1e-9),
-           "logprob_mismatch": row.get("rollout/logprob_mismatch", float("nan")),
-           "sync_mode": row.get("sync/mode", float("nan")), "tokens": tokens, "generated_tokens": generated,
-           "samples": row.get("perf/samples", 0.0)}
+    out = {
+        "step_s": step,
+        "generate_s": generate,
+        "rollout_s": row.get("time/rollout", 0.0),
+        "train_s": train,
+        "old_log_probs_s": row.get("time/old_log_probs", row.get("time/log_probs", 0.0)),
+        "sync_s": row.get("time/sync", 0.0),
+        "offload_reload_s": row.get("time/offload_reload", 0.0),
+        "gen_tokens_per_s": generated / max(generate, 1e-9),
+        "train_tokens_per_s": trained_per_s,
+        "gen_train_fraction": (generate + train) / step,
+        "sync_gib_per_s": row.get("sync/gib", 0.0) / max(row.get("time/sync", 0.0), 1e-9),
+        "logprob_mismatch": row.get("rollout/logprob_mismatch", float("nan")),
+        "sync_mode": row.get("sync/mode", float("nan")),
+        "tokens": tokens,
+        "generated_tokens": generated,
+        "samples": row.get("perf/samples", 0.0),
+    }
     out["mfu"] = 6 * params * trained_per_s / peak if peak else float("nan")
     for key in ("perf/actor_train_peak_allocated_gib", "perf/actor_train_peak_reserved_gib", "perf/gpu_used_gib"):
         if key in row:
@@ -108,7 +126,7 @@ def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False
     length = max(2, int(round(tokens / max(1, samples))))
     ids = torch.randint(10, vocab - 10, (samples, length), generator=gen)
     response = torch.zeros_like(ids)
-    response[:, max(1, length - max(1, int(generated / max(1, samples)))):] = 1
+    response[:, max(1, length - max(1, int(generated / max(1, samples)))) :] = 1
     batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response})
     ta = cfg.actor_train.training_args
     step_samples = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * cfg.actor_train.world_size
@@ -120,9 +138,14 @@ def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False
         train_s.append(time.perf_counter() - start)
     if profile:
         print(groups["actor_train"].call_rank0("profile_train_step", batch, SFT_LOSS, lr=0.0), flush=True)
-    return {"bare_generate_s": min(gen_s), "bare_train_s": min(train_s), "bare_requests": float(requests),
-            "bare_prompt_tokens": float(prompt), "bare_new_tokens": float(new_tokens),
-            "bare_train_tokens": float(batch["attention_mask"].sum())}
+    return {
+        "bare_generate_s": min(gen_s),
+        "bare_train_s": min(train_s),
+        "bare_requests": float(requests),
+        "bare_prompt_tokens": float(prompt),
+        "bare_new_tokens": float(new_tokens),
+        "bare_train_tokens": float(batch["attention_mask"].sum()),
+    }
 
 
 def _generate_dp(group, prompts: list[list[int]], args) -> None:
@@ -141,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default="", help="suffix of the results file name (variants of a config)")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare-component measurements")
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of one bare train step")
-    parser.add_argument("--from-metrics", default=None, metavar="METRICS_JSONL",
-                        help="summarize an earlier run's metrics.jsonl instead of running (no bare components); "
-                             "with --gpu naming the device it ran on and --parameters the model's size")
+    parser.add_argument(
+        "--from-metrics",
+        default=None,
+        metavar="METRICS_JSONL",
+        help="summarize an earlier run's metrics.jsonl instead of running (no bare components); "
+        "with --gpu naming the device it ran on and --parameters the model's size",
+    )
     parser.add_argument("--gpu", default=None, help="device name for --from-metrics (e.g. 'NVIDIA H100 80GB HBM3')")
     parser.add_argument("--parameters", type=int, default=None, help="model parameters for --from-metrics")
     parser.add_argument("overrides", nargs="*")
@@ -171,16 +198,25 @@ def main(argv: list[str] | None = None) -> int:
         params = count_parameters(cfg.actor_train.model_args.model_name_or_path or cfg.pretrain)
     peak = peak_flops(device)
     per_step = [{"step": r.get("step"), **summarize(r, params, peak)} for r in rows]
-    kept = per_step[args.skip:] or per_step
+    kept = per_step[args.skip :] or per_step
     medians = {k: statistics.median(s[k] for s in kept) for k in kept[0] if k != "step"}
     bare = {} if args.no_bare or pipeline is None else bare_components(pipeline, rows[-1], profile=args.profile)
     if bare:
         bare["pipeline_over_components"] = medians["step_s"] / (bare["bare_generate_s"] + bare["bare_train_s"])
-    result = {"date": datetime.date.today().isoformat(), "gpu": device, "config": args.config_name,
-              "source": args.from_metrics or "this run",
-              "overrides": args.overrides, "steps": args.steps, "median_of_steps": [s["step"] for s in kept],
-              "parameters": params, "peak_bf16_flops": peak, **medians, **bare,
-              "per_step": per_step}
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": device,
+        "config": args.config_name,
+        "source": args.from_metrics or "this run",
+        "overrides": args.overrides,
+        "steps": args.steps,
+        "median_of_steps": [s["step"] for s in kept],
+        "parameters": params,
+        "peak_bf16_flops": peak,
+        **medians,
+        **bare,
+        "per_step": per_step,
+    }
     _print(per_step, medians, bare)
     name = f"{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -208,8 +244,20 @@ def _pipeline_kind(config_name: str, config_path: str | None):
 
 
 def _print(per_step: list[dict], medians: dict, bare: dict) -> None:
-    cols = ["step_s", "generate_s", "train_s", "old_log_probs_s", "sync_s", "offload_reload_s", "gen_tokens_per_s",
-            "train_tokens_per_s", "mfu", "gen_train_fraction", "sync_gib_per_s", "logprob_mismatch"]
+    cols = [
+        "step_s",
+        "generate_s",
+        "train_s",
+        "old_log_probs_s",
+        "sync_s",
+        "offload_reload_s",
+        "gen_tokens_per_s",
+        "train_tokens_per_s",
+        "mfu",
+        "gen_train_fraction",
+        "sync_gib_per_s",
+        "logprob_mismatch",
+    ]
     print("step " + " ".join(f"{c:>14}" for c in cols))
     for s in per_step:
         print(f"{s['step']:>4} " + " ".join(f"{s[c]:>14.4g}" for c in cols))

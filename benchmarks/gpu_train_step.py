@@ -46,15 +46,29 @@ def rollout_batch(samples: int, prompt: int, response: tuple[int, int], vocab: i
     resp[:, :prompt] = 0
     shape = (samples, width - 1)
     old = -torch.rand(shape, generator=gen) * 5
-    return Batch({"input_ids": ids, "attention_mask": mask, "response_mask": resp,
-                  "advantages": torch.randn(samples, 1, generator=gen).expand(shape).contiguous(),
-                  "old_log_probs": old, "ref_log_probs": old + 0.01 * torch.randn(shape, generator=gen)})
+    return Batch(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "response_mask": resp,
+            "advantages": torch.randn(samples, 1, generator=gen).expand(shape).contiguous(),
+            "old_log_probs": old,
+            "ref_log_probs": old + 0.01 * torch.randn(shape, generator=gen),
+        }
+    )
 
 
 def run_variant(args: argparse.Namespace, overrides: list[str]) -> dict:
     """Build the variant's strategy in this process and time its train steps."""
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT", "29531"),
-                       "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": os.environ.get("MASTER_PORT", "29531"),
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+        }
+    )
     import torch
 
     from roll.config.loader import load_config
@@ -93,10 +107,17 @@ def run_variant(args: argparse.Namespace, overrides: list[str]) -> dict:
         print(_profile(lambda: strategy.train_step(batch, loss_fn, lr=0.0, with_entropy=True)), flush=True)
     tokens = int(batch["attention_mask"].sum())
     step = statistics.median(times[1:])
-    return {"overrides": overrides, "samples": samples, "tokens": tokens, "warmup_s": times[0], "step_s": step,
-            "times_s": times[1:], "tokens_per_s": tokens / step,
-            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
-            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0}
+    return {
+        "overrides": overrides,
+        "samples": samples,
+        "tokens": tokens,
+        "warmup_s": times[0],
+        "step_s": step,
+        "times_s": times[1:],
+        "tokens_per_s": tokens / step,
+        "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0,
+    }
 
 
 def _profile(step, rows: int = 30) -> str:
@@ -114,8 +135,10 @@ def _profile(step, rows: int = 30) -> str:
     events = prof.key_averages()
     kernels = sum(e.self_device_time_total for e in events) / 1e6
     table = events.table(sort_by="self_device_time_total", row_limit=rows)
-    return (f"{table}\n[gpu_train_step] profiled call: wall {wall:.2f} s (profiler on), kernels {kernels:.2f} s, "
-            f"GPU busy {100 * kernels / wall:.0f}%")
+    return (
+        f"{table}\n[gpu_train_step] profiled call: wall {wall:.2f} s (profiler on), kernels {kernels:.2f} s, "
+        f"GPU busy {100 * kernels / wall:.0f}%"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,15 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--config-path", default=None)
     parser.add_argument("--model", required=True, help="model directory (pretrain=)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=OVERRIDES",
-                        help="NAME=key=value,key=value (repeatable; NAME= alone: the config as shipped)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=OVERRIDES",
+        help="NAME=key=value,key=value (repeatable; NAME= alone: the config as shipped)",
+    )
     parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=100)
     parser.add_argument("--response", type=int, nargs=2, default=[800, 1300], help="min and max response length")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="")
-    parser.add_argument("--profile-variant", default=None, metavar="NAME",
-                        help="profile one more train step of this variant (torch.profiler table, GPU busy share)")
+    parser.add_argument(
+        "--profile-variant",
+        default=None,
+        metavar="NAME",
+        help="profile one more train step of this variant (torch.profiler table, GPU busy share)",
+    )
     parser.add_argument("--variant-name", default=None, help=argparse.SUPPRESS)  # internal: the child's variant
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
     args = parser.parse_args(argv)
@@ -149,11 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, spec in variants.items():
         overrides = [o for o in spec.split(",") if o]
         print(f"[gpu_train_step] variant {name}: {overrides}", flush=True)
-        proc = subprocess.run([sys.executable, __file__, *_strip_variants(argv), "--one", json.dumps(overrides),
-                               "--variant-name", name], capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, *_strip_variants(argv), "--one", json.dumps(overrides), "--variant-name", name],
+            capture_output=True,
+            text=True,
+        )
         if args.profile_variant == name:
-            print("\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("[gpu_train_step] RESULT")),
-                  flush=True)
+            print(
+                "\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("[gpu_train_step] RESULT")),
+                flush=True,
+            )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[gpu_train_step] RESULT ")]
         if proc.returncode or not lines:
             print(proc.stdout[-3000:], proc.stderr[-6000:], sep="\n", flush=True)
@@ -163,13 +200,24 @@ def main(argv: list[str] | None = None) -> int:
         row["mfu"] = 6 * params * row["tokens_per_s"] / peak if peak else float("nan")
         results[name] = row
         first = next(iter(results.values()))
-        print(f"[gpu_train_step] {name:14s} step {row['step_s']:.2f} s  {row['tokens_per_s'] / 1e3:.1f}k tok/s  "
-              f"MFU {100 * row['mfu']:.1f}%  peak reserved {row['peak_reserved_gib']:.1f} GiB  "
-              f"warm-up {row['warmup_s']:.1f} s  vs first {row['step_s'] / first.get('step_s', row['step_s']):.2f}x",
-              flush=True)
-    out = {"date": datetime.date.today().isoformat(), "gpu": device, "config": args.config_name,
-           "parameters": params, "peak_bf16_flops": peak, "samples": args.samples, "prompt": args.prompt,
-           "response": args.response, "repeats": args.repeats, "variants": results}
+        print(
+            f"[gpu_train_step] {name:14s} step {row['step_s']:.2f} s  {row['tokens_per_s'] / 1e3:.1f}k tok/s  "
+            f"MFU {100 * row['mfu']:.1f}%  peak reserved {row['peak_reserved_gib']:.1f} GiB  "
+            f"warm-up {row['warmup_s']:.1f} s  vs first {row['step_s'] / first.get('step_s', row['step_s']):.2f}x",
+            flush=True,
+        )
+    out = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": device,
+        "config": args.config_name,
+        "parameters": params,
+        "peak_bf16_flops": peak,
+        "samples": args.samples,
+        "prompt": args.prompt,
+        "response": args.response,
+        "repeats": args.repeats,
+        "variants": results,
+    }
     name = f"gpu_train_step_{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / name).write_text(json.dumps(out, indent=1))

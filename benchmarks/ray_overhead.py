@@ -52,11 +52,15 @@ def instrument(log: CallLog) -> None:
                 return fn(*args, **kwargs)
             finally:
                 log.record(name_of(args), start, time.time())
+
         return wrapper
 
     for name in ("call", "call_rank0", "call_each"):
-        setattr(RayWorkerGroup, name, timed(getattr(RayWorkerGroup, name),
-                                            lambda a, n=name: f"{a[0].role}.{method_name(a[1])}"))
+        setattr(
+            RayWorkerGroup,
+            name,
+            timed(getattr(RayWorkerGroup, name), lambda a, n=name: f"{a[0].role}.{method_name(a[1])}"),
+        )
     RewardWorkerPool.compute = timed(RewardWorkerPool.compute, lambda a: "rewards.compute")
     ray.put = timed(ray.put, lambda a: "driver.ray_put")
     step_fn = RLVRPipeline.train_step
@@ -64,6 +68,7 @@ def instrument(log: CallLog) -> None:
     def train_step(self, step):
         log.step = step
         return step_fn(self, step)
+
     RLVRPipeline.train_step = train_step
     sync_fn = RLVRPipeline.sync_infer
     RLVRPipeline.sync_infer = timed(sync_fn, lambda a: "pipeline.sync_infer")
@@ -75,16 +80,23 @@ def worker_tasks() -> list[dict]:
     import ray
 
     events = [e for e in ray.timeline() if e.get("ph") == "X" and "dur" in e]
-    tasks = [{"name": e["name"], "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6}
-             for e in events if str(e.get("cat", "")).startswith("task::")]
-    phases = [(e["cat"].split(":")[1], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in events
-              if e.get("cat") in ("task:deserialize_arguments", "task:execute", "task:store_outputs")]
+    tasks = [
+        {"name": e["name"], "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6}
+        for e in events
+        if str(e.get("cat", "")).startswith("task::")
+    ]
+    phases = [
+        (e["cat"].split(":")[1], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+        for e in events
+        if e.get("cat") in ("task:deserialize_arguments", "task:execute", "task:store_outputs")
+    ]
     phases.sort(key=lambda p: p[1])
     for t in tasks:
         for phase, lo, hi in phases:
             if lo >= t["start"] and hi <= t["end"]:
-                key = {"deserialize_arguments": "deserialize_s", "execute": "execute_s",
-                       "store_outputs": "store_s"}[phase]
+                key = {"deserialize_arguments": "deserialize_s", "execute": "execute_s", "store_outputs": "store_s"}[
+                    phase
+                ]
                 t[key] = hi - lo
     return tasks
 
@@ -99,27 +111,39 @@ def summarize(log: CallLog, tasks: list[dict], skip: int) -> dict:
         if c["step"] <= skip:
             continue
         short = c["method"].split(".")[-1]
-        inside = [t for t in tasks if t["name"] == short and t["start"] >= c["start"] - 0.01
-                  and t["end"] <= c["end"] + 0.01]
+        inside = [
+            t for t in tasks if t["name"] == short and t["start"] >= c["start"] - 0.01 and t["end"] <= c["end"] + 0.01
+        ]
         if inside:
             run = max(inside, key=lambda t: t["end"] - t["start"])
-            c.update({"worker_s": run["end"] - run["start"], **{k: run.get(k, 0.0) for k in
-                                                                 ("deserialize_s", "execute_s", "store_s")}})
+            c.update(
+                {
+                    "worker_s": run["end"] - run["start"],
+                    **{k: run.get(k, 0.0) for k in ("deserialize_s", "execute_s", "store_s")},
+                }
+            )
         by_method[c["method"]].append(c)
     rows = {}
     for method, calls in by_method.items():
         per_step: dict[int, float] = defaultdict(float)
         for c in calls:
             per_step[c["step"]] += c["driver_s"]
-        med = lambda key: (statistics.median(c[key] for c in calls if key in c)  # noqa: E731
-                           if any(key in c for c in calls) else None)
-        rows[method] = {"calls_per_step": len(calls) / max(1, len(steps)),
-                        "driver_s_per_step": statistics.median(per_step.values()), "driver_s": med("driver_s"),
-                        "worker_s": med("worker_s"), "deserialize_s": med("deserialize_s"),
-                        "execute_s": med("execute_s"), "store_s": med("store_s")}
+        med = lambda key, calls=calls: (
+            statistics.median(c[key] for c in calls if key in c) if any(key in c for c in calls) else None
+        )
+        rows[method] = {
+            "calls_per_step": len(calls) / max(1, len(steps)),
+            "driver_s_per_step": statistics.median(per_step.values()),
+            "driver_s": med("driver_s"),
+            "worker_s": med("worker_s"),
+            "deserialize_s": med("deserialize_s"),
+            "execute_s": med("execute_s"),
+            "store_s": med("store_s"),
+        }
         if rows[method]["worker_s"] is not None:
-            rows[method]["outside_s"] = statistics.median(c["driver_s"] - c["worker_s"] for c in calls
-                                                          if "worker_s" in c)
+            rows[method]["outside_s"] = statistics.median(
+                c["driver_s"] - c["worker_s"] for c in calls if "worker_s" in c
+            )
     return rows
 
 
@@ -155,8 +179,12 @@ def sync_ab(model_dir: str, repeats: int) -> dict:
         infer.load_weights(ray.put(train.named_weights()))
 
     shared = WeightSync(train, infer, "copy", shared_dir=SHARED_DIR)
-    ways = {"via_driver": via_driver, "ref": lambda: copy_weights(train, infer), "shared_memory": shared,
-            "ping": lambda: train.group.call(Worker.ping)}
+    ways = {
+        "via_driver": via_driver,
+        "ref": lambda: copy_weights(train, infer),
+        "shared_memory": shared,
+        "ping": lambda: train.group.call(Worker.ping),
+    }
     times: dict[str, list[float]] = defaultdict(list)
     for r in range(repeats + 2):
         for name, fn in ways.items():
@@ -174,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--skip", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "output" / "ray_overhead.json")
-    parser.add_argument("--sync-ab", type=Path, default=None, metavar="MODEL_DIR",
-                        help="instead of a run: time the weight sync's two paths on MODEL_DIR (sync_ab)")
+    parser.add_argument(
+        "--sync-ab",
+        type=Path,
+        default=None,
+        metavar="MODEL_DIR",
+        help="instead of a run: time the weight sync's two paths on MODEL_DIR (sync_ab)",
+    )
     parser.add_argument("--repeats", type=int, default=30, help="--sync-ab repeats")
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
@@ -183,18 +216,30 @@ def main(argv: list[str] | None = None) -> int:
         result = sync_ab(str(args.sync_ab), args.repeats)
         print(", ".join(f"{k} {v * 1000:.1f} ms" for k, v in result.items()))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"sync_ab": result, "model": str(args.sync_ab), "repeats": args.repeats},
-                                       indent=1))
+        args.out.write_text(
+            json.dumps({"sync_ab": result, "model": str(args.sync_ab), "repeats": args.repeats}, indent=1)
+        )
         return 0
     from roll.config.rlvr import RLVRConfig
     from roll.pipelines.launch import load_checked
     from roll.pipelines.rlvr_pipeline import RLVRPipeline
 
     out_dir = ROOT / "output" / "ray_overhead"
-    cfg = load_checked(args.config_name, overrides=[f"max_steps={args.steps}", "distributed=ray", "eval_steps=0",
-                                                    "save_steps=0", "track_with=stdout", f"output_dir={out_dir}",
-                                                    f"logging_dir={out_dir / 'logs'}", "zero_signal_patience=0",
-                                                    *extra], schema=RLVRConfig)
+    cfg = load_checked(
+        args.config_name,
+        overrides=[
+            f"max_steps={args.steps}",
+            "distributed=ray",
+            "eval_steps=0",
+            "save_steps=0",
+            "track_with=stdout",
+            f"output_dir={out_dir}",
+            f"logging_dir={out_dir / 'logs'}",
+            "zero_signal_patience=0",
+            *extra,
+        ],
+        schema=RLVRConfig,
+    )
     log = CallLog()
     instrument(log)
     pipeline = RLVRPipeline(cfg)
@@ -203,19 +248,22 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = summarize(log, worker_tasks(), args.skip)
     metrics = [json.loads(x) for x in (out_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
-    metrics = [m for m in metrics if "time/step" in m][args.skip:]
+    metrics = [m for m in metrics if "time/step" in m][args.skip :]
     times = {k: statistics.median(m.get(k, 0.0) for m in metrics) for k in sorted(metrics[0]) if k.startswith("time/")}
     ray.shutdown()
     print("| call | calls/step | driver s/call | worker: deserialize / execute / store | outside the worker |")
     print("| --- | --- | --- | --- | --- |")
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     for method, r in sorted(rows.items(), key=lambda kv: -kv[1]["driver_s_per_step"]):
-        print(f"| {method} | {r['calls_per_step']:.1f} | {fmt(r['driver_s'])} | {fmt(r['deserialize_s'])} / "
-              f"{fmt(r['execute_s'])} / {fmt(r['store_s'])} | {fmt(r.get('outside_s'))} |")
+        print(
+            f"| {method} | {r['calls_per_step']:.1f} | {fmt(r['driver_s'])} | {fmt(r['deserialize_s'])} / "
+            f"{fmt(r['execute_s'])} / {fmt(r['store_s'])} | {fmt(r.get('outside_s'))} |"
+        )
     print("pipeline time/* medians: " + ", ".join(f"{k[5:]} {v:.4f}" for k, v in times.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"overrides": extra, "steps": args.steps, "skip": args.skip, "calls": rows,
-                                    "time": times}, indent=1))
+    args.out.write_text(
+        json.dumps({"overrides": extra, "steps": args.steps, "skip": args.skip, "calls": rows, "time": times}, indent=1)
+    )
     return 0
 
 

@@ -68,16 +68,31 @@ def training_time(rows: list[dict]) -> tuple[float, float, int]:
 def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int, seconds: float) -> list[str]:
     """The control's overrides on top of the seed's: the RL run's initial model, no RL, supervised steps for
     ``seconds`` of training (at most ``steps``)."""
-    return [f"pretrain={rl_dir / 'model'}", f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}",
-            "max_steps=0", "eval_steps=1", f"sft_warmup.steps={steps}", f"sft_warmup.num_demos={steps * batch}",
-            f"max_train_minutes={seconds / 60:.4f}"]
+    return [
+        f"pretrain={rl_dir / 'model'}",
+        f"output_dir={run_dir}",
+        f"logging_dir={run_dir / 'logs'}",
+        "max_steps=0",
+        "eval_steps=1",
+        f"sft_warmup.steps={steps}",
+        f"sft_warmup.num_demos={steps * batch}",
+        f"max_train_minutes={seconds / 60:.4f}",
+    ]
 
 
 def greedy_overrides(model: Path, run_dir: Path) -> list[str]:
     """Validate a saved model with greedy decoding: no warm start, no RL."""
-    return [f"pretrain={model}", "tiny_model=null", "sft_warmup.enabled=false", "max_steps=0", "eval_steps=1",
-            f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}", "actor_infer.generating_args.do_sample=false",
-            "track_with=stdout"]
+    return [
+        f"pretrain={model}",
+        "tiny_model=null",
+        "sft_warmup.enabled=false",
+        "max_steps=0",
+        "eval_steps=1",
+        f"output_dir={run_dir}",
+        f"logging_dir={run_dir / 'logs'}",
+        "actor_infer.generating_args.do_sample=false",
+        "track_with=stdout",
+    ]
 
 
 def sft_config(config_name: str, extra: list[str]) -> tuple[int, int]:
@@ -123,11 +138,19 @@ def seed_row(args: argparse.Namespace, seed: int) -> dict | None:
     control, _ = validation_curve(ctl_dir / "logs" / "metrics.jsonl")
     rl_rows, ctl_rows = read_rows(rl_dir), read_rows(ctl_dir)
     sft_s, rl_s, rl_steps = training_time(rl_rows)
-    row = {"seed": seed, "episodes": episodes, "warm": curve[0][1], "rl": curve[-1][1], "control": control[-1][1],
-           "curve": curve, "rl_train_s": sft_s + rl_s, "rl_steps": rl_steps,
-           "control_train_s": training_time(ctl_rows)[0],
-           "control_sft_steps": next(r["sft/steps"] for r in ctl_rows if "sft/steps" in r),
-           "rl_wall_s": read_number(rl_dir / "wall_s")}
+    row = {
+        "seed": seed,
+        "episodes": episodes,
+        "warm": curve[0][1],
+        "rl": curve[-1][1],
+        "control": control[-1][1],
+        "curve": curve,
+        "rl_train_s": sft_s + rl_s,
+        "rl_steps": rl_steps,
+        "control_train_s": training_time(ctl_rows)[0],
+        "control_sft_steps": next(r["sft/steps"] for r in ctl_rows if "sft/steps" in r),
+        "rl_wall_s": read_number(rl_dir / "wall_s"),
+    }
     for name in ("rl", "control"):
         path = args.out / f"seed{seed}" / f"greedy_{name}" / "logs" / "metrics.jsonl"
         if path.exists():
@@ -147,16 +170,30 @@ def pct(x: float) -> str:
 def table(rows: list[dict]) -> str:
     """Markdown table plus the paired differences' mean and standard error over seeds."""
     greedy = all("rl_greedy" in r and "control_greedy" in r for r in rows)
-    head = ["seed", "warm start", "RL", "SFT control", "RL - control", "RL - warm start", "RL train / wall",
-            "control train"] + (["RL greedy", "control greedy"] if greedy else [])
+    head = [
+        "seed",
+        "warm start",
+        "RL",
+        "SFT control",
+        "RL - control",
+        "RL - warm start",
+        "RL train / wall",
+        "control train",
+    ] + (["RL greedy", "control greedy"] if greedy else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         se = math.sqrt(sum(v * (1 - v) for v in (r["rl"], r["control"])) / max(1, r["episodes"]))
         wall = f"{r['rl_wall_s'] / 60:.1f} min" if r["rl_wall_s"] else "-"
-        cells = [str(r["seed"]), pct(r["warm"]), pct(r["rl"]), pct(r["control"]),
-                 f"{100 * (r['rl'] - r['control']):+.1f} +- {100 * se:.1f}", f"{100 * (r['rl'] - r['warm']):+.1f}",
-                 f"{r['rl_train_s'] / 60:.1f} / {wall}",
-                 f"{r['control_train_s'] / 60:.1f} min ({r['control_sft_steps']:.0f} steps)"]
+        cells = [
+            str(r["seed"]),
+            pct(r["warm"]),
+            pct(r["rl"]),
+            pct(r["control"]),
+            f"{100 * (r['rl'] - r['control']):+.1f} +- {100 * se:.1f}",
+            f"{100 * (r['rl'] - r['warm']):+.1f}",
+            f"{r['rl_train_s'] / 60:.1f} / {wall}",
+            f"{r['control_train_s'] / 60:.1f} min ({r['control_sft_steps']:.0f} steps)",
+        ]
         if greedy:
             cells += [pct(r["rl_greedy"]), pct(r["control_greedy"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -165,21 +202,27 @@ def table(rows: list[dict]) -> str:
         if len(diffs) >= 2:
             se = statistics.stdev(diffs) / math.sqrt(len(diffs))
             wins = sum(d > 0 for d in diffs)
-            lines.append(f"{name}: mean {statistics.mean(diffs):+.1f} points (SE {se:.1f}, paired over "
-                         f"{len(diffs)} seeds); positive on {wins} of {len(diffs)}")
+            lines.append(
+                f"{name}: mean {statistics.mean(diffs):+.1f} points (SE {se:.1f}, paired over "
+                f"{len(diffs)} seeds); positive on {wins} of {len(diffs)}"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     epilog="Arguments after -- are extra Hydra overrides for every run.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog="Arguments after -- are extra Hydra overrides for every run."
+    )
     parser.add_argument("--config-name", default="sokoban_tiny")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--out", type=Path, default=Path("output/rl_vs_sft"))
     parser.add_argument("--greedy", action="store_true", help="also validate both final models greedily")
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
-    parser.add_argument("--rl-only", action="store_true",
-                        help="only the RL runs (a later call without it runs the controls: finished parts are kept)")
+    parser.add_argument(
+        "--rl-only",
+        action="store_true",
+        help="only the RL runs (a later call without it runs the controls: finished parts are kept)",
+    )
     args, extra = parser.parse_known_args(argv)
     args.extra = [x for x in extra if x != "--"]
     if not args.summarize:

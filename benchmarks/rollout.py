@@ -25,13 +25,19 @@ def _config(n_envs: int, max_actions: int, max_tokens: int):
 
     cfg = AgenticConfig()
     cfg.distributed, cfg.sequence_length, cfg.rollout_batch_size = "local", 1024, n_envs
-    cfg.custom_envs = {"Sokoban": CustomEnvConfig(
-        env_type="sokoban", env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": max_actions,
-                                        "show_border": False},
-        max_actions_per_traj=max_actions, max_tokens_per_step=max_tokens, system_prompt="You are a Sokoban player.")}
+    cfg.custom_envs = {
+        "Sokoban": CustomEnvConfig(
+            env_type="sokoban",
+            env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": max_actions, "show_border": False},
+            max_actions_per_traj=max_actions,
+            max_tokens_per_step=max_tokens,
+            system_prompt="You are a Sokoban player.",
+        )
+    }
     group = min(8, n_envs)
-    cfg.train_env_manager = EnvManagerConfig(tags=["Sokoban"], env_groups=n_envs // group, group_size=group,
-                                             conformance_samples=0)
+    cfg.train_env_manager = EnvManagerConfig(
+        tags=["Sokoban"], env_groups=n_envs // group, group_size=group, conformance_samples=0
+    )
     cfg.actor_infer.generating_args.do_sample = False
     cfg.actor_infer.generating_args.max_new_tokens = max_tokens
     return cfg
@@ -71,19 +77,29 @@ def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int, rep
         bare = min(bare, time.perf_counter() - start)
     steps = sum(len(t.turns) for t in trajs)
     tokens = sum(len(turn.response_ids) - turn.appended_eos for t in trajs for turn in t.turns)
-    return {"envs": n_envs, "wall_s": wall, "bare_generate_s": bare, "overhead": wall / bare - 1,
-            "traj_per_s": len(trajs) / wall, "env_steps_per_s": steps / wall, "gen_tokens_per_s": tokens / wall,
-            "env_s": metrics["time/rollout_env"], "calls": len(recorder.calls)}
+    return {
+        "envs": n_envs,
+        "wall_s": wall,
+        "bare_generate_s": bare,
+        "overhead": wall / bare - 1,
+        "traj_per_s": len(trajs) / wall,
+        "env_steps_per_s": steps / wall,
+        "gen_tokens_per_s": tokens / wall,
+        "env_s": metrics["time/rollout_env"],
+        "calls": len(recorder.calls),
+    }
 
 
-def bench_kv_reuse(n_envs: int, model: str, groups: dict, max_actions: int, max_tokens: int,
-                   repeats: int = 3) -> dict[str, float]:
+def bench_kv_reuse(
+    n_envs: int, model: str, groups: dict, max_actions: int, max_tokens: int, repeats: int = 3
+) -> dict[str, float]:
     """Rollout wall time with and without ``reuse_kv_cache`` (``groups``: ``{"on": group, "off": group}``)."""
     from roll.agentic.rollout import RolloutScheduler
 
     cfg = _config(n_envs, max_actions, max_tokens)
-    scheds = {k: RolloutScheduler(cfg, cfg.train_env_manager, "train", model, g, use_ray=False)
-              for k, g in groups.items()}
+    scheds = {
+        k: RolloutScheduler(cfg, cfg.train_env_manager, "train", model, g, use_ray=False) for k, g in groups.items()
+    }
     best, tokens = {k: float("inf") for k in groups}, {}
     for sched in scheds.values():
         sched.rollout(0, n_envs)  # warm-up
@@ -96,8 +112,13 @@ def bench_kv_reuse(n_envs: int, model: str, groups: dict, max_actions: int, max_
     if tokens["on"] != tokens["off"]:
         raise AssertionError("reuse_kv_cache changed the greedy trajectories")
     turns = sum(len(t.turns) for t in trajs)
-    return {"envs": n_envs, "turns": turns, "on_s": best["on"], "off_s": best["off"],
-            "speedup": best["off"] / best["on"]}
+    return {
+        "envs": n_envs,
+        "turns": turns,
+        "on_s": best["on"],
+        "off_s": best["off"],
+        "speedup": best["off"] / best["on"],
+    }
 
 
 def main() -> None:
@@ -114,12 +135,19 @@ def main() -> None:
     from roll.config.worker import WorkerConfig
     from roll.distributed.group import LocalWorkerGroup
     from roll.distributed.roles import InferProxy
-    from roll.strategies.registry import strategy_spec
     from roll.models.tiny import ensure_tiny_model
     from roll.strategies.base import StrategyContext
+    from roll.strategies.registry import strategy_spec
 
-    ensure_tiny_model(args.model, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
+    ensure_tiny_model(
+        args.model,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1024,
+    )
 
     def infer_group(**options):
         worker = WorkerConfig()
@@ -134,17 +162,24 @@ def main() -> None:
         print(f"{'envs':>5} {'turns':>6} {'reuse s':>8} {'re-encode s':>11} {'speed-up':>8}")
         for n in args.sizes:
             r = bench_kv_reuse(n, args.model, groups, args.max_actions, args.max_tokens, args.repeats)
-            print(f"{r['envs']:>5} {r['turns']:>6} {r['on_s']:>8.2f} {r['off_s']:>11.2f} {r['speedup']:>7.2f}x",
-                  flush=True)
+            print(
+                f"{r['envs']:>5} {r['turns']:>6} {r['on_s']:>8.2f} {r['off_s']:>11.2f} {r['speedup']:>7.2f}x",
+                flush=True,
+            )
         return
     group = infer_group()
-    print(f"{'envs':>5} {'rollout s':>9} {'bare gen s':>10} {'overhead':>8} {'traj/s':>7} {'steps/s':>8} "
-          f"{'tok/s':>7} {'env s':>6} {'calls':>5}")
+    print(
+        f"{'envs':>5} {'rollout s':>9} {'bare gen s':>10} {'overhead':>8} {'traj/s':>7} {'steps/s':>8} "
+        f"{'tok/s':>7} {'env s':>6} {'calls':>5}"
+    )
     for n in args.sizes:
         r = bench(n, args.model, group, args.max_actions, args.max_tokens, args.repeats)
-        print(f"{r['envs']:>5} {r['wall_s']:>9.2f} {r['bare_generate_s']:>10.2f} {r['overhead']:>8.1%} "
-              f"{r['traj_per_s']:>7.1f} {r['env_steps_per_s']:>8.1f} {r['gen_tokens_per_s']:>7.0f} "
-              f"{r['env_s']:>6.2f} {r['calls']:>5}", flush=True)
+        print(
+            f"{r['envs']:>5} {r['wall_s']:>9.2f} {r['bare_generate_s']:>10.2f} {r['overhead']:>8.1%} "
+            f"{r['traj_per_s']:>7.1f} {r['env_steps_per_s']:>8.1f} {r['gen_tokens_per_s']:>7.0f} "
+            f"{r['env_s']:>6.2f} {r['calls']:>5}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

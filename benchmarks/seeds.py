@@ -30,8 +30,14 @@ def seed_overrides(seed: int, run_dir: Path) -> list[str]:
     seed + ``seed``) and model directory."""
     from roll.config.agentic import SFTWarmupConfig
 
-    return [f"seed={seed}", f"tiny_model.seed={seed}", f"sft_warmup.seed={SFTWarmupConfig().seed + seed}",
-            f"pretrain={run_dir / 'model'}", f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}"]
+    return [
+        f"seed={seed}",
+        f"tiny_model.seed={seed}",
+        f"sft_warmup.seed={SFTWarmupConfig().seed + seed}",
+        f"pretrain={run_dir / 'model'}",
+        f"output_dir={run_dir}",
+        f"logging_dir={run_dir / 'logs'}",
+    ]
 
 
 def validation_curve(metrics_path: Path) -> tuple[list[tuple[int, float]], int]:
@@ -78,8 +84,9 @@ def table(rows: list[tuple[int, list[tuple[int, float]], int, float | None]]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     epilog="Arguments after -- are extra Hydra overrides for every run.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog="Arguments after -- are extra Hydra overrides for every run."
+    )
     parser.add_argument("--config-name", default="sokoban_tiny")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=Path("output/seeds"))
@@ -91,8 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = (args.out / f"seed{seed}").resolve()
         wall = None
         if not args.summarize:
-            cmd = [sys.executable, str(ROOT / "examples" / "start_agentic_pipeline.py"),
-                   "--config-name", args.config_name, *seed_overrides(seed, run_dir), *extra]
+            cmd = [
+                sys.executable,
+                str(ROOT / "examples" / "start_agentic_pipeline.py"),
+                "--config-name",
+                args.config_name,
+                *seed_overrides(seed, run_dir),
+                *extra,
+            ]
             print(f"[seeds] seed {seed}: {' '.join(cmd[1:])}", flush=True)
             start = time.perf_counter()
             rc = subprocess.call(cmd, cwd=ROOT)

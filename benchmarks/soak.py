@@ -39,29 +39,58 @@ VOLATILE = ("time/", "perf/")
 """Metric prefixes that measure the machine, not the run: not compared."""
 
 
-def soak_overrides(run_dir: Path, steps: int, save_steps: int, fault_seed: int, error_rate: float,
-                   hang_rate: float, env_step_timeout: float = 1.0, never_rate: float = 0.0,
-                   env_threads: int = 2) -> dict[str, str]:
+def soak_overrides(
+    run_dir: Path,
+    steps: int,
+    save_steps: int,
+    fault_seed: int,
+    error_rate: float,
+    hang_rate: float,
+    env_step_timeout: float = 1.0,
+    never_rate: float = 0.0,
+    env_threads: int = 2,
+) -> dict[str, str]:
     """``sokoban_tiny`` shrunk to a few minutes on faulty envs, as ``{key: value}`` overrides: 16 trajectories a
-    step (4 groups x 4; update batches of 8, so that a batch thinned by faults still fits), 16 validation rooms at
-    the start and the end, a 20-step warm start, a checkpoint every ``save_steps`` steps, a trajectory dump every
-    step. Faulty steps end their trajectory, so up to 4 refill rounds make up the batch. ``env_threads`` is small, so
-that never-returning calls soon outnumber the pool's threads."""
+        step (4 groups x 4; update batches of 8, so that a batch thinned by faults still fits), 16 validation rooms at
+        the start and the end, a 20-step warm start, a checkpoint every ``save_steps`` steps, a trajectory dump every
+        step. Faulty steps end their trajectory, so up to 4 refill rounds make up the batch. ``env_threads`` is small,
+        so
+    that never-returning calls soon outnumber the pool's threads."""
     env = "custom_envs.SimpleSokoban"
     overrides = {
-        "output_dir": run_dir, "logging_dir": run_dir / "logs", "distributed": "local", "track_with": "tensorboard",
-        "max_steps": steps, "save_steps": save_steps, "eval_steps": steps, "trajectory_dump_steps": 1,
-        "rollout_batch_size": 16, "train_env_manager.env_groups": 4, "train_env_manager.group_size": 4,
-        "val_env_manager.env_groups": 16, "sft_warmup.num_demos": 320, "sft_warmup.steps": 20,
-        "actor_train.training_args.warmup_steps": 4, "actor_train.training_args.per_device_train_batch_size": 4,
+        "output_dir": run_dir,
+        "logging_dir": run_dir / "logs",
+        "distributed": "local",
+        "track_with": "tensorboard",
+        "max_steps": steps,
+        "save_steps": save_steps,
+        "eval_steps": steps,
+        "trajectory_dump_steps": 1,
+        "rollout_batch_size": 16,
+        "train_env_manager.env_groups": 4,
+        "train_env_manager.group_size": 4,
+        "val_env_manager.env_groups": 16,
+        "sft_warmup.num_demos": 320,
+        "sft_warmup.steps": 20,
+        "actor_train.training_args.warmup_steps": 4,
+        "actor_train.training_args.per_device_train_batch_size": 4,
         "actor_train.training_args.gradient_accumulation_steps": 2,
-        f"{env}.env_type": FAULTY_ENV, f"+{env}.env_config.error_rate": error_rate,
-        f"+{env}.env_config.hang_rate": hang_rate, f"+{env}.env_config.hang_s": env_step_timeout + 1.0,
-        f"+{env}.env_config.fault_seed": fault_seed, f"+{env}.env_config.never_rate": never_rate,
+        f"{env}.env_type": FAULTY_ENV,
+        f"+{env}.env_config.error_rate": error_rate,
+        f"+{env}.env_config.hang_rate": hang_rate,
+        f"+{env}.env_config.hang_s": env_step_timeout + 1.0,
+        f"+{env}.env_config.fault_seed": fault_seed,
+        f"+{env}.env_config.never_rate": never_rate,
     }
     for manager in ("train_env_manager", "val_env_manager"):
-        overrides.update({f"{manager}.env_step_timeout": env_step_timeout, f"{manager}.raise_env_errors": "false",
-                          f"{manager}.max_refill_rounds": 4, f"{manager}.env_threads": env_threads})
+        overrides.update(
+            {
+                f"{manager}.env_step_timeout": env_step_timeout,
+                f"{manager}.raise_env_errors": "false",
+                f"{manager}.max_refill_rounds": 4,
+                f"{manager}.env_threads": env_threads,
+            }
+        )
     return {key: str(value) for key, value in overrides.items()}
 
 
@@ -109,8 +138,9 @@ def _step_records_since(run_dir: Path, since: float) -> list[dict]:
     return [r for r in read_records(run_dir) if r["step"] >= 1 and r.get("timestamp", 0) >= since]
 
 
-def run_with_kills(overrides: list[str], run_dir: Path, kill_steps: list[int], rng: random.Random,
-                   timeout_s: float = 1800) -> SoakRun:
+def run_with_kills(
+    overrides: list[str], run_dir: Path, kill_steps: list[int], rng: random.Random, timeout_s: float = 1800
+) -> SoakRun:
     """Run the pipeline to completion, killing the driver (SIGKILL) once a record of each of ``kill_steps`` (in
     increasing order) appeared plus a random fraction of a step, and resuming after each kill."""
     run, pending = SoakRun(run_dir), sorted(kill_steps)
@@ -118,8 +148,14 @@ def run_with_kills(overrides: list[str], run_dir: Path, kill_steps: list[int], r
     deadline = time.monotonic() + timeout_s
     while True:
         resumed = bool(run.launches)
-        cmd = [sys.executable, str(SCRIPT), "--config-name", "sokoban_tiny", *overrides,
-               *(["resume_from_checkpoint=true"] if resumed else [])]
+        cmd = [
+            sys.executable,
+            str(SCRIPT),
+            "--config-name",
+            "sokoban_tiny",
+            *overrides,
+            *(["resume_from_checkpoint=true"] if resumed else []),
+        ]
         start, started_at = time.monotonic(), time.time()
         with open(run_dir / f"launch_{len(run.launches)}.log", "w") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -127,14 +163,17 @@ def run_with_kills(overrides: list[str], run_dir: Path, kill_steps: list[int], r
         run.launches.append(Launch(resumed, killed, proc.returncode, time.monotonic() - start))
         if killed is None:
             if proc.returncode != 0:
-                raise RuntimeError(f"{run_dir}: launch {len(run.launches) - 1} failed with {proc.returncode}; "
-                                   f"see {run_dir}/launch_{len(run.launches) - 1}.log")
+                raise RuntimeError(
+                    f"{run_dir}: launch {len(run.launches) - 1} failed with {proc.returncode}; "
+                    f"see {run_dir}/launch_{len(run.launches) - 1}.log"
+                )
             return run
         pending.pop(0)
 
 
-def _kill_when_due(proc: subprocess.Popen, run_dir: Path, kill_step: int | None, started_at: float,
-                   rng: random.Random, deadline: float) -> int | None:
+def _kill_when_due(
+    proc: subprocess.Popen, run_dir: Path, kill_step: int | None, started_at: float, rng: random.Random, deadline: float
+) -> int | None:
     """Wait for ``proc``; once this launch logged step ``kill_step``, SIGKILL it a random fraction of a step later
     (the mean step time so far). Returns ``kill_step`` when killed, None when it ended by itself."""
     while proc.poll() is None:
@@ -202,27 +241,39 @@ def compare(reference: Path, soak: Path) -> dict[str, float]:
                 worst = max(worst, abs(a[key] - b[key]))
     for tag, steps in tensorboard_steps(soak / "logs").items():
         if len(steps) != len(set(steps)):
-            problems.append(f"tensorboard {tag}: duplicated steps {sorted(s for s in set(steps) if steps.count(s) > 1)}")
+            problems.append(
+                f"tensorboard {tag}: duplicated steps {sorted(s for s in set(steps) if steps.count(s) > 1)}"
+            )
     dumps_ref = sorted((reference / "logs" / "trajectories").glob("*/step_*.jsonl"))
     dumps_got = sorted((soak / "logs" / "trajectories").glob("*/step_*.jsonl"))
-    names = [[p.relative_to(run / "logs").as_posix() for p in dumps] for run, dumps in
-             ((reference, dumps_ref), (soak, dumps_got))]
+    names = [
+        [p.relative_to(run / "logs").as_posix() for p in dumps]
+        for run, dumps in ((reference, dumps_ref), (soak, dumps_got))
+    ]
     if names[0] != names[1]:
         problems.append(f"trajectory dumps differ: {names[1]} vs {names[0]}")
-    problems += [f"dump {name} differs" for name, a, b in zip(names[1], dumps_ref, dumps_got)
-                 if _dump_records(a) != _dump_records(b)]
+    problems += [
+        f"dump {name} differs"
+        for name, a, b in zip(names[1], dumps_ref, dumps_got)
+        if _dump_records(a) != _dump_records(b)
+    ]
     train = [r for r in got if r["step"] >= 1]
     for problem in problems[:20]:
         print("PROBLEM:", problem)
-    return {"steps": float(len(train)), "records": float(len(got)), "values_compared": float(compared),
-            "max_abs_diff": worst, "problems": float(len(problems)),
-            "env_failures": sum(r.get("rollout/env_failures", 0.0) for r in train),
-            "env_timeouts": sum(r.get("rollout/env_timeouts", 0.0) for r in train),
-            "injected_faults": sum(r.get("rollout/env_errors/InjectedFault", 0.0) for r in train),
-            "val_env_failures": sum(r.get("val/env_failures", 0.0) for r in got),
-            "envs_replaced": sum(r.get("rollout/envs_replaced", 0.0) for r in train),
-            "trajectories": sum(r.get("rollout/batch_size", 0.0) for r in train),
-            "tensorboard_tags": float(len(tensorboard_steps(soak / "logs")))}
+    return {
+        "steps": float(len(train)),
+        "records": float(len(got)),
+        "values_compared": float(compared),
+        "max_abs_diff": worst,
+        "problems": float(len(problems)),
+        "env_failures": sum(r.get("rollout/env_failures", 0.0) for r in train),
+        "env_timeouts": sum(r.get("rollout/env_timeouts", 0.0) for r in train),
+        "injected_faults": sum(r.get("rollout/env_errors/InjectedFault", 0.0) for r in train),
+        "val_env_failures": sum(r.get("val/env_failures", 0.0) for r in got),
+        "envs_replaced": sum(r.get("rollout/envs_replaced", 0.0) for r in train),
+        "trajectories": sum(r.get("rollout/batch_size", 0.0) for r in train),
+        "tensorboard_tags": float(len(tensorboard_steps(soak / "logs"))),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,11 +297,27 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for name, kills in (("reference", []), ("soak", kill_steps)):
         run_dir = args.out / name
-        overrides = as_args(soak_overrides(run_dir, args.steps, args.save_steps, args.fault_seed, args.error_rate,
-                                           args.hang_rate, never_rate=args.never_rate)) + model + list(args.overrides)
+        overrides = (
+            as_args(
+                soak_overrides(
+                    run_dir,
+                    args.steps,
+                    args.save_steps,
+                    args.fault_seed,
+                    args.error_rate,
+                    args.hang_rate,
+                    never_rate=args.never_rate,
+                )
+            )
+            + model
+            + list(args.overrides)
+        )
         runs[name] = run_with_kills(overrides, run_dir, kills, rng, args.timeout)
-        print(f"{name}: {len(runs[name].launches)} launch(es), {runs[name].wall_s:.0f} s, killed after steps "
-              f"{[x.killed_after_step for x in runs[name].launches if x.killed_after_step is not None]}", flush=True)
+        print(
+            f"{name}: {len(runs[name].launches)} launch(es), {runs[name].wall_s:.0f} s, killed after steps "
+            f"{[x.killed_after_step for x in runs[name].launches if x.killed_after_step is not None]}",
+            flush=True,
+        )
     figures = compare(args.out / "reference", args.out / "soak")
     print(json.dumps(figures, indent=1))
     return 0 if figures["problems"] == 0 else 1

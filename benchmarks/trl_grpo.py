@@ -39,10 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--system-prompt", default="Give the final answer as <answer>N</answer>.",
-                        help="system message of every prompt; empty: none")
-    parser.add_argument("--full-length", action="store_true",
-                        help="generate --max-new-tokens tokens for every sample (min_new_tokens: no early end)")
+    parser.add_argument(
+        "--system-prompt",
+        default="Give the final answer as <answer>N</answer>.",
+        help="system message of every prompt; empty: none",
+    )
+    parser.add_argument(
+        "--full-length",
+        action="store_true",
+        help="generate --max-new-tokens tokens for every sample (min_new_tokens: no early end)",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -54,15 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     rows = load_rows(args.train_file)
     system = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
-    dataset = Dataset.from_list([{"prompt": [*system, {"role": "user", "content": r["prompt"]}],
-                                  "ground_truth": str(r["ground_truth"])} for r in rows])
+    dataset = Dataset.from_list(
+        [
+            {"prompt": [*system, {"role": "user", "content": r["prompt"]}], "ground_truth": str(r["ground_truth"])}
+            for r in rows
+        ]
+    )
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id}
 
     def reward(prompts, completions, completion_ids, ground_truth, **_):
         """roll's ``math`` reward (format reward 0, as in roll's run) on the decoded completion, stop token cut
         and markup kept, exactly as roll decodes it."""
-        texts = tokenizer.batch_decode([[t for t in ids if t not in ends] for ids in completion_ids],
-                                       skip_special_tokens=False)
+        texts = tokenizer.batch_decode(
+            [[t for t in ids if t not in ends] for ids in completion_ids], skip_special_tokens=False
+        )
         return [math_reward(t, g, format_reward=0.0).score for t, g in zip(texts, ground_truth)]
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -82,22 +93,60 @@ def main(argv: list[str] | None = None) -> int:
 
     class StepTimes(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
-            log.write(json.dumps({"step": state.global_step, "timestamp": time.time(),
-                                 "cpu_s": time.process_time(), "rollout_s": rollout[0]}) + "\n")
+            log.write(
+                json.dumps(
+                    {
+                        "step": state.global_step,
+                        "timestamp": time.time(),
+                        "cpu_s": time.process_time(),
+                        "rollout_s": rollout[0],
+                    }
+                )
+                + "\n"
+            )
             log.flush()
             rollout[0] = 0.0
 
     config = GRPOConfig(
-        output_dir=str(args.out / "trainer"), use_cpu=True, bf16=False, fp16=False, seed=args.seed,
-        per_device_train_batch_size=args.prompts * args.group, gradient_accumulation_steps=1,
-        num_generations=args.group, max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        gradient_checkpointing=False, max_steps=args.steps, logging_steps=1, save_strategy="no", report_to="none",
-        dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
-        generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.full_length else None)
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepTimes()])
+        output_dir=str(args.out / "trainer"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=args.seed,
+        per_device_train_batch_size=args.prompts * args.group,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        gradient_checkpointing=False,
+        max_steps=args.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        log_completions=False,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.full_length else None,
+    )
+    trainer = TimedGRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepTimes()],
+    )
     trainer.train()
     log.close()
     trainer.model.save_pretrained(args.out / "final")

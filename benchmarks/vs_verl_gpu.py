@@ -60,7 +60,7 @@ class Workload:
     group: int = 8
     prompt_length: int = 256
     response_length: int = 512
-    mini_batches: int = 4             # optimizer steps per rollout
+    mini_batches: int = 4  # optimizer steps per rollout
     lr: float = 1e-6
     kl_coef: float = 0.001
     train_tokens_per_microbatch: int = 24576
@@ -79,62 +79,117 @@ class Workload:
 def roll_overrides(w: Workload, model: str, run_dir: Path) -> list[str]:
     """Hydra overrides that turn ``rlvr_qwen05b_gpu`` into the shared workload (everything else as shipped)."""
     per_device = 8
-    return [f"pretrain={model}", f"seed={w.seed}", f"max_steps={w.steps}", "eval_steps=0", "save_steps=0",
-            "rollout_dump_steps=0", "track_with=stdout", f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}",
-            f"rollout_batch_size={w.prompts}", f"num_return_sequences_in_group={w.group}",
-            f"prompt_length={w.prompt_length}", f"response_length={w.response_length}",
-            f"sequence_length={w.prompt_length + w.response_length}", "zero_signal_patience=0",
-            "dynamic_sampling.enabled=false", "is_use_additional_prompts=false", "validation.file_name=[]",
-            f"validation.generating_args.max_new_tokens={w.response_length}",
-            f"actor_infer.generating_args.max_new_tokens={w.response_length}",
-            "actor_infer.generating_args.ignore_eos=true",
-            f"actor_infer.strategy_args.strategy_config.mem_fraction_static={w.mem_fraction}",
-            f"actor_train.training_args.learning_rate={w.lr}", "actor_train.training_args.warmup_steps=0",
-            "actor_train.training_args.lr_scheduler_type=constant",
-            f"actor_train.training_args.per_device_train_batch_size={per_device}",
-            f"actor_train.training_args.gradient_accumulation_steps={w.samples // w.mini_batches // per_device}",
-            f"actor_train.max_tokens_per_microbatch_in_train={w.train_tokens_per_microbatch}",
-            f"actor_train.max_tokens_per_microbatch_in_infer={w.infer_tokens_per_microbatch}",
-            f"reference.max_tokens_per_microbatch_in_infer={w.infer_tokens_per_microbatch}",
-            f"kl_loss_coef={w.kl_coef}"]
+    return [
+        f"pretrain={model}",
+        f"seed={w.seed}",
+        f"max_steps={w.steps}",
+        "eval_steps=0",
+        "save_steps=0",
+        "rollout_dump_steps=0",
+        "track_with=stdout",
+        f"output_dir={run_dir}",
+        f"logging_dir={run_dir / 'logs'}",
+        f"rollout_batch_size={w.prompts}",
+        f"num_return_sequences_in_group={w.group}",
+        f"prompt_length={w.prompt_length}",
+        f"response_length={w.response_length}",
+        f"sequence_length={w.prompt_length + w.response_length}",
+        "zero_signal_patience=0",
+        "dynamic_sampling.enabled=false",
+        "is_use_additional_prompts=false",
+        "validation.file_name=[]",
+        f"validation.generating_args.max_new_tokens={w.response_length}",
+        f"actor_infer.generating_args.max_new_tokens={w.response_length}",
+        "actor_infer.generating_args.ignore_eos=true",
+        f"actor_infer.strategy_args.strategy_config.mem_fraction_static={w.mem_fraction}",
+        f"actor_train.training_args.learning_rate={w.lr}",
+        "actor_train.training_args.warmup_steps=0",
+        "actor_train.training_args.lr_scheduler_type=constant",
+        f"actor_train.training_args.per_device_train_batch_size={per_device}",
+        f"actor_train.training_args.gradient_accumulation_steps={w.samples // w.mini_batches // per_device}",
+        f"actor_train.max_tokens_per_microbatch_in_train={w.train_tokens_per_microbatch}",
+        f"actor_train.max_tokens_per_microbatch_in_infer={w.infer_tokens_per_microbatch}",
+        f"reference.max_tokens_per_microbatch_in_infer={w.infer_tokens_per_microbatch}",
+        f"kl_loss_coef={w.kl_coef}",
+    ]
 
 
 def verl_overrides(w: Workload, model: str, data_dir: Path, run_dir: Path) -> list[str]:
     """Overrides of verl's ``ppo_trainer`` config: the shared workload and verl's best-known speed settings."""
     a, r, sg = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.rollout.engine_kwargs.sglang"
     return [
-        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false", "algorithm.norm_adv_by_std_in_grpo=true",
-        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'train.parquet'}",
-        f"data.train_batch_size={w.prompts}", f"data.max_prompt_length={w.prompt_length}",
-        f"data.max_response_length={w.response_length}", "data.filter_overlong_prompts=true",
-        "data.truncation=error", f"data.seed={w.seed}",
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.use_remove_padding=true",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=false", "actor_rollout_ref.model.use_liger=true",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        "algorithm.norm_adv_by_std_in_grpo=true",
+        f"data.train_files={data_dir / 'train.parquet'}",
+        f"data.val_files={data_dir / 'train.parquet'}",
+        f"data.train_batch_size={w.prompts}",
+        f"data.max_prompt_length={w.prompt_length}",
+        f"data.max_response_length={w.response_length}",
+        "data.filter_overlong_prompts=true",
+        "data.truncation=error",
+        f"data.seed={w.seed}",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "actor_rollout_ref.model.use_liger=true",
         # without flash-attn (absent on the GPU machine) verl's log-probs fall back to a Python loop over token rows
         # (torch_functional.logprobs_from_logits_v2), ~10x slower; its fused linear+log-prob kernels avoid that
         "actor_rollout_ref.model.use_fused_kernels=true",
         "actor_rollout_ref.model.fused_kernel_options.impl_backend=torch",
         "+actor_rollout_ref.model.override_config.attn_implementation=roll_varlen",
-        f"{a}.strategy=fsdp2", f"{a}.ppo_mini_batch_size={w.prompts // w.mini_batches}", f"{a}.ppo_epochs=1",
-        f"{a}.use_dynamic_bsz=true", f"{a}.ppo_max_token_len_per_gpu={w.train_tokens_per_microbatch}",
-        f"{a}.optim.lr={w.lr}", f"{a}.optim.weight_decay=0.0", f"{a}.optim.lr_warmup_steps=0",
-        f"{a}.optim.clip_grad=1.0", f"{a}.clip_ratio_low=0.2", f"{a}.clip_ratio_high=0.28",
-        f"{a}.loss_agg_mode=token-mean", f"{a}.entropy_coeff=0", f"{a}.use_kl_loss=true",
-        f"{a}.kl_loss_coef={w.kl_coef}", f"{a}.kl_loss_type=low_var_kl",
-        f"{a}.fsdp_config.param_offload=false", f"{a}.fsdp_config.optimizer_offload=false",
+        f"{a}.strategy=fsdp2",
+        f"{a}.ppo_mini_batch_size={w.prompts // w.mini_batches}",
+        f"{a}.ppo_epochs=1",
+        f"{a}.use_dynamic_bsz=true",
+        f"{a}.ppo_max_token_len_per_gpu={w.train_tokens_per_microbatch}",
+        f"{a}.optim.lr={w.lr}",
+        f"{a}.optim.weight_decay=0.0",
+        f"{a}.optim.lr_warmup_steps=0",
+        f"{a}.optim.clip_grad=1.0",
+        f"{a}.clip_ratio_low=0.2",
+        f"{a}.clip_ratio_high=0.28",
+        f"{a}.loss_agg_mode=token-mean",
+        f"{a}.entropy_coeff=0",
+        f"{a}.use_kl_loss=true",
+        f"{a}.kl_loss_coef={w.kl_coef}",
+        f"{a}.kl_loss_type=low_var_kl",
+        f"{a}.fsdp_config.param_offload=false",
+        f"{a}.fsdp_config.optimizer_offload=false",
         "actor_rollout_ref.ref.fsdp_config.param_offload=false",
         f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={w.infer_tokens_per_microbatch}",
-        f"{r}.name=sglang", f"{r}.mode=async", f"{r}.n={w.group}", f"{r}.tensor_model_parallel_size=1",
-        f"{r}.gpu_memory_utilization={w.mem_fraction}", f"{r}.ignore_eos=true", f"{r}.temperature=1.0",
-        f"{r}.top_p=1.0", f"{r}.top_k=-1", f"{r}.max_num_seqs={w.samples}", f"{r}.free_cache_engine=true",
-        f"{r}.log_prob_max_token_len_per_gpu={w.infer_tokens_per_microbatch}", f"{r}.seed={w.seed}",
-        f"+{sg}.attention_backend=triton", f"+{sg}.sampling_backend=pytorch",
-        f"+{sg}.disable_prefill_cuda_graph=true", f"+{sg}.cuda_graph_max_bs_decode=512",
-        "trainer.n_gpus_per_node=1", "trainer.nnodes=1", f"trainer.total_training_steps={w.steps}",
-        "trainer.total_epochs=100", "trainer.critic_warmup=0", "trainer.logger=[console,file]",
-        "trainer.project_name=vs_verl", "trainer.experiment_name=grpo", "trainer.val_before_train=false",
-        "trainer.test_freq=-1", "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir / 'ckpt'}",
-        "trainer.use_v1=false", "ray_kwargs.ray_init.num_cpus=12", "+ray_kwargs.ray_init.include_dashboard=false",
+        f"{r}.name=sglang",
+        f"{r}.mode=async",
+        f"{r}.n={w.group}",
+        f"{r}.tensor_model_parallel_size=1",
+        f"{r}.gpu_memory_utilization={w.mem_fraction}",
+        f"{r}.ignore_eos=true",
+        f"{r}.temperature=1.0",
+        f"{r}.top_p=1.0",
+        f"{r}.top_k=-1",
+        f"{r}.max_num_seqs={w.samples}",
+        f"{r}.free_cache_engine=true",
+        f"{r}.log_prob_max_token_len_per_gpu={w.infer_tokens_per_microbatch}",
+        f"{r}.seed={w.seed}",
+        f"+{sg}.attention_backend=triton",
+        f"+{sg}.sampling_backend=pytorch",
+        f"+{sg}.disable_prefill_cuda_graph=true",
+        f"+{sg}.cuda_graph_max_bs_decode=512",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={w.steps}",
+        "trainer.total_epochs=100",
+        "trainer.critic_warmup=0",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=vs_verl",
+        "trainer.experiment_name=grpo",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={run_dir / 'ckpt'}",
+        "trainer.use_v1=false",
+        "ray_kwargs.ray_init.num_cpus=12",
+        "+ray_kwargs.ray_init.include_dashboard=false",
     ]
 
 
@@ -146,10 +201,16 @@ def settings_table(w: Workload) -> list[tuple[str, str, str]]:
         ("generated tokens / sample", f"{w.response_length} (ignore_eos)", f"{w.response_length} (ignore_eos)"),
         ("optimizer steps / rollout", f"{w.mini_batches} ({mb} samples each)", f"{w.mini_batches} ({mb} samples each)"),
         ("trainer", "DeepSpeed ZeRO-2, bf16", "FSDP2, bf16 compute (fp32 master params)"),
-        ("training micro-batches", f"token budget {w.train_tokens_per_microbatch}, packed",
-         f"use_dynamic_bsz, ppo_max_token_len_per_gpu {w.train_tokens_per_microbatch}"),
-        ("log-prob micro-batches", f"token budget {w.infer_tokens_per_microbatch}, packed",
-         f"log_prob_max_token_len_per_gpu {w.infer_tokens_per_microbatch}"),
+        (
+            "training micro-batches",
+            f"token budget {w.train_tokens_per_microbatch}, packed",
+            f"use_dynamic_bsz, ppo_max_token_len_per_gpu {w.train_tokens_per_microbatch}",
+        ),
+        (
+            "log-prob micro-batches",
+            f"token budget {w.infer_tokens_per_microbatch}, packed",
+            f"log_prob_max_token_len_per_gpu {w.infer_tokens_per_microbatch}",
+        ),
         ("padding-free", "yes (sequence packing)", "yes (use_remove_padding)"),
         ("attention kernel (training)", "roll_varlen (torch varlen flash)", "roll_varlen (torch varlen flash)"),
         ("fused kernels", "Liger (RMSNorm/SwiGLU/RoPE)", "Liger (use_liger)"),
@@ -158,8 +219,11 @@ def settings_table(w: Workload) -> list[tuple[str, str, str]]:
         ("offload", "none", "none"),
         ("reference model / KL loss", f"on, low_var_kl {w.kl_coef}", f"on, low_var_kl {w.kl_coef}"),
         ("old log-probs", "recomputed (several optimizer steps)", "recomputed"),
-        ("rollout", f"SGLang colocated, mem {w.mem_fraction}, triton attn",
-         f"SGLang (async server) colocated, mem {w.mem_fraction}, triton attn"),
+        (
+            "rollout",
+            f"SGLang colocated, mem {w.mem_fraction}, triton attn",
+            f"SGLang (async server) colocated, mem {w.mem_fraction}, triton attn",
+        ),
         ("optimizer", f"AdamW lr {w.lr} const, wd 0, clip 1.0", f"AdamW lr {w.lr} const, wd 0, clip 1.0"),
         ("reward", "roll's math rule (math-verify)", "verl's gsm8k rule"),
     ]
@@ -180,11 +244,18 @@ def write_verl_data(out: Path, source: Path = DATA) -> int:
     import pandas as pd
 
     rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    frame = pd.DataFrame([{
-        "data_source": "openai/gsm8k",
-        "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": r["prompt"]}],
-        "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(r["ground_truth"])},
-        "extra_info": {"index": i, "split": "train"}} for i, r in enumerate(rows)])
+    frame = pd.DataFrame(
+        [
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": r["prompt"]}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(r["ground_truth"])},
+                "extra_info": {"index": i, "split": "train"},
+            }
+            for i, r in enumerate(rows)
+        ]
+    )
     out.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(out / "train.parquet")
     return len(frame)
@@ -194,7 +265,7 @@ def write_verl_data(out: Path, source: Path = DATA) -> int:
 class GpuMemory:
     """Peak GPU memory used by all processes (nvidia-smi, every 0.5 s) while the context is open."""
 
-    def __enter__(self) -> "GpuMemory":
+    def __enter__(self) -> GpuMemory:
         self.peak_gib, self._done = 0.0, threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -203,8 +274,12 @@ class GpuMemory:
     def _poll(self) -> None:
         while not self._done.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                                      "-i", "0"], capture_output=True, text=True, timeout=10).stdout
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
                 self.peak_gib = max(self.peak_gib, float(out.split()[0]) / 1024)
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
                 pass
@@ -241,8 +316,13 @@ def stop_ray() -> None:
 
 def run_roll(w: Workload, model: str, run_dir: Path, env: dict, timeout: float) -> dict:
     """One roll run; per-step rows from its ``metrics.jsonl``."""
-    cmd = [sys.executable, str(ROOT / "examples" / "start_rlvr_pipeline.py"), "--config-name", "rlvr_qwen05b_gpu",
-           *roll_overrides(w, model, run_dir)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples" / "start_rlvr_pipeline.py"),
+        "--config-name",
+        "rlvr_qwen05b_gpu",
+        *roll_overrides(w, model, run_dir),
+    ]
     with GpuMemory() as mem:
         rc, _ = run_logged(cmd, run_dir / "run.log", env, timeout)
     steps = roll_steps(w, run_dir)
@@ -254,13 +334,23 @@ def roll_steps(w: Workload, run_dir: Path) -> list[dict]:
     """Per-step rows of a roll run from its ``metrics.jsonl``."""
     path = run_dir / "logs" / "metrics.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    return [{"end": r["timestamp"], "step_s": r["time/step"], "generate_s": r.get("time/rollout_generate", 0.0),
-             "train_s": r.get("time/train", 0.0), "old_log_probs_s": r.get("time/old_log_probs", 0.0),
-             "ref_log_probs_s": r.get("time/ref_log_probs", 0.0), "sync_s": r.get("time/sync", 0.0),
-             "reward_s": r.get("time/reward", 0.0), "trained_tokens": r.get("perf/tokens", 0.0),
-             "generated_tokens": r.get("rollout/generated_tokens", 0.0),
-             "trainer_peak_allocated_gib": r.get("perf/actor_train_peak_allocated_gib")}
-            for r in rows if "time/step" in r]
+    return [
+        {
+            "end": r["timestamp"],
+            "step_s": r["time/step"],
+            "generate_s": r.get("time/rollout_generate", 0.0),
+            "train_s": r.get("time/train", 0.0),
+            "old_log_probs_s": r.get("time/old_log_probs", 0.0),
+            "ref_log_probs_s": r.get("time/ref_log_probs", 0.0),
+            "sync_s": r.get("time/sync", 0.0),
+            "reward_s": r.get("time/reward", 0.0),
+            "trained_tokens": r.get("perf/tokens", 0.0),
+            "generated_tokens": r.get("rollout/generated_tokens", 0.0),
+            "trainer_peak_allocated_gib": r.get("perf/actor_train_peak_allocated_gib"),
+        }
+        for r in rows
+        if "time/step" in r
+    ]
 
 
 def run_verl(w: Workload, model: str, run_dir: Path, env: dict, timeout: float) -> dict:
@@ -274,8 +364,12 @@ def run_verl(w: Workload, model: str, run_dir: Path, env: dict, timeout: float) 
     with GpuMemory() as mem:
         rc, stamps = run_logged(cmd, run_dir / "run.log", env, timeout, stamp=metrics)
     (run_dir / "run.json").write_text(json.dumps({"rc": rc, "gpu_peak_gib": mem.peak_gib, "stamps": stamps}))
-    return {"rc": rc, "steps": verl_steps(w, run_dir, stamps), "gpu_peak_gib": mem.peak_gib,
-            "log": str(run_dir / "run.log")}
+    return {
+        "rc": rc,
+        "steps": verl_steps(w, run_dir, stamps),
+        "gpu_peak_gib": mem.peak_gib,
+        "log": str(run_dir / "run.log"),
+    }
 
 
 def verl_steps(w: Workload, run_dir: Path, stamps: list[float]) -> list[dict]:
@@ -287,15 +381,22 @@ def verl_steps(w: Workload, run_dir: Path, stamps: list[float]) -> list[dict]:
         if "timing_s/step" not in r:
             continue
         samples = w.samples
-        steps.append({"end": end, "step_s": r["timing_s/step"], "generate_s": r.get("timing_s/gen", 0.0),
-                      "train_s": r.get("timing_s/update_actor", 0.0),
-                      "old_log_probs_s": r.get("timing_s/old_log_prob", 0.0),
-                      "ref_log_probs_s": r.get("timing_s/ref", 0.0),
-                      "sync_s": r.get("timing_s/update_weights", 0.0), "reward_s": r.get("timing_s/reward", 0.0),
-                      "trained_tokens": r.get("perf/total_num_tokens", 0.0),
-                      "generated_tokens": r.get("response_length/mean", 0.0) * samples,
-                      "trainer_peak_allocated_gib": r.get("perf/max_memory_allocated_gb"),
-                      "verl_mfu_actor": r.get("perf/mfu/actor")})
+        steps.append(
+            {
+                "end": end,
+                "step_s": r["timing_s/step"],
+                "generate_s": r.get("timing_s/gen", 0.0),
+                "train_s": r.get("timing_s/update_actor", 0.0),
+                "old_log_probs_s": r.get("timing_s/old_log_prob", 0.0),
+                "ref_log_probs_s": r.get("timing_s/ref", 0.0),
+                "sync_s": r.get("timing_s/update_weights", 0.0),
+                "reward_s": r.get("timing_s/reward", 0.0),
+                "trained_tokens": r.get("perf/total_num_tokens", 0.0),
+                "generated_tokens": r.get("response_length/mean", 0.0) * samples,
+                "trainer_peak_allocated_gib": r.get("perf/max_memory_allocated_gb"),
+                "verl_mfu_actor": r.get("perf/mfu/actor"),
+            }
+        )
     return steps
 
 
@@ -307,11 +408,25 @@ def summarize(run: dict, skip: int, params: int, peak: float | None) -> dict:
     kept = steps[skip:]
     if not kept:
         return {"error": f"{len(steps)} steps logged (need > {skip}); see {run['log']}", "rc": run["rc"]}
-    out = {"steps_logged": len(steps), "steps_in_median": len(kept), "rc": run["rc"],
-           "step_s": statistics.median(b["end"] - a["end"] for a, b in zip(steps[skip - 1:], steps[skip:]))
-           if skip >= 1 else statistics.median(s["step_s"] for s in kept)}
-    for key in ("step_s", "generate_s", "train_s", "old_log_probs_s", "ref_log_probs_s", "sync_s", "reward_s",
-                "trained_tokens", "generated_tokens"):
+    out = {
+        "steps_logged": len(steps),
+        "steps_in_median": len(kept),
+        "rc": run["rc"],
+        "step_s": statistics.median(b["end"] - a["end"] for a, b in zip(steps[skip - 1 :], steps[skip:]))
+        if skip >= 1
+        else statistics.median(s["step_s"] for s in kept),
+    }
+    for key in (
+        "step_s",
+        "generate_s",
+        "train_s",
+        "old_log_probs_s",
+        "ref_log_probs_s",
+        "sync_s",
+        "reward_s",
+        "trained_tokens",
+        "generated_tokens",
+    ):
         out[key if key != "step_s" else "own_step_timer_s"] = statistics.median(s[key] for s in kept)
     out["train_tokens_per_s"] = out["trained_tokens"] / max(out["train_s"], 1e-9)
     out["mfu"] = 6 * params * out["train_tokens_per_s"] / peak if peak else None
@@ -354,13 +469,13 @@ def smoke(w: Workload, work: Path) -> dict:
     """Without a GPU: roll's config loads with the overrides, verl's Hydra config composes with its overrides
     (every key exists) and passes verl's ``validate_config``, and verl's dataset reads the written parquet with the
     same prompts as roll's jsonl. Returns what it checked."""
+    import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from verl.utils.config import validate_config
 
-    import verl
     from roll.config.loader import load_config
     from roll.config.rlvr import RLVRConfig
-    from verl.utils.config import validate_config
 
     model, run_dir = str(work / "model"), work / "run"
     cfg = load_config("rlvr_qwen05b_gpu", overrides=roll_overrides(w, model, run_dir), schema=RLVRConfig)
@@ -376,8 +491,13 @@ def smoke(w: Workload, work: Path) -> dict:
     source = [json.loads(x) for x in DATA.read_text().splitlines() if x.strip()]
     assert [m[1]["content"] for m in frame["prompt"]] == [r["prompt"] for r in source]
     assert all(m[0]["content"] == SYSTEM_PROMPT == cfg.system_prompt for m in frame["prompt"])
-    return {"roll_config": "loaded", "verl_config": "composed and validated", "verl_rows": rows,
-            "verl_rollout_n": int(vcfg.actor_rollout_ref.rollout.n), "verl_version": verl.__version__}
+    return {
+        "roll_config": "loaded",
+        "verl_config": "composed and validated",
+        "verl_rows": rows,
+        "verl_rollout_n": int(vcfg.actor_rollout_ref.rollout.n),
+        "verl_version": verl.__version__,
+    }
 
 
 # ---------------------------------------------------------------------------- main
@@ -387,12 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/vs_verl"))
     p.add_argument("--order", default="roll,verl", help="sides in run order, alternating (e.g. roll,verl,roll,verl)")
     p.add_argument("--timeout", type=float, default=420, help="seconds per run")
-    p.add_argument("--out", type=Path, default=None,
-                   help="results JSON (default benchmarks/results/vs_verl_<gpu>.json)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="results JSON (default benchmarks/results/vs_verl_<gpu>.json)"
+    )
     p.add_argument("--smoke", action="store_true", help="CPU check of both sides' configs and data (no runs)")
     p.add_argument("--gpu", default="unknown GPU", help="device name for --rescore on a machine without the GPU")
-    p.add_argument("--rescore", action="store_true", help="no runs: summarize the run folders already in --work "
-                                                             "(<i>_roll, <i>_verl) into the results JSON")
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="no runs: summarize the run folders already in --work (<i>_roll, <i>_verl) into the results JSON",
+    )
     for field, value in asdict(Workload()).items():
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
@@ -405,19 +529,31 @@ def main(argv: list[str] | None = None) -> int:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else args.gpu
     params, peak = count_parameters(args.model), peak_flops(gpu)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
     runs: dict[str, list[dict]] = {"roll": [], "verl": []}
-    sides = ([(d, d.name.split("_", 1)[1]) for d in sorted(args.work.glob("*_*")) if d.name.split("_", 1)[1] in runs]
-             if args.rescore else [(args.work / f"{i}_{s}", s) for i, s in enumerate(args.order.split(","))])
+    sides = (
+        [(d, d.name.split("_", 1)[1]) for d in sorted(args.work.glob("*_*")) if d.name.split("_", 1)[1] in runs]
+        if args.rescore
+        else [(args.work / f"{i}_{s}", s) for i, s in enumerate(args.order.split(","))]
+    )
     for run_dir, side in sides:
         run_dir.mkdir(parents=True, exist_ok=True)
         start = time.time()
         if args.rescore:
             saved = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-            steps = (roll_steps(w, run_dir) if side == "roll" else verl_steps(w, run_dir, saved.get("stamps", [])))
-            run = {"rc": saved.get("rc"), "steps": steps, "gpu_peak_gib": saved.get("gpu_peak_gib"),
-                   "log": str(run_dir / "run.log")}
+            steps = roll_steps(w, run_dir) if side == "roll" else verl_steps(w, run_dir, saved.get("stamps", []))
+            run = {
+                "rc": saved.get("rc"),
+                "steps": steps,
+                "gpu_peak_gib": saved.get("gpu_peak_gib"),
+                "log": str(run_dir / "run.log"),
+            }
         else:
             stop_ray()
             run = (run_roll if side == "roll" else run_verl)(w, args.model, run_dir, env, args.timeout)
@@ -427,14 +563,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[vs_verl] {run_dir.name}: exit {run['rc']}, {len(run['steps'])} steps, {summary}", flush=True)
     if not args.rescore:
         stop_ray()
-    best = {s: min((r for r in rs if "step_s" in r), key=lambda r: r["step_s"], default=rs[-1] if rs else {})
-            for s, rs in runs.items()}
+    best = {
+        s: min((r for r in rs if "step_s" in r), key=lambda r: r["step_s"], default=rs[-1] if rs else {})
+        for s, rs in runs.items()
+    }
     ratio, why = compare(best["roll"], best["verl"])
-    result = {"date": datetime.date.today().isoformat(), "gpu": gpu, "ratio": ratio, "ratio_note": why,
-              "target": "roll step <= 0.8 x verl's", "workload": asdict(w), "parameters": params,
-              "peak_bf16_flops": peak, "versions": versions(), "order": [d.name for d, _ in sides],
-              "settings": [{"setting": a, "roll": b, "verl": c} for a, b, c in settings_table(w)],
-              "roll": best["roll"], "verl": best["verl"], "runs": runs}
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": gpu,
+        "ratio": ratio,
+        "ratio_note": why,
+        "target": "roll step <= 0.8 x verl's",
+        "workload": asdict(w),
+        "parameters": params,
+        "peak_bf16_flops": peak,
+        "versions": versions(),
+        "order": [d.name for d, _ in sides],
+        "settings": [{"setting": a, "roll": b, "verl": c} for a, b, c in settings_table(w)],
+        "roll": best["roll"],
+        "verl": best["verl"],
+        "runs": runs,
+    }
     out = args.out or ROOT / "benchmarks" / "results" / f"vs_verl_{_slug(gpu)}.json"
     out.write_text(json.dumps(result, indent=1))
     print(f"[vs_verl] ratio roll/verl = {ratio if ratio is None else round(ratio, 3)} ({why}); {out}", flush=True)

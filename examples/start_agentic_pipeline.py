@@ -1,4 +1,4 @@
-"""Run the agentic pipeline: ``python examples/start_agentic_pipeline.py --config-name sokoban_tiny [key=value ...]``."""
+"""Run the agentic pipeline: ``python examples/start_agentic_pipeline.py --config-name sokoban_tiny [key=value]``."""
 
 import sys
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -125,13 +126,15 @@ class CallPool:
                     pending.discard(i)
                     exc = task.future.exception()
                     outcomes[i].error, outcomes[i].value = exc, None if exc else task.future.result()
-                elif timeout > 0 and task.started is not None and now - task.started >= timeout \
-                        and self._abandon(task):
+                elif timeout > 0 and task.started is not None and now - task.started >= timeout and self._abandon(task):
                     pending.discard(i)
                     outcomes[i].timed_out = True
             if pending:
-                wait([tasks[i].future for i in pending], timeout=self._next_wait(tasks, pending, timeout),
-                     return_when=FIRST_COMPLETED)
+                wait(
+                    [tasks[i].future for i in pending],
+                    timeout=self._next_wait(tasks, pending, timeout),
+                    return_when=FIRST_COMPLETED,
+                )
         return outcomes
 
     @staticmethod

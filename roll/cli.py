@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
 Handler = Callable[[argparse.Namespace], int]
@@ -31,8 +31,10 @@ def command(name: str, help: str, add_arguments: AddArguments) -> Callable[[Hand
 
     def register(handler: Handler) -> Handler:
         if name in COMMANDS:
-            raise ValueError(f"roll subcommand {name!r} is already registered (by "
-                             f"{COMMANDS[name].handler.__module__}); pick another name")
+            raise ValueError(
+                f"roll subcommand {name!r} is already registered (by "
+                f"{COMMANDS[name].handler.__module__}); pick another name"
+            )
         COMMANDS[name] = Command(name, help, add_arguments, handler)
         return handler
 
@@ -46,8 +48,11 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     doctor.add_arguments(parser)
 
 
-@command("doctor", help="check that this machine can run roll (and a config: --config-name X)",
-         add_arguments=_doctor_arguments)
+@command(
+    "doctor",
+    help="check that this machine can run roll (and a config: --config-name X)",
+    add_arguments=_doctor_arguments,
+)
 def _doctor(args: argparse.Namespace) -> int:
     """Run ``roll doctor``."""
     from roll import doctor
@@ -62,8 +67,11 @@ def _view_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_arguments(parser)
 
 
-@command("view", help="build the trajectory viewer of a run (a static HTML folder; opens from disk)",
-         add_arguments=_view_arguments)
+@command(
+    "view",
+    help="build the trajectory viewer of a run (a static HTML folder; opens from disk)",
+    add_arguments=_view_arguments,
+)
 def _view(args: argparse.Namespace) -> int:
     """Run ``roll view``."""
     from roll.tracking.viewer import build

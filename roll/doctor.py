@@ -23,8 +23,9 @@ import platform
 import shlex
 import shutil
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -203,7 +204,8 @@ def requirements_from_setup_cfg(path: Path) -> tuple[str, list[str]]:
     if not parser.read(path):
         raise FileNotFoundError(
             f"roll is not installed and {path} does not exist; install roll (pip install -e .) or run the doctor "
-            "from a roll source checkout")
+            "from a roll source checkout"
+        )
     lines = [ln.strip() for ln in parser.get("options", "install_requires", fallback="").splitlines() if ln.strip()]
     if parser.has_section("options.extras_require"):
         for extra, block in parser.items("options.extras_require"):
@@ -236,9 +238,11 @@ def torch_fix(specifier: SpecifierSet, gpu_machine: bool) -> tuple[str, str]:
     an NVIDIA driver, PyPI's CUDA wheels on one with a driver."""
     pin = f"torch=={TESTED_TORCH}" if specifier.contains(TESTED_TORCH) else shlex.quote(f"torch{specifier}")
     if gpu_machine:
-        return (f"pip install {pin}",
-                "PyPI's Linux torch wheels are CUDA builds; for another CUDA version add "
-                "--index-url https://download.pytorch.org/whl/cuXYZ (e.g. cu128).")
+        return (
+            f"pip install {pin}",
+            "PyPI's Linux torch wheels are CUDA builds; for another CUDA version add "
+            "--index-url https://download.pytorch.org/whl/cuXYZ (e.g. cu128).",
+        )
     return f"pip install {pin} --index-url {TORCH_CPU_INDEX}", "CPU-only machine: the CPU wheel avoids CUDA downloads."
 
 
@@ -249,20 +253,22 @@ def fix_for(req: Requirement, gpu_machine: bool) -> tuple[str, str]:
         return torch_fix(req.specifier, gpu_machine)
     if name in TORCH_PINNING_BACKENDS:
         fix, hint = TORCH_PINNING_BACKENDS[name]
-        return fix, (f"{req.name} pins exact torch/transformers versions and replaces the installed torch; install "
-                     f"it in a separate GPU environment. {hint}".strip())
+        return fix, (
+            f"{req.name} pins exact torch/transformers versions and replaces the installed torch; install "
+            f"it in a separate GPU environment. {hint}".strip()
+        )
     return "pip install " + shlex.quote(f"{req.name}{req.specifier}"), ""
 
 
 def _too_old(specifier: SpecifierSet, version: Version) -> bool:
     """Whether ``version`` fails ``specifier`` because it is below a lower bound (else it is too new/excluded)."""
     lower = [s for s in specifier if s.operator in (">=", ">", "~=", "==", "===")]
-    return any(not s.contains(version, prereleases=True) and version < Version(s.version.rstrip(".*"))
-               for s in lower)
+    return any(not s.contains(version, prereleases=True) and version < Version(s.version.rstrip(".*")) for s in lower)
 
 
-def check_requirement(req: Requirement, found: str | None, optional: bool = False,
-                      gpu_machine: bool = False, note: str = "") -> CheckResult:
+def check_requirement(
+    req: Requirement, found: str | None, optional: bool = False, gpu_machine: bool = False, note: str = ""
+) -> CheckResult:
     """Check one requirement against the ``found`` version (None: not installed)."""
     required = str(req.specifier) or "any"
     if found is None:
@@ -272,8 +278,14 @@ def check_requirement(req: Requirement, found: str | None, optional: bool = Fals
     try:
         version = Version(found)
     except InvalidVersion:
-        return CheckResult(req.name, required, found, Status.ERROR, fix_for(req, gpu_machine)[0],
-                           f"installed version {found!r} is not a valid version")
+        return CheckResult(
+            req.name,
+            required,
+            found,
+            Status.ERROR,
+            fix_for(req, gpu_machine)[0],
+            f"installed version {found!r} is not a valid version",
+        )
     if req.specifier.contains(version, prereleases=True):
         return CheckResult(req.name, required, found, Status.OK, note=note)
     fix, fix_note = fix_for(req, gpu_machine)
@@ -281,8 +293,9 @@ def check_requirement(req: Requirement, found: str | None, optional: bool = Fals
     return CheckResult(req.name, required, found, status, fix, " ".join(filter(None, (note, fix_note))))
 
 
-def check_known_bad(versions: Mapping[str, str | None],
-                    rules: Sequence[KnownBadRule] = KNOWN_BAD_RULES) -> list[CheckResult]:
+def check_known_bad(
+    versions: Mapping[str, str | None], rules: Sequence[KnownBadRule] = KNOWN_BAD_RULES
+) -> list[CheckResult]:
     """One ``known-bad`` row per rule that fires on ``versions`` (canonical name -> version or None)."""
     results = []
     for rule in rules:
@@ -290,9 +303,16 @@ def check_known_bad(versions: Mapping[str, str | None],
         if any(v is None for _, v in found):
             continue
         if all(SpecifierSet(spec).contains(v, prereleases=True) for (_, spec), (_, v) in zip(rule.when, found)):
-            results.append(CheckResult(
-                " + ".join(name for name, _ in rule.when), rule.required,
-                ", ".join(f"{name} {v}" for name, v in found), Status.KNOWN_BAD, rule.fix, rule.reason))
+            results.append(
+                CheckResult(
+                    " + ".join(name for name, _ in rule.when),
+                    rule.required,
+                    ", ".join(f"{name} {v}" for name, v in found),
+                    Status.KNOWN_BAD,
+                    rule.fix,
+                    rule.reason,
+                )
+            )
     return results
 
 
@@ -306,30 +326,46 @@ def check_python(specifier: SpecifierSet, found: str | None = None) -> CheckResu
     found = found or platform.python_version()
     if specifier.contains(found, prereleases=True):
         return CheckResult("python", str(specifier) or "any", found, Status.OK)
-    return CheckResult("python", str(specifier), found, Status.TOO_OLD if _too_old(specifier, Version(found))
-                       else Status.TOO_NEW, "python3.11 -m venv .venv && .venv/bin/pip install -e .",
-                       "roll is tested on Python 3.11; create the environment with a matching interpreter.")
+    return CheckResult(
+        "python",
+        str(specifier),
+        found,
+        Status.TOO_OLD if _too_old(specifier, Version(found)) else Status.TOO_NEW,
+        "python3.11 -m venv .venv && .venv/bin/pip install -e .",
+        "roll is tested on Python 3.11; create the environment with a matching interpreter.",
+    )
 
 
 def check_gpu(gpu: GpuInfo, torch_version: str | None, gpu_machine: bool) -> CheckResult:
     """An informational row on CUDA: ok with GPUs, optional-missing without (CPU runs need none), error when
     torch fails to import."""
     if gpu.error:
-        return CheckResult("cuda", "optional", None, Status.ERROR, f"pip install --force-reinstall torch=={TESTED_TORCH}",
-                           f"import torch failed: {gpu.error}")
+        return CheckResult(
+            "cuda",
+            "optional",
+            None,
+            Status.ERROR,
+            f"pip install --force-reinstall torch=={TESTED_TORCH}",
+            f"import torch failed: {gpu.error}",
+        )
     if gpu.count:
         names = ", ".join(sorted(set(gpu.names)))
         return CheckResult("cuda", "optional", f"CUDA {gpu.cuda}, {gpu.count} GPU(s): {names}", Status.OK)
     note = "no CUDA GPU: CPU configs only (hf_infer + deepspeed_train, empty device_mapping)."
     if torch_version and gpu.cuda is None and gpu_machine:
         note = f"torch {torch_version} is a CPU build but an NVIDIA driver is present."
-        return CheckResult("cuda", "optional", "none", Status.OPTIONAL_MISSING, torch_fix(SpecifierSet(), True)[0],
-                           note)
+        return CheckResult(
+            "cuda", "optional", "none", Status.OPTIONAL_MISSING, torch_fix(SpecifierSet(), True)[0], note
+        )
     return CheckResult("cuda", "optional", "none", Status.OPTIONAL_MISSING, "", note)
 
 
-def check_environment(reqs: RollRequirements, versions: Mapping[str, str | None] | None = None,
-                      gpu: GpuInfo | None = None, gpu_machine: bool | None = None) -> list[CheckResult]:
+def check_environment(
+    reqs: RollRequirements,
+    versions: Mapping[str, str | None] | None = None,
+    gpu: GpuInfo | None = None,
+    gpu_machine: bool | None = None,
+) -> list[CheckResult]:
     """All environment rows: Python, CUDA, each required and optional package, then known-bad combinations.
 
     ``versions`` (canonical name -> version or None), ``gpu`` and ``gpu_machine`` default to this machine's facts;
@@ -358,8 +394,17 @@ def check_build_locks(root: Path | None = None) -> list[CheckResult]:
     stale = [lock for lock in find_build_locks(root) if lock.stale]
     if not stale:
         return [CheckResult("build locks", "no stale lock", f"none stale under {root}", Status.OK)]
-    return [CheckResult(f"build lock {lock.path.parent.name}", "no stale lock", str(lock.path), Status.ERROR,
-                        f"rm {lock.path}", lock.message()) for lock in stale]
+    return [
+        CheckResult(
+            f"build lock {lock.path.parent.name}",
+            "no stale lock",
+            str(lock.path),
+            Status.ERROR,
+            f"rm {lock.path}",
+            lock.message(),
+        )
+        for lock in stale
+    ]
 
 
 def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
@@ -405,9 +450,15 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
         try:
             spec = strategy_spec(strategy)  # the registry entry says what a backend needs
         except ValueError as exc:
-            errors.append(CheckResult(f"{role} strategy", "one of " + ", ".join(list_strategies()), strategy,
-                                      Status.ERROR, f"set {role}.strategy_args.strategy_name to a registered "
-                                                    f"strategy: {exc}"))
+            errors.append(
+                CheckResult(
+                    f"{role} strategy",
+                    "one of " + ", ".join(list_strategies()),
+                    strategy,
+                    Status.ERROR,
+                    f"set {role}.strategy_args.strategy_name to a registered strategy: {exc}",
+                )
+            )
             continue
         gpu_required |= spec.needs_gpu
         for pkg in spec.packages + _option_packages(cfg, role):
@@ -416,8 +467,15 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
         try:
             packages = get_tracker_class(tracker).packages
         except ValueError:
-            errors.append(CheckResult("track_with", "one of " + ", ".join(list_trackers()), tracker,
-                                      Status.ERROR, "set track_with to a registered tracker"))
+            errors.append(
+                CheckResult(
+                    "track_with",
+                    "one of " + ", ".join(list_trackers()),
+                    tracker,
+                    Status.ERROR,
+                    "set track_with to a registered tracker",
+                )
+            )
             continue
         for pkg in packages:
             needs.setdefault(pkg, []).append(f"track_with={tracker}")
@@ -434,9 +492,12 @@ def gpus_needed(cfg: Any) -> int:
     return needed
 
 
-def check_config_requirements(cfg: Any, versions: Mapping[str, str | None] | None = None,
-                              gpu_count: int | None = None,
-                              reqs: RollRequirements | None = None) -> list[CheckResult]:
+def check_config_requirements(
+    cfg: Any,
+    versions: Mapping[str, str | None] | None = None,
+    gpu_count: int | None = None,
+    reqs: RollRequirements | None = None,
+) -> list[CheckResult]:
     """Rows for what ``cfg`` needs here: each strategy's and tracker's packages (missing ones fail, even when
     they are optional for roll) and the GPU count.
 
@@ -451,15 +512,30 @@ def check_config_requirements(cfg: Any, versions: Mapping[str, str | None] | Non
     gpu_machine = gpu_count > 0 or has_nvidia_driver()
     for pkg, users in needs.items():
         req = reqs.find(pkg) or Requirement(pkg)
-        results.append(check_requirement(req, versions.get(canonicalize_name(pkg)), gpu_machine=gpu_machine,
-                                         note="needed by " + ", ".join(users) + "."))
+        results.append(
+            check_requirement(
+                req,
+                versions.get(canonicalize_name(pkg)),
+                gpu_machine=gpu_machine,
+                note="needed by " + ", ".join(users) + ".",
+            )
+        )
     needed = max(gpus_needed(cfg), 1 if gpu_required else 0)
     if needed:
         ok = gpu_count >= needed
-        results.append(CheckResult(
-            "gpus", f">={needed} CUDA GPU(s)", str(gpu_count), Status.OK if ok else Status.MISSING,
-            "" if ok else f"run on a machine with >= {needed} CUDA GPUs, or use a CPU config (hf_infer + "
-            "deepspeed_train, empty device_mapping)", "from the workers' device_mapping and strategies."))
+        results.append(
+            CheckResult(
+                "gpus",
+                f">={needed} CUDA GPU(s)",
+                str(gpu_count),
+                Status.OK if ok else Status.MISSING,
+                ""
+                if ok
+                else f"run on a machine with >= {needed} CUDA GPUs, or use a CPU config (hf_infer + "
+                "deepspeed_train, empty device_mapping)",
+                "from the workers' device_mapping and strategies.",
+            )
+        )
     return results
 
 
@@ -488,8 +564,9 @@ def _load_config(config_path: str | None, config_name: str, overrides: list[str]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``doctor`` arguments, shared by ``roll doctor`` and ``python -m roll.doctor``."""
     parser.add_argument("--config-name", help="also check what this config needs (e.g. agentic_sokoban_cpu)")
-    parser.add_argument("--config-path", default=None,
-                        help="directory of the config files (default: the repo's examples/config)")
+    parser.add_argument(
+        "--config-path", default=None, help="directory of the config files (default: the repo's examples/config)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra-style overrides for the config, e.g. num_gpus_per_node=8")
 
 
@@ -504,15 +581,20 @@ def run(args: argparse.Namespace) -> int:
             cfg = _load_config(args.config_path, args.config_name, list(args.overrides))
         except Exception as exc:  # any load failure is reported in one line
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"roll doctor: cannot load config {args.config_name!r} from {args.config_path or 'examples/config'}: "
-                  f"{type(exc).__name__}: {msg}", file=sys.stderr)
+            print(
+                f"roll doctor: cannot load config {args.config_name!r} from {args.config_path or 'examples/config'}: "
+                f"{type(exc).__name__}: {msg}",
+                file=sys.stderr,
+            )
             return 2
     reqs = load_roll_requirements()
     results = check_environment(reqs)
     print(f"roll doctor: environment (requirements from {reqs.source})")
     print(format_table(results))
-    print(f"known-bad combinations: {sum(r.status is Status.KNOWN_BAD for r in results)} of "
-          f"{len(KNOWN_BAD_RULES)} rules fired")
+    print(
+        f"known-bad combinations: {sum(r.status is Status.KNOWN_BAD for r in results)} of "
+        f"{len(KNOWN_BAD_RULES)} rules fired"
+    )
     if cfg is not None:
         config_results = check_config_requirements(cfg, gpu_count=detect_gpus().count, reqs=reqs)
         print(f"\nroll doctor: config {args.config_name!r}")

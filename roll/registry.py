@@ -11,7 +11,8 @@ decorators register its entries) and then looks up ``name``, so a config can use
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -28,8 +29,10 @@ def import_user_module(name: str) -> str:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"cannot import module {module!r} named by {name!r}: {exc}; make it importable "
-                          f"(installed, or on the path of the launch directory)") from exc
+        raise ImportError(
+            f"cannot import module {module!r} named by {name!r}: {exc}; make it importable "
+            f"(installed, or on the path of the launch directory)"
+        ) from exc
     return entry
 
 
@@ -60,8 +63,10 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.decorator_name}() needs at least one name, e.g. {self.decorator_name}('my_name')")
         unknown = sorted(set(capabilities) - set(self.defaults))
         if unknown:
-            raise ValueError(f"{self.decorator_name}{names!r}: unknown capabilities {unknown}; a {self.kind} may "
-                             f"declare {sorted(self.defaults) or 'none'}")
+            raise ValueError(
+                f"{self.decorator_name}{names!r}: unknown capabilities {unknown}; a {self.kind} may "
+                f"declare {sorted(self.defaults) or 'none'}"
+            )
 
         def decorator(entry: T) -> T:
             for name in names:

@@ -21,11 +21,22 @@ def main(path: pathlib.Path) -> None:
 
     start = time.time()
     tok = build_tokenizer(env_corpus(), 1024)
-    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                      intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
-                      rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      hidden_act="silu")
+    cfg = Qwen2Config(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        hidden_act="silu",
+    )
     torch.manual_seed(0)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)

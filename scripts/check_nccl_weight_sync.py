@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 GROUP = "roll_weights"
-BUCKET_BYTES = 256 * 2 ** 20
+BUCKET_BYTES = 256 * 2**20
 #: mean |log-prob difference| allowed between SGLang and the trainer model on the same weights. bf16 noise: measured
 #: 0.0098 on the initial random weights and 0.027 on the perturbed ones (H200, 2026-11-21), against 0.88 when stale.
 MAX_MISMATCH = 0.05
@@ -28,8 +28,12 @@ MAX_MISMATCH = 0.05
 
 def engine_log_probs(engine, ids: torch.Tensor) -> torch.Tensor:
     """(B, L-1) SGLang prefill log-probs of ``ids[:, 1:]``."""
-    outs = engine.generate(input_ids=ids.tolist(), sampling_params={"max_new_tokens": 1, "temperature": 0.0},
-                           return_logprob=True, logprob_start_len=0)
+    outs = engine.generate(
+        input_ids=ids.tolist(),
+        sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+        return_logprob=True,
+        logprob_start_len=0,
+    )
     return torch.tensor([[x[0] for x in o["meta_info"]["input_token_logprobs"]][1:] for o in outs])
 
 
@@ -62,8 +66,8 @@ def receive_all(engine, metas) -> float:
     start = time.perf_counter()
     for i, meta in enumerate(metas):
         ok, message = engine.update_weights_from_distributed(
-            names=meta.names, dtypes=meta.dtypes, shapes=meta.shapes, group_name=GROUP,
-            flush_cache=i == len(metas) - 1)
+            names=meta.names, dtypes=meta.dtypes, shapes=meta.shapes, group_name=GROUP, flush_cache=i == len(metas) - 1
+        )
         if not ok:
             raise RuntimeError(f"update_weights_from_distributed failed: {message}")
     return time.perf_counter() - start
@@ -79,7 +83,9 @@ def main(model_path: str, out_dir: Path) -> int:
 
     result: dict = {"nccl": torch.cuda.nccl.version(), "gpus": [torch.cuda.get_device_name(i) for i in range(2)]}
     start = time.perf_counter()
-    engine = sglang.Engine(**engine_kwargs(model_path, "bf16", {"engine_args": {"base_gpu_id": 1}, "mem_fraction_static": 0.4}, 0))
+    engine = sglang.Engine(
+        **engine_kwargs(model_path, "bf16", {"engine_args": {"base_gpu_id": 1}, "mem_fraction_static": 0.4}, 0)
+    )
     result["engine_start_s"] = time.perf_counter() - start
     torch.cuda.set_device(0)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16).cuda().eval()
@@ -92,13 +98,14 @@ def main(model_path: str, out_dir: Path) -> int:
     model_after = model_log_probs(model, ids)
     named = {n: p.data for n, p in model.named_parameters()}
     metas = plan_bucket_metas([(n, t.shape, t.dtype) for n, t in named.items()], BUCKET_BYTES)
-    result.update(buckets=len(metas), gib=sum(m.nbytes for m in metas) / 2 ** 30, tensors=len(named))
+    result.update(buckets=len(metas), gib=sum(m.nbytes for m in metas) / 2**30, tensors=len(named))
     port = free_port()
     with ThreadPoolExecutor(1) as pool:
         hosting = pool.submit(host_group, port, 2)
         start = time.perf_counter()
-        ok, message = engine.init_weights_update_group(master_address="127.0.0.1", master_port=port, rank_offset=1,
-                                                       world_size=2, group_name=GROUP, backend="nccl")
+        ok, message = engine.init_weights_update_group(
+            master_address="127.0.0.1", master_port=port, rank_offset=1, world_size=2, group_name=GROUP, backend="nccl"
+        )
         group = hosting.result(timeout=300)
         result.update(group_ok=bool(ok), group_message=message, group_setup_s=time.perf_counter() - start)
         result["syncs"] = []
@@ -111,12 +118,14 @@ def main(model_path: str, out_dir: Path) -> int:
         initial_mismatch=float((engine_before - model_before).abs().mean()),
         after_sync_mismatch=float((engine_after - model_after).abs().mean()),
         after_sync_mismatch_max=float((engine_after - model_after).abs().max()),
-        stale_mismatch=float((engine_before - model_after).abs().mean()))
+        stale_mismatch=float((engine_before - model_after).abs().mean()),
+    )
     result["checks"] = {
         "group joined": result["group_ok"],
         f"engine == trainer after sync (mean < {MAX_MISMATCH})": result["after_sync_mismatch"] < MAX_MISMATCH,
-        "the sync changed the engine (stale > 10 x after)": result["stale_mismatch"] > 10 * result[
-            "after_sync_mismatch"]}
+        "the sync changed the engine (stale > 10 x after)": result["stale_mismatch"]
+        > 10 * result["after_sync_mismatch"],
+    }
     result["passed"] = all(result["checks"].values())
     group.close()
     engine.shutdown()

@@ -60,8 +60,10 @@ def main() -> None:
             start = time.perf_counter()
             response = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
             out.append((response.id, time.perf_counter() - start))
-            messages += [response.choices[0].message.model_dump(exclude_none=True),
-                         {"role": "user", "content": "Call the add tool."}]
+            messages += [
+                response.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": "Call the add tool."},
+            ]
         return out
 
     for r in range(args.rounds):
@@ -77,8 +79,10 @@ def main() -> None:
     overhead = [lat - eng for lat, eng in samples]
     engine = [eng for _, eng in samples]
     latency = [lat for lat, _ in samples]
-    print(f"{len(samples)} requests ({args.sessions} sessions x {args.turns} turns x {args.rounds} rounds, "
-          f"max_tokens {args.max_tokens})")
+    print(
+        f"{len(samples)} requests ({args.sessions} sessions x {args.turns} turns x {args.rounds} rounds, "
+        f"max_tokens {args.max_tokens})"
+    )
     for name, xs in (("overhead", overhead), ("engine", engine), ("latency", latency)):
         print(f"{name:8s} median {statistics.median(xs) * 1000:8.1f} ms   p99 {pct(xs, 0.99) * 1000:8.1f} ms")
 

@@ -21,8 +21,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = REPO / "docs" / "api"
-MARKED = re.compile(r"(<!-- api: (?P<target>[\w.]+)(?: members=(?P<members>[\w,]+))? -->\n)(?P<body>.*?)"
-                    r"(<!-- /api -->)", re.S)
+MARKED = re.compile(
+    r"(<!-- api: (?P<target>[\w.]+)(?: members=(?P<members>[\w,]+))? -->\n)(?P<body>.*?)"
+    r"(<!-- /api -->)",
+    re.S,
+)
 SECTIONS = ("Args", "Arguments", "Attributes", "Returns", "Raises", "Yields")
 
 
@@ -68,16 +71,24 @@ def signature(obj: Any, name: str) -> str | None:
         if p.default is not p.empty:
             text += f" = {_default(p.default)}"
         params.append(text)
-    if any(p.kind == p.KEYWORD_ONLY for p in sig.parameters.values()) and \
-            not any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
-        first = next(i for i, p in enumerate(q for q in sig.parameters.values() if q.name not in ("self", "cls"))
-                     if p.kind == p.KEYWORD_ONLY)
+    if any(p.kind == p.KEYWORD_ONLY for p in sig.parameters.values()) and not any(
+        p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()
+    ):
+        first = next(
+            i
+            for i, p in enumerate(q for q in sig.parameters.values() if q.name not in ("self", "cls"))
+            if p.kind == p.KEYWORD_ONLY
+        )
         params.insert(first, "*")
     returns = _annotation(sig.return_annotation)
     text = f"{name}({', '.join(params)})" + (f" -> {returns}" if returns and not inspect.isclass(obj) else "")
     if len(text) > 100:
-        text = f"{name}(\n" + "".join(f"    {p},\n" for p in params) + ")" + (
-            f" -> {returns}" if returns and not inspect.isclass(obj) else "")
+        text = (
+            f"{name}(\n"
+            + "".join(f"    {p},\n" for p in params)
+            + ")"
+            + (f" -> {returns}" if returns and not inspect.isclass(obj) else "")
+        )
     return text
 
 
@@ -125,8 +136,9 @@ def render(obj: Any, qualname: str, level: int = 2) -> list[str]:
     lines = [f'<a id="{qualname}"></a>', "", f"{'#' * level} `{name}`", ""]
     if inspect.isclass(obj) or callable(obj) or isinstance(obj, property):
         target = obj.fget if isinstance(obj, property) else obj
-        sig = None if isinstance(obj, property) else signature(target, ("class " if inspect.isclass(obj) else "")
-                                                                + name)
+        sig = (
+            None if isinstance(obj, property) else signature(target, ("class " if inspect.isclass(obj) else "") + name)
+        )
         if inspect.isclass(obj):
             bases = [b.__name__ for b in obj.__bases__ if b is not object]
             if sig is None or not inspect.signature(obj).parameters or obj.__init__ is object.__init__:
@@ -161,6 +173,7 @@ def generate(target: str, members: list[str] | None) -> str:
 
 def fill(text: str) -> str:
     """``text`` with every marked part regenerated."""
+
     def replace(match: re.Match) -> str:
         members = match["members"].split(",") if match["members"] else None
         return match.group(1) + generate(match["target"], members) + match.group(5)

@@ -55,26 +55,48 @@ def limits() -> list[str]:
     from roll.config.validation import NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC, PIPELINES, UNUSED
     from roll.strategies.registry import UNAVAILABLE
 
-    lines = ["## Guide keys with limits", "", "Strategy names that are rejected when no backend is registered "
-             "for them (the error names what is missing):", ""]
+    lines = [
+        "## Guide keys with limits",
+        "",
+        "Strategy names that are rejected when no backend is registered for them (the error names what is missing):",
+        "",
+    ]
     lines += [f"- `{name}`: {name} {why}." for name, why in sorted(UNAVAILABLE.items())]
-    lines += ["", "Keys accepted only at their \"off\" value, because no pipeline acts on them yet (any other "
-              "value is an error, not silently ignored):", ""]
+    lines += [
+        "",
+        'Keys accepted only at their "off" value, because no pipeline acts on them yet (any other '
+        "value is an error, not silently ignored):",
+        "",
+    ]
     lines += [f"- `{key}` = `{value!r}`" for key, value in NOT_IMPLEMENTED.items()]
     lines += [f"- `{key}` = `{value!r}` (agentic pipeline)" for key, value in NOT_IMPLEMENTED_AGENTIC.items()]
     lines += ["- `use_topr_loss`, `add_len_reward`, `difficulty_loss_weight`, `length_loss_weight` = `False`", ""]
-    lines += ["Keys whose other value is accepted with a warning at launch, because roll does the same thing either "
-              "way (the warning names the key, the reason and the fix):", ""]
+    lines += [
+        "Keys whose other value is accepted with a warning at launch, because roll does the same thing either "
+        "way (the warning names the key, the reason and the fix):",
+        "",
+    ]
     lines += [f"- `{key}` = `{value!r}`: {why}." for key, (where, value, why) in UNUSED.items() if where == PIPELINES]
-    lines += ["", "Shared keys one pipeline does not read (a value other than the default is a warning naming where "
-              "the equivalent lives):", ""]
-    lines += [f"- `{key}` ({', '.join(where)} pipeline): {why}." for key, (where, _, why) in UNUSED.items()
-              if where != PIPELINES]
-    lines += ["", "Implemented ROLL keys that earlier versions accepted without acting on them: `max_traj_per_env` "
-              "(rollout rounds per step, refills included), `max_running_requests` (hf_infer: prompts per generate "
-              "call; sglang: the engine's limit). A DeepSpeed `optimizer` or `scheduler` section in "
-              "`strategy_config` is accepted with a warning: roll builds AdamW and its schedule from "
-              "`training_args`.", ""]
+    lines += [
+        "",
+        "Shared keys one pipeline does not read (a value other than the default is a warning naming where "
+        "the equivalent lives):",
+        "",
+    ]
+    lines += [
+        f"- `{key}` ({', '.join(where)} pipeline): {why}."
+        for key, (where, _, why) in UNUSED.items()
+        if where != PIPELINES
+    ]
+    lines += [
+        "",
+        "Implemented ROLL keys that earlier versions accepted without acting on them: `max_traj_per_env` "
+        "(rollout rounds per step, refills included), `max_running_requests` (hf_infer: prompts per generate "
+        "call; sglang: the engine's limit). A DeepSpeed `optimizer` or `scheduler` section in "
+        "`strategy_config` is accepted with a warning: roll builds AdamW and its schedule from "
+        "`training_args`.",
+        "",
+    ]
     return lines
 
 
@@ -88,14 +110,24 @@ def registries() -> list[str]:
     from roll.rewards import math_answer  # noqa: F401  (registers the built-in rewards)
     from roll.rewards.registry import REWARDS
 
-    lines = ["## Registry-backed keys", "", "These keys name an entry of a registry, not a fixed list: the names below "
-             "are built in, a registered name or `'package.module:name'` (the module registers it) works the same. "
-             "The preflight at launch checks the name and what the entry declares it needs (docs/architecture.md).",
-             "", "| key | registry (decorator) | built-in names and what they declare |", "|---|---|---|"]
-    for key, registry in (("adv_estimator", ADVANTAGES), ("policy_loss", POLICY_LOSSES),
-                          ("kl_penalty, kl_loss_type", KL_TYPES), ("loss_agg_mode", AGG_MODES),
-                          ("reward_normalization.method", SCORE_NORMS),
-                          ("rewards.tag_to_reward values (RLVR)", REWARDS)):
+    lines = [
+        "## Registry-backed keys",
+        "",
+        "These keys name an entry of a registry, not a fixed list: the names below "
+        "are built in, a registered name or `'package.module:name'` (the module registers it) works the same. "
+        "The preflight at launch checks the name and what the entry declares it needs (docs/architecture.md).",
+        "",
+        "| key | registry (decorator) | built-in names and what they declare |",
+        "|---|---|---|",
+    ]
+    for key, registry in (
+        ("adv_estimator", ADVANTAGES),
+        ("policy_loss", POLICY_LOSSES),
+        ("kl_penalty, kl_loss_type", KL_TYPES),
+        ("loss_agg_mode", AGG_MODES),
+        ("reward_normalization.method", SCORE_NORMS),
+        ("rewards.tag_to_reward values (RLVR)", REWARDS),
+    ):
         entries = []
         for name in registry.names():
             needs = [cap for cap, on in registry.capabilities(name).items() if on is True]
@@ -110,17 +142,27 @@ def strategy_options() -> list[str]:
     from roll.strategies.registry import ABILITIES, list_strategies, strategy_spec
 
     seen: set[type] = set()
-    lines = ["## Strategy options (`<role>.strategy_args.strategy_config`)", "",
-             "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
-             "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
-             + "; ".join(f"`{a}` ({p.__name__}): {p.__doc__.split(': ', 1)[1].rstrip('.')}"
-                         for a, p in ABILITIES.items()) + ".", ""]
+    lines = [
+        "## Strategy options (`<role>.strategy_args.strategy_config`)",
+        "",
+        "Each strategy reads its `strategy_config` as a typed options class named by its registry entry; an "
+        "unknown key, a wrong type or a bad choice is a one-line error naming the key. Abilities: "
+        + "; ".join(f"`{a}` ({p.__name__}): {p.__doc__.split(': ', 1)[1].rstrip('.')}" for a, p in ABILITIES.items())
+        + ".",
+        "",
+    ]
     for name in list_strategies():
         spec = strategy_spec(name)
         cls = spec.options_class()
         abilities = ", ".join(sorted(spec.abilities)) or "none"
-        lines += [f"### `{name}`: `{cls.__name__}`", "", inspect.cleandoc(cls.__doc__ or ""), "",
-                  f"Roles: {', '.join(sorted(spec.roles))}. Abilities: {abilities}.", ""]
+        lines += [
+            f"### `{name}`: `{cls.__name__}`",
+            "",
+            inspect.cleandoc(cls.__doc__ or ""),
+            "",
+            f"Roles: {', '.join(sorted(spec.roles))}. Abilities: {abilities}.",
+            "",
+        ]
         lines += table(cls, dataclasses.fields(cls)) + [""]
         for sub in nested_dataclasses(cls)[1:]:  # blocks inside the options (FSDP2's wrap_policy)
             if sub not in seen:
@@ -179,8 +221,10 @@ def table(cls: type, fields: list[dataclasses.Field]) -> list[str]:
         choices, allowed = f.metadata.get("choices"), f.metadata.get("allowed")
         shown = ", ".join(f"`{c}`" for c in choices) if choices is not None else ""
         shown = f"`{allowed}`" if allowed is not None else shown
-        rows.append(f"| `{f.name}` | `{_cell(_type_name(hints[f.name]))}` | {_cell(_default(f))} | {shown} | "
-                    f"{_cell(f.metadata.get('help', ''))} |")
+        rows.append(
+            f"| `{f.name}` | `{_cell(_type_name(hints[f.name]))}` | {_cell(_default(f))} | {shown} | "
+            f"{_cell(f.metadata.get('help', ''))} |"
+        )
     return rows
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Farah", "Gus", "Hana", "Ivan", "Jo", "Kofi", "Lena", "Milo", "Nia"]
 ITEMS = [("pencil", 2), ("notebook", 4), ("apple", 1), ("sandwich", 6), ("ticket", 9), ("plant", 7), ("mug", 5)]
@@ -55,7 +55,10 @@ def shopping(r: random.Random) -> Problem:
 def sharing(r: random.Random) -> Problem:
     name, thing = r.choice(NAMES), r.choice(THINGS)
     k, each = r.randint(2, 8), r.randint(3, 15)
-    q = f"{name} has {k * each} {thing} and shares them equally among {k} friends. How many {thing} does each friend get?"
+    q = (
+        f"{name} has {k * each} {thing} and shares them equally among {k} friends. "
+        f"How many {thing} does each friend get?"
+    )
     return q, Fraction(each), [f"{k * each} / {k} = {each}"]
 
 
@@ -64,7 +67,10 @@ def rate(r: random.Random) -> Problem:
     if r.random() < 0.3:
         hours_f = Fraction(2 * hours + 1, 2)  # a half hour more: 2.5 hours, ...
         dist = speed * hours_f
-        q = f"{name} cycles at {speed} kilometers per hour for {fmt(hours_f)} hours. How many kilometers does {name} cover?"
+        q = (
+            f"{name} cycles at {speed} kilometers per hour for {fmt(hours_f)} hours. "
+            f"How many kilometers does {name} cover?"
+        )
         return q, dist, [f"{speed} * {fmt(hours_f)} = {fmt(dist)}"]
     q = f"A machine fills {speed} bottles per hour. How many bottles does it fill in {hours} hours?"
     return q, Fraction(speed * hours), [f"{speed} * {hours} = {speed * hours}"]
@@ -81,10 +87,19 @@ def multi_step(r: random.Random) -> Problem:
     name, thing = r.choice(NAMES), r.choice(THINGS)
     start, packs, per, given = r.randint(5, 30), r.randint(2, 6), r.randint(4, 12), r.randint(1, 10)
     left = start + packs * per - given
-    q = (f"{name} has {start} {thing}, buys {packs} packs of {per} {thing} each, then gives {given} {thing} "
-         f"to a friend. How many {thing} does {name} have now?")
-    return q, Fraction(left), [f"{packs} * {per} = {packs * per}", f"{start} + {packs * per} = {start + packs * per}",
-                               f"{start + packs * per} - {given} = {left}"]
+    q = (
+        f"{name} has {start} {thing}, buys {packs} packs of {per} {thing} each, then gives {given} {thing} "
+        f"to a friend. How many {thing} does {name} have now?"
+    )
+    return (
+        q,
+        Fraction(left),
+        [
+            f"{packs} * {per} = {packs * per}",
+            f"{start} + {packs * per} = {start + packs * per}",
+            f"{start + packs * per} - {given} = {left}",
+        ],
+    )
 
 
 def cut_rope(r: random.Random) -> Problem:
@@ -110,10 +125,16 @@ def problems(seed: int, n: int, exclude: set[str] = frozenset()) -> list[Problem
 
 def tiny_problems(seed: int) -> tuple[list[dict], list[dict]]:
     """All one-digit sums and non-negative differences, shuffled; 30 for test, the rest for train."""
-    rows = [{"prompt": f"What is {a} + {b}?", "ground_truth": str(a + b), "tag": "math"}
-            for a in range(10) for b in range(10)]
-    rows += [{"prompt": f"What is {a} - {b}?", "ground_truth": str(a - b), "tag": "math"}
-             for a in range(10) for b in range(a + 1)]
+    rows = [
+        {"prompt": f"What is {a} + {b}?", "ground_truth": str(a + b), "tag": "math"}
+        for a in range(10)
+        for b in range(10)
+    ]
+    rows += [
+        {"prompt": f"What is {a} - {b}?", "ground_truth": str(a - b), "tag": "math"}
+        for a in range(10)
+        for b in range(a + 1)
+    ]
     random.Random(seed).shuffle(rows)
     return rows[30:], rows[:30]
 
@@ -133,14 +154,18 @@ def main(argv: list[str] | None = None) -> None:
     arith_test = problems(args.seed * 1000 + 1, 100)
     arith_train = problems(args.seed * 1000 + 2, 400, exclude={q for q, _, _ in arith_test})
     for split, probs in (("train", arith_train), ("test", arith_test)):
-        write_jsonl(out / "math_arith" / f"{split}.jsonl",
-                    [{"prompt": q, "ground_truth": fmt(a), "tag": "math"} for q, a, _ in probs])
+        write_jsonl(
+            out / "math_arith" / f"{split}.jsonl",
+            [{"prompt": q, "ground_truth": fmt(a), "tag": "math"} for q, a, _ in probs],
+        )
 
     gsm_test = problems(args.seed * 1000 + 3, 40)
     gsm_train = problems(args.seed * 1000 + 4, 160, exclude={q for q, _, _ in gsm_test})
     for split, probs in (("train", gsm_train), ("test", gsm_test)):
-        write_jsonl(out / "gsm8k_sample" / f"{split}.jsonl",
-                    [{"question": q, "answer": "\n".join(steps + [f"#### {fmt(a)}"])} for q, a, steps in probs])
+        write_jsonl(
+            out / "gsm8k_sample" / f"{split}.jsonl",
+            [{"question": q, "answer": "\n".join(steps + [f"#### {fmt(a)}"])} for q, a, steps in probs],
+        )
 
     tiny_train, tiny_test = tiny_problems(args.seed * 1000 + 5)
     write_jsonl(out / "math_tiny" / "train.jsonl", tiny_train)

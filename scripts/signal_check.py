@@ -28,14 +28,18 @@ def step_rows(path: str | Path) -> list[dict]:
 
 def signal_checks(rows: list[dict]) -> dict[str, bool]:
     """The two checks of the module docstring on a run's step rows."""
-    signal = [r for r in rows if r.get("critic/advantages_max", 0.0) != 0.0 or r.get("critic/advantages_min", 0.0)
-              != 0.0]
+    signal = [
+        r for r in rows if r.get("critic/advantages_max", 0.0) != 0.0 or r.get("critic/advantages_min", 0.0) != 0.0
+    ]
     norms = [r["actor/grad_norm"] for r in rows if "actor/grad_norm" in r]
     zero = [r.get("step") for r in rows if "actor/grad_norm" in r and not r["actor/grad_norm"] > 0]
-    return {f"learning signal: {len(signal)} of {len(rows)} steps have non-zero advantages (none: the run verified "
-            f"nothing)": bool(signal),
-            f"actor/grad_norm > 0 on every step ({'zero on steps ' + str(zero) if zero else 'min ' + (f'{min(norms):.3g}' if norms else 'none logged')})":
-                bool(norms) and not zero}
+    smallest = f"min {min(norms):.3g}" if norms else "none logged"
+    norm_note = f"zero on steps {zero}" if zero else smallest
+    return {
+        f"learning signal: {len(signal)} of {len(rows)} steps have non-zero advantages (none: the run verified "
+        f"nothing)": bool(signal),
+        f"actor/grad_norm > 0 on every step ({norm_note})": bool(norms) and not zero,
+    }
 
 
 def main(paths: list[str]) -> int:

@@ -13,9 +13,23 @@ import sys
 from signal_check import signal_checks
 
 PEAK_BF16 = 989e12
-KEYS = ["time/step", "time/rollout", "time/offload_reload", "time/old_log_probs", "time/ref_log_probs", "time/train",
-        "time/sync", "sync/gib", "sync/mode", "rollout/logprob_mismatch", "rollout/logprob_mismatch_max",
-        "perf/tokens", "perf/train_tokens_per_s", "perf/actor_train_peak_reserved_gib", "actor/grad_norm"]
+KEYS = [
+    "time/step",
+    "time/rollout",
+    "time/offload_reload",
+    "time/old_log_probs",
+    "time/ref_log_probs",
+    "time/train",
+    "time/sync",
+    "sync/gib",
+    "sync/mode",
+    "rollout/logprob_mismatch",
+    "rollout/logprob_mismatch_max",
+    "perf/tokens",
+    "perf/train_tokens_per_s",
+    "perf/actor_train_peak_reserved_gib",
+    "actor/grad_norm",
+]
 
 
 def main(out, work, steps, max_mismatch, model, gpus, rcs):
@@ -27,8 +41,9 @@ def main(out, work, steps, max_mismatch, model, gpus, rcs):
         import torch
         from transformers import AutoModelForCausalLM
 
-        summary.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0),
-                       megatron_core=megatron.core.__version__)
+        summary.update(
+            torch=torch.__version__, gpu=torch.cuda.get_device_name(0), megatron_core=megatron.core.__version__
+        )
         with torch.device("meta"):
             params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
     except Exception as exc:  # the summary still reports the runs

@@ -45,31 +45,53 @@ def launch(config: str, overrides: list[str], run_dir: Path) -> None:
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Path]:
     """The shared warm start, then each side's RL run (finished runs are reused); returns their metrics files."""
     base = Path(args.out) / f"seed{seed}"
-    common = ["zero_signal_patience=0", "max_train_minutes=0", f"val_env_manager.env_groups={args.val_groups}",
-              "save_steps=0", "trajectory_dump_steps=0", *args.override]
+    common = [
+        "zero_signal_patience=0",
+        "max_train_minutes=0",
+        f"val_env_manager.env_groups={args.val_groups}",
+        "save_steps=0",
+        "trajectory_dump_steps=0",
+        *args.override,
+    ]
     warm = base / "warm"
     if not args.summarize and not (warm / "final" / "config.json").exists():
-        launch("sokoban_tiny", [*seed_overrides(seed, warm), "max_steps=0", "eval_steps=0",
-                                f"sft_warmup.steps={args.sft_steps}", *common], warm)
+        launch(
+            "sokoban_tiny",
+            [*seed_overrides(seed, warm), "max_steps=0", "eval_steps=0", f"sft_warmup.steps={args.sft_steps}", *common],
+            warm,
+        )
     metrics = {}
     for mode, config in CONFIGS.items():
         run_dir = base / mode
         if not args.summarize and not (run_dir / "final" / "config.json").exists():
-            launch(config, [f"seed={seed}", f"pretrain={warm / 'final'}", "tiny_model=null",
-                            "sft_warmup.enabled=false", f"max_steps={args.max_steps}", f"eval_steps={args.max_steps}",
-                            f"output_dir={run_dir}", f"logging_dir={run_dir / 'logs'}", *common], run_dir)
+            launch(
+                config,
+                [
+                    f"seed={seed}",
+                    f"pretrain={warm / 'final'}",
+                    "tiny_model=null",
+                    "sft_warmup.enabled=false",
+                    f"max_steps={args.max_steps}",
+                    f"eval_steps={args.max_steps}",
+                    f"output_dir={run_dir}",
+                    f"logging_dir={run_dir / 'logs'}",
+                    *common,
+                ],
+                run_dir,
+            )
         metrics[mode] = run_dir / "logs" / "metrics.jsonl"
     return metrics
 
 
 def summary(metrics: Path, max_steps: int) -> dict:
     steps = load(metrics)
-    return {"rollout": [steps.get(s, {}).get("rollout/success_rate") for s in range(1, max_steps + 1)],
-            "val_start": steps.get(0, {}).get("val/success_rate"),
-            "val_end": steps.get(max_steps, {}).get("val/success_rate"),
-            "logprob_gap": max(steps.get(s, {}).get("rollout/logprob_mismatch_max", 0.0)
-                               for s in range(1, max_steps + 1)),
-            "rollout_s": sum(steps.get(s, {}).get("time/rollout", 0.0) for s in range(1, max_steps + 1))}
+    return {
+        "rollout": [steps.get(s, {}).get("rollout/success_rate") for s in range(1, max_steps + 1)],
+        "val_start": steps.get(0, {}).get("val/success_rate"),
+        "val_end": steps.get(max_steps, {}).get("val/success_rate"),
+        "logprob_gap": max(steps.get(s, {}).get("rollout/logprob_mismatch_max", 0.0) for s in range(1, max_steps + 1)),
+        "rollout_s": sum(steps.get(s, {}).get("time/rollout", 0.0) for s in range(1, max_steps + 1)),
+    }
 
 
 def mean_se(values: list[float]) -> str:
@@ -80,14 +102,20 @@ def mean_se(values: list[float]) -> str:
 
 def table(results: dict, seeds: list[int]) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    lines = ["| run | rollout success per step | val success start -> end | max log-prob gap | rollout s |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| run | rollout success per step | val success start -> end | max log-prob gap | rollout s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, r in results.items():
-        lines.append(f"| {name} | {' '.join(fmt(v) for v in r['rollout'])} | {fmt(r['val_start'])} -> "
-                     f"{fmt(r['val_end'])} | {r['logprob_gap']:.1e} | {r['rollout_s']:.0f} |")
+        lines.append(
+            f"| {name} | {' '.join(fmt(v) for v in r['rollout'])} | {fmt(r['val_start'])} -> "
+            f"{fmt(r['val_end'])} | {r['logprob_gap']:.1e} | {r['rollout_s']:.0f} |"
+        )
     lines.append("")
-    lines.append("| per seed | native: val end - start | gateway: val end - start | gateway - native, val end | "
-                 "rollout success, first 5 -> last 5 steps: native, gateway |")
+    lines.append(
+        "| per seed | native: val end - start | gateway: val end - start | gateway - native, val end | "
+        "rollout success, first 5 -> last 5 steps: native, gateway |"
+    )
     lines.append("| --- | --- | --- | --- | --- |")
     ends = lambda r: (statistics.fmean(r["rollout"][:5]), statistics.fmean(r["rollout"][-5:]))  # noqa: E731
     gains, diffs = {m: [] for m in CONFIGS}, []
@@ -99,11 +127,15 @@ def table(results: dict, seeds: list[int]) -> str:
         gains["gateway"].append(g["val_end"] - g["val_start"])
         diffs.append(g["val_end"] - n["val_end"])
         (n0, n1), (g0, g1) = ends(n), ends(g)
-        lines.append(f"| seed {s} | {100 * gains['native'][-1]:+.1f} | {100 * gains['gateway'][-1]:+.1f} | "
-                     f"{100 * diffs[-1]:+.1f} | {n0:.3f} -> {n1:.3f}, {g0:.3f} -> {g1:.3f} |")
+        lines.append(
+            f"| seed {s} | {100 * gains['native'][-1]:+.1f} | {100 * gains['gateway'][-1]:+.1f} | "
+            f"{100 * diffs[-1]:+.1f} | {n0:.3f} -> {n1:.3f}, {g0:.3f} -> {g1:.3f} |"
+        )
     if diffs:
-        lines.append(f"| mean +- stderr (points) | {mean_se(gains['native'])} | {mean_se(gains['gateway'])} | "
-                     f"{mean_se(diffs)} | |")
+        lines.append(
+            f"| mean +- stderr (points) | {mean_se(gains['native'])} | {mean_se(gains['gateway'])} | "
+            f"{mean_se(diffs)} | |"
+        )
     return "\n".join(lines)
 
 

@@ -29,8 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
-STEP_KEYS = ("actor/grad_norm", "actor/pg_loss", "actor/lr", "critic/advantages_max", "critic/advantages_min",
-             "critic/score_mean", "rollout/zero_signal_groups", "rollout/success_rate", "time/step")
+STEP_KEYS = (
+    "actor/grad_norm",
+    "actor/pg_loss",
+    "actor/lr",
+    "critic/advantages_max",
+    "critic/advantages_min",
+    "critic/score_mean",
+    "rollout/zero_signal_groups",
+    "rollout/success_rate",
+    "time/step",
+)
 
 
 def _has_signal(row: dict) -> bool:
@@ -41,14 +50,20 @@ def _has_signal(row: dict) -> bool:
 def run_pipeline(args: argparse.Namespace, work: Path) -> None:
     import torch
 
+    from benchmarks.gpu_step import _pipeline_kind
     from roll.config.loader import apply_system_envs
     from roll.pipelines.launch import load_checked
     from roll.pipelines.preflight import visible_gpus
-    from benchmarks.gpu_step import _pipeline_kind
 
     schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
-    overrides = [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", f"output_dir={work}/run",
-                 f"logging_dir={work}/run/logs", *args.overrides]
+    overrides = [
+        f"max_steps={args.steps}",
+        "eval_steps=0",
+        "save_steps=0",
+        f"output_dir={work}/run",
+        f"logging_dir={work}/run/logs",
+        *args.overrides,
+    ]
     cfg = load_checked(args.config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
     apply_system_envs(cfg.system_envs)
 
@@ -102,9 +117,14 @@ def _probe_rank(rank: int, work: str, backend: str, options: dict, lr: float) ->
     result = probe_actor(s, batch, loss_cfg)
     if rank:
         return None
-    return {"grad_norm": result.grad_norm, "loss_before": result.loss_before, "loss_after": result.loss_after,
-            "update_norm": result.update_norm, "update": {k: v.half() for k, v in result.update.items()},
-            "metrics": result.metrics}
+    return {
+        "grad_norm": result.grad_norm,
+        "loss_before": result.loss_before,
+        "loss_after": result.loss_after,
+        "update_norm": result.update_norm,
+        "update": {k: v.half() for k, v in result.update.items()},
+        "metrics": result.metrics,
+    }
 
 
 def probe_backends(args: argparse.Namespace, work: Path) -> dict[str, dict]:
@@ -124,10 +144,14 @@ def probe_backends(args: argparse.Namespace, work: Path) -> dict[str, dict]:
             options.setdefault("zero_stage", 2)
         world = options.get("tensor_model_parallel_size", 1) if name == "megatron_train" else 1
         print(f"[learn] probing {backend} ({world} GPU(s), {options})", flush=True)
-        out[backend] = run_ranks(_probe_rank, world, str(work), name, options, args.probe_lr, shim=False,
-                                 timeout=900)[0]
-        print(f"[learn] {backend}: grad_norm {out[backend]['grad_norm']:.5f} loss {out[backend]['loss_before']:.6f}"
-              f" -> {out[backend]['loss_after']:.6f} update norm {out[backend]['update_norm']:.4e}", flush=True)
+        out[backend] = run_ranks(_probe_rank, world, str(work), name, options, args.probe_lr, shim=False, timeout=900)[
+            0
+        ]
+        print(
+            f"[learn] {backend}: grad_norm {out[backend]['grad_norm']:.5f} loss {out[backend]['loss_before']:.6f}"
+            f" -> {out[backend]['loss_after']:.6f} update norm {out[backend]['update_norm']:.4e}",
+            flush=True,
+        )
     return out
 
 
@@ -135,8 +159,9 @@ def _cosine(a: dict, b: dict) -> float:
     from roll.pipelines.learning_probe import ProbeResult, update_cosine
 
     def result(p):
-        return ProbeResult(p["grad_norm"], p["loss_before"], p["loss_after"],
-                           {k: v.float() for k, v in p["update"].items()})
+        return ProbeResult(
+            p["grad_norm"], p["loss_before"], p["loss_after"], {k: v.float() for k, v in p["update"].items()}
+        )
 
     return update_cosine(result(a), result(b))
 
@@ -146,11 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--config-path", default=None)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--backends", default="megatron_train,deepspeed_train,fsdp2_train",
-                        help="comma-separated; megatron_train:2 = TP 2 (needs 2 GPUs)")
-    parser.add_argument("--probe-lr", type=float, default=1e-5,
-                        help="small enough for a first-order step (Adam's first step moves every weight by ~lr), "
-                             "large enough to move bf16 weights")
+    parser.add_argument(
+        "--backends",
+        default="megatron_train,deepspeed_train,fsdp2_train",
+        help="comma-separated; megatron_train:2 = TP 2 (needs 2 GPUs)",
+    )
+    parser.add_argument(
+        "--probe-lr",
+        type=float,
+        default=1e-5,
+        help="small enough for a first-order step (Adam's first step moves every weight by ~lr), "
+        "large enough to move bf16 weights",
+    )
     parser.add_argument("--reuse", action="store_true", help="probe the batch of an earlier run in --work again")
     parser.add_argument("--grad-rtol", type=float, default=0.02)
     parser.add_argument("--work", default="/tmp/roll-verify-learning")
@@ -180,27 +212,37 @@ def main(argv: list[str] | None = None) -> int:
     signal = [r for r in rows if _has_signal(r)]
     checks["some step has non-zero advantages (else this run verified nothing)"] = bool(signal)
     checks["actor/grad_norm > 0 on every step with non-zero advantages"] = bool(signal) and all(
-        r.get("actor/grad_norm", 0.0) > 0 for r in signal)
+        r.get("actor/grad_norm", 0.0) > 0 for r in signal
+    )
     probes, cosines = {}, {}
     if (work / "batch.pt").exists():
         probes = probe_backends(args, work)
         first = next(iter(probes))
         for name, p in probes.items():
             checks[f"{name}: grad norm > 0, weights moved, loss went down"] = (
-                p["grad_norm"] > 0 and p["update_norm"] > 0 and p["loss_after"] < p["loss_before"])
+                p["grad_norm"] > 0 and p["update_norm"] > 0 and p["loss_after"] < p["loss_before"]
+            )
             if name != first:
                 rel = abs(p["grad_norm"] - probes[first]["grad_norm"]) / probes[first]["grad_norm"]
-                checks[f"{name} grad norm within {args.grad_rtol:.0%} of {first}'s ({rel:.2%})"] = (
-                    rel <= args.grad_rtol)
+                checks[f"{name} grad norm within {args.grad_rtol:.0%} of {first}'s ({rel:.2%})"] = rel <= args.grad_rtol
                 cosines[f"{name} vs {first}"] = _cosine(p, probes[first])
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     captured = json.loads((work / "captured.json").read_text())["step"] if (work / "captured.json").exists() else None
-    result = {"date": datetime.date.today().isoformat(), "gpu": device, "gpus": torch.cuda.device_count(),
-              "config": args.config_name, "overrides": args.overrides, "probe_lr": args.probe_lr,
-              "command": "python scripts/verify_learning_gpu.py " + " ".join(given),
-              "steps": rows, "probed_batch_of_step": captured,
-              "probes": {k: {m: v for m, v in p.items() if m not in ("update", "metrics")} for k, p in probes.items()},
-              "update_cosines": cosines, "checks": checks, "passed": all(checks.values())}
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": device,
+        "gpus": torch.cuda.device_count(),
+        "config": args.config_name,
+        "overrides": args.overrides,
+        "probe_lr": args.probe_lr,
+        "command": "python scripts/verify_learning_gpu.py " + " ".join(given),
+        "steps": rows,
+        "probed_batch_of_step": captured,
+        "probes": {k: {m: v for m, v in p.items() if m not in ("update", "metrics")} for k, p in probes.items()},
+        "update_cosines": cosines,
+        "checks": checks,
+        "passed": all(checks.values()),
+    }
     for name, ok in checks.items():
         print(f"[learn] {'PASS' if ok else 'FAIL'} {name}", flush=True)
     for name, c in cosines.items():

@@ -20,8 +20,15 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # on a GPU machine DeepSpeed picks CUDA (GPU-only tests)
 
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=512, seed=0)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=512,
+    seed=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,16 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ a real browser
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "output" / "test-artifacts"
 
 
@@ -72,8 +87,12 @@ def browser_context(tmp_path_factory):
         pytest.skip("no Chromium found: apt-get install chromium (or set ROLL_CHROMIUM); CI installs it")
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium, headless=True,
-            args=BROWSER_ARGS, viewport={"width": 1300, "height": 900})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=chromium,
+            headless=True,
+            args=BROWSER_ARGS,
+            viewport={"width": 1300, "height": 900},
+        )
         yield context
         context.close()
 

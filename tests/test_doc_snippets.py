@@ -23,7 +23,7 @@ def snippets() -> list[tuple[str, str]]:
     for path in sorted(p for p in REPO.glob("docs/**/*.md") if "api" not in p.relative_to(REPO / "docs").parts):
         text = path.read_text()
         for match in BLOCK.finditer(text):
-            line = text[:match.start()].count("\n") + 1
+            line = text[: match.start()].count("\n") + 1
             found.append((f"{path.relative_to(REPO)}:{line}", match.group(1)))
     return found
 
@@ -34,8 +34,15 @@ def test_there_are_snippets():
 
 @pytest.mark.parametrize("where, code", snippets(), ids=[w for w, _ in snippets()])
 def test_snippet_runs(where, code, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline", "SDL_VIDEODRIVER": "dummy"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "SDL_VIDEODRIVER": "dummy",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"{where}:\n{proc.stderr[-3000:]}"

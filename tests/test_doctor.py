@@ -25,15 +25,28 @@ def worker(strategy: str, devices: list[int] | None = None) -> SimpleNamespace:
     return SimpleNamespace(strategy_args=SimpleNamespace(strategy_name=strategy), device_mapping=devices or [])
 
 
-def fake_config(train: str = "deepspeed_train", infer: str = "hf_infer", devices: list[int] | None = None,
-                track_with: str | list[str] = "stdout", num_gpus_per_node: int = 0, **extra) -> SimpleNamespace:
-    return SimpleNamespace(actor_train=worker(train, devices), actor_infer=worker(infer, devices), reference=None,
-                           num_gpus_per_node=num_gpus_per_node, track_with=track_with, **extra)
+def fake_config(
+    train: str = "deepspeed_train",
+    infer: str = "hf_infer",
+    devices: list[int] | None = None,
+    track_with: str | list[str] = "stdout",
+    num_gpus_per_node: int = 0,
+    **extra,
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        actor_train=worker(train, devices),
+        actor_infer=worker(infer, devices),
+        reference=None,
+        num_gpus_per_node=num_gpus_per_node,
+        track_with=track_with,
+        **extra,
+    )
 
 
 def reqs(*required: str, optional: tuple[str, ...] = (), python: str = ">=3.10") -> RollRequirements:
-    return RollRequirements(SpecifierSet(python), tuple(map(Requirement, required)),
-                            tuple(map(Requirement, optional)), "test")
+    return RollRequirements(
+        SpecifierSet(python), tuple(map(Requirement, required)), tuple(map(Requirement, optional)), "test"
+    )
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -99,7 +112,8 @@ def test_python_check():
 def test_known_bad_hydra_antlr():
     bad = doctor.check_known_bad({"hydra-core": "1.3.2", "antlr4-python3-runtime": "4.11.1"})
     assert [(r.name, r.status, r.fix) for r in bad] == [
-        ("hydra-core + antlr4-python3-runtime", Status.KNOWN_BAD, "pip install 'antlr4-python3-runtime==4.9.3'")]
+        ("hydra-core + antlr4-python3-runtime", Status.KNOWN_BAD, "pip install 'antlr4-python3-runtime==4.9.3'")
+    ]
     assert bad[0].found == "hydra-core 1.3.2, antlr4-python3-runtime 4.11.1" and "ANTLR 4.9" in bad[0].note
     assert doctor.check_known_bad({"hydra-core": "1.3.2", "antlr4-python3-runtime": "4.9.3"}) == []
     assert doctor.check_known_bad({"hydra-core": "1.4.0", "antlr4-python3-runtime": "4.11.1"}) == []
@@ -133,9 +147,11 @@ def test_known_bad_takes_custom_rules():
 
 def test_requirements_from_setup_cfg(tmp_path):
     cfg = tmp_path / "setup.cfg"
-    cfg.write_text("[options]\npython_requires = >=3.10\ninstall_requires =\n    torch>=2.4\n"
-                   "    pywin32>=300; sys_platform == 'nt'\n    numpy>=1.24\n"
-                   "[options.extras_require]\ngpu =\n    sglang>=0.5.16\ntest =\n    pytest>=8\n")
+    cfg.write_text(
+        "[options]\npython_requires = >=3.10\ninstall_requires =\n    torch>=2.4\n"
+        "    pywin32>=300; sys_platform == 'nt'\n    numpy>=1.24\n"
+        "[options.extras_require]\ngpu =\n    sglang>=0.5.16\ntest =\n    pytest>=8\n"
+    )
     python, lines = doctor.requirements_from_setup_cfg(cfg)
     required, optional = doctor.split_requirements(lines)
     assert python == ">=3.10"
@@ -159,11 +175,20 @@ def test_roll_requirements_list_core_and_optional_backends():
 
 
 def test_check_environment_with_fake_facts():
-    versions = {"torch": "2.13.0+cpu", "pytest": PYTEST_VERSION, NO_SUCH: None, "sglang": None,
-                "hydra-core": "1.3.8", "antlr4-python3-runtime": "4.11.1"}
+    versions = {
+        "torch": "2.13.0+cpu",
+        "pytest": PYTEST_VERSION,
+        NO_SUCH: None,
+        "sglang": None,
+        "hydra-core": "1.3.8",
+        "antlr4-python3-runtime": "4.11.1",
+    }
     results = doctor.check_environment(
         reqs("torch>=2.4", "pytest>=999", f"{NO_SUCH}>=1", optional=("sglang>=0.5.16",)),
-        versions=versions, gpu=GpuInfo(count=0, cuda=None), gpu_machine=False)
+        versions=versions,
+        gpu=GpuInfo(count=0, cuda=None),
+        gpu_machine=False,
+    )
     rows = by_name(results)
     assert [r.name for r in results][:2] == ["python", "cuda"]
     assert rows["torch"].status is Status.OK
@@ -191,8 +216,12 @@ CPU_VERSIONS = {"transformers": "5.23.0", "deepspeed": "0.19.8", "wandb": "0.31.
 
 
 def test_cpu_config_runs_on_cpu():
-    results = doctor.check_config_requirements(fake_config(track_with=["stdout", "tensorboard"]),
-                                               versions=CPU_VERSIONS, gpu_count=0, reqs=reqs("deepspeed>=0.16"))
+    results = doctor.check_config_requirements(
+        fake_config(track_with=["stdout", "tensorboard"]),
+        versions=CPU_VERSIONS,
+        gpu_count=0,
+        reqs=reqs("deepspeed>=0.16"),
+    )
     rows = by_name(results)
     assert set(rows) == {"deepspeed", "transformers", "tensorboard"}
     assert rows["deepspeed"].required == ">=0.16" and "actor_train (deepspeed_train)" in rows["deepspeed"].note
@@ -200,15 +229,20 @@ def test_cpu_config_runs_on_cpu():
 
 
 def test_gpu_config_on_cpu_machine_fails():
-    cfg = fake_config(train="megatron_train", infer="sglang", devices=list(range(8)), track_with="wandb",
-                      num_gpus_per_node=8)
+    cfg = fake_config(
+        train="megatron_train", infer="sglang", devices=list(range(8)), track_with="wandb", num_gpus_per_node=8
+    )
     versions = {**CPU_VERSIONS, "sglang": None, "megatron-core": None}
-    results = doctor.check_config_requirements(cfg, versions=versions, gpu_count=0,
-                                               reqs=reqs(optional=("sglang>=0.5.16",)))
+    results = doctor.check_config_requirements(
+        cfg, versions=versions, gpu_count=0, reqs=reqs(optional=("sglang>=0.5.16",))
+    )
     rows = by_name(results)
     # Optional for roll, but required by this config: missing, not optional-missing.
     assert (rows["sglang"].status, rows["sglang"].required, rows["sglang"].fix) == (
-        Status.MISSING, ">=0.5.16", "pip install 'roll[gpu]'")
+        Status.MISSING,
+        ">=0.5.16",
+        "pip install 'roll[gpu]'",
+    )
     assert (rows["megatron-core"].status, rows["megatron-core"].fix) == (Status.MISSING, "pip install megatron-core")
     assert rows["wandb"].status is Status.OK
     assert (rows["gpus"].required, rows["gpus"].found, rows["gpus"].status) == (">=8 CUDA GPU(s)", "0", Status.MISSING)
@@ -232,8 +266,9 @@ def test_gpus_needed_from_device_mapping():
 
 def test_gpu_strategy_with_empty_mapping_needs_one_gpu():
     cfg = fake_config(infer="sglang")
-    rows = by_name(doctor.check_config_requirements(cfg, versions={**CPU_VERSIONS, "sglang": "0.5.16"},
-                                                    gpu_count=0, reqs=reqs()))
+    rows = by_name(
+        doctor.check_config_requirements(cfg, versions={**CPU_VERSIONS, "sglang": "0.5.16"}, gpu_count=0, reqs=reqs())
+    )
     assert (rows["gpus"].required, rows["gpus"].status) == (">=1 CUDA GPU(s)", Status.MISSING)
     assert rows["sglang"].status is Status.OK
 
@@ -245,20 +280,28 @@ def test_needs_come_from_the_registries(monkeypatch):
     from roll.strategies import registry
 
     monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
-    registry.register_strategy("user_gpu_infer", "user_mod:Engine", {"actor_infer"}, packages=("user-engine",),
-                               needs_gpu=True, options="roll.config.strategies:HFInferOptions")
+    registry.register_strategy(
+        "user_gpu_infer",
+        "user_mod:Engine",
+        {"actor_infer"},
+        packages=("user-engine",),
+        needs_gpu=True,
+        options="roll.config.strategies:HFInferOptions",
+    )
     cfg = fake_config(infer="user_gpu_infer", track_with="tests.extensions.user_plugins:tally")
     rows = by_name(doctor.check_config_requirements(cfg, versions=CPU_VERSIONS, gpu_count=0, reqs=reqs()))
     assert rows["user-engine"].status is Status.MISSING and "actor_infer (user_gpu_infer)" in rows["user-engine"].note
     assert rows["gpus"].required == ">=1 CUDA GPU(s)" and "track_with" not in rows
-    vllm = by_name(doctor.check_config_requirements(fake_config(infer="vllm"), versions=CPU_VERSIONS, gpu_count=0,
-                                                    reqs=reqs()))["actor_infer strategy"]
+    vllm = by_name(
+        doctor.check_config_requirements(fake_config(infer="vllm"), versions=CPU_VERSIONS, gpu_count=0, reqs=reqs())
+    )["actor_infer strategy"]
     assert vllm.status is Status.ERROR and "sglang" in vllm.fix
 
 
 def test_unknown_strategy_and_tracker_are_errors():
-    results = doctor.check_config_requirements(fake_config(infer="hf_infr", track_with="mlflow"),
-                                               versions=CPU_VERSIONS, gpu_count=0, reqs=reqs())
+    results = doctor.check_config_requirements(
+        fake_config(infer="hf_infr", track_with="mlflow"), versions=CPU_VERSIONS, gpu_count=0, reqs=reqs()
+    )
     rows = by_name(results)
     assert rows["actor_infer strategy"].status is Status.ERROR and "hf_infer" in rows["actor_infer strategy"].required
     assert rows["actor_infer strategy"].found == "hf_infr"
@@ -270,8 +313,12 @@ def test_unknown_strategy_and_tracker_are_errors():
 
 
 def test_format_table_aligns_columns_and_lists_notes():
-    text = doctor.format_table([CheckResult("torch", ">=2.4", "2.13.0", Status.OK),
-                                CheckResult("sglang", ">=0.5.16", None, Status.MISSING, "pip install x", "why")])
+    text = doctor.format_table(
+        [
+            CheckResult("torch", ">=2.4", "2.13.0", Status.OK),
+            CheckResult("sglang", ">=0.5.16", None, Status.MISSING, "pip install x", "why"),
+        ]
+    )
     lines = text.splitlines()
     assert lines[0].split() == ["name", "required", "found", "status", "fix"]
     assert lines[2].split() == ["sglang", ">=0.5.16", "-", "missing", "pip", "install", "x"]
@@ -315,16 +362,26 @@ def test_real_config_on_cpu(config_dir, capsys):
     env_code = doctor.exit_code(doctor.check_environment(doctor.load_roll_requirements()))
     assert cli.main(["doctor", "--config-path", config_dir, "--config-name", "tiny"]) == env_code
     out = capsys.readouterr().out
-    rows = [line.split() for line in out[out.index("config 'tiny'"):].splitlines()[2:5]]
+    rows = [line.split() for line in out[out.index("config 'tiny'") :].splitlines()[2:5]]
     roll_reqs = doctor.load_roll_requirements()
-    assert rows == [[name, str(roll_reqs.find(name).specifier), doctor.installed_version(name), "ok"]
-                    for name in ("deepspeed", "transformers", "tensorboard")]
+    assert rows == [
+        [name, str(roll_reqs.find(name).specifier), doctor.installed_version(name), "ok"]
+        for name in ("deepspeed", "transformers", "tensorboard")
+    ]
 
 
 def test_real_config_needing_more_gpus_exits_1(config_dir, capsys):
     devices = "[" + ",".join(map(str, range(64))) + "]"
-    argv = ["doctor", "--config-path", config_dir, "--config-name", "tiny", "num_gpus_per_node=64",
-            f"actor_train.device_mapping={devices}", f"actor_infer.device_mapping={devices}"]
+    argv = [
+        "doctor",
+        "--config-path",
+        config_dir,
+        "--config-name",
+        "tiny",
+        "num_gpus_per_node=64",
+        f"actor_train.device_mapping={devices}",
+        f"actor_infer.device_mapping={devices}",
+    ]
     assert cli.main(argv) == 1
     out = capsys.readouterr().out
     assert ">=64 CUDA GPU(s)" in out and "cannot run here" in out.splitlines()[-1]
@@ -373,5 +430,7 @@ def test_megatron_config_with_transformer_engine_needs_it():
     rows = by_name(doctor.check_config_requirements(cfg, versions=versions, gpu_count=1, reqs=reqs()))
     assert rows["megatron-core"].status is Status.OK
     assert (rows["transformer-engine"].status, rows["transformer-engine"].fix) == (
-        Status.MISSING, "pip install transformer-engine")
+        Status.MISSING,
+        "pip install transformer-engine",
+    )
     assert "actor_train (megatron_train)" in rows["transformer-engine"].note

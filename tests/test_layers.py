@@ -87,8 +87,9 @@ def _package(module: str) -> str:
 
 def test_config_imports_nothing_above_it():
     allowed = {"config", "data", "registry"}
-    bad = {m: sorted(d for d in deps if _package(d) not in allowed)
-           for m, deps in GRAPH.items() if _package(m) == "config"}
+    bad = {
+        m: sorted(d for d in deps if _package(d) not in allowed) for m, deps in GRAPH.items() if _package(m) == "config"
+    }
     assert {m: d for m, d in bad.items() if d} == {}
 
 

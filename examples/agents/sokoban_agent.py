@@ -19,7 +19,6 @@ import openai
 from roll.agentic.gateway.runners import AgentResult, AgentTask
 from roll.envs import make_env
 
-
 #: One TLS context for every client of this process: each new ``openai.OpenAI`` otherwise builds one and loads the
 #: CA bundle (about 20 ms of CPU), a quarter of the gateway's rollout at 128 episodes a step on a GPU. A client per
 #: episode, not one shared pool: 128 threads on one httpx pool were slower still.
@@ -30,8 +29,13 @@ def play(task: AgentTask, system_prompt: str = "You are a Sokoban player.") -> A
     """One episode; the rewards go to the gateway turn by turn, the outcome is returned."""
     env = make_env("sokoban", {"format_penalty": task.format_penalty, **task.env.env_config})
     board, _ = env.reset(seed=task.seed)
-    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0,
-                           timeout=task.timeout_s or None, http_client=httpx.Client(verify=TLS))
+    client = openai.OpenAI(
+        base_url=task.base_url,
+        api_key=task.api_key,
+        max_retries=0,
+        timeout=task.timeout_s or None,
+        http_client=httpx.Client(verify=TLS),
+    )
     messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": board}]
     success, metrics = False, {}
     for _ in range(task.max_turns):

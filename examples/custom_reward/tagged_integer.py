@@ -22,5 +22,6 @@ def tagged_integer(response: str, ground_truth: str, *, format_bonus: float = 0.
     if match is None:
         return RewardResult(score=0.0, correct=False, extracted=None, format_ok=False)
     correct = int(match.group(1)) == int(ground_truth)
-    return RewardResult(score=1.0 if correct else format_bonus, correct=correct, extracted=match.group(1),
-                        format_ok=True)
+    return RewardResult(
+        score=1.0 if correct else format_bonus, correct=correct, extracted=match.group(1), format_ok=True
+    )

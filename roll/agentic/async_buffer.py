@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -61,8 +62,9 @@ class GroupBuffer:
         """Block until ``n`` new groups may start; returns the version they start under (None once closed)."""
         with self._cond:
             start = time.monotonic()
-            self._cond.wait_for(lambda: self._closed or (not self._paused
-                                                         and self.running + len(self.waiting) + n <= self.limit))
+            self._cond.wait_for(
+                lambda: self._closed or (not self._paused and self.running + len(self.waiting) + n <= self.limit)
+            )
             self._blocked_s += time.monotonic() - start
             if self._closed:
                 return None
@@ -111,11 +113,15 @@ class GroupBuffer:
             blocked, self._blocked_s = self._blocked_s, 0.0
             self._cond.notify_all()
         ages = [self.version - g.version for g in taken]
-        metrics = {"rollout/staleness_mean": sum(ages) / len(ages), "rollout/staleness_max": float(max(ages)),
-                   "rollout/dropped_groups": float(len(dropped)),
-                   "rollout/trained_episode_length": sum(g.length for g in taken) / len(taken),
-                   "rollout/policy_version": float(self.version), "rollout/buffered_groups_peak": float(peak),
-                   "time/rollout_admission_wait": blocked}
+        metrics = {
+            "rollout/staleness_mean": sum(ages) / len(ages),
+            "rollout/staleness_max": float(max(ages)),
+            "rollout/dropped_groups": float(len(dropped)),
+            "rollout/trained_episode_length": sum(g.length for g in taken) / len(taken),
+            "rollout/policy_version": float(self.version),
+            "rollout/buffered_groups_peak": float(peak),
+            "time/rollout_admission_wait": blocked,
+        }
         if dropped:
             metrics["rollout/dropped_episode_length"] = sum(g.length for g in dropped) / len(dropped)
         return taken, metrics
@@ -152,12 +158,19 @@ class Producers:
     (rounds count from ``first_rounds[producer]`` + 1), put the usable groups in the buffer. A producer's error
     reaches the trainer at its next take."""
 
-    def __init__(self, buffer: GroupBuffer, produce: Callable[[int, int, int], list[Group]], units: list[int],
-                 first_rounds: list[int] | None = None):
+    def __init__(
+        self,
+        buffer: GroupBuffer,
+        produce: Callable[[int, int, int], list[Group]],
+        units: list[int],
+        first_rounds: list[int] | None = None,
+    ):
         self.buffer, self.produce, self.units = buffer, produce, units
         self.rounds = list(first_rounds or [0] * len(units))  # rounds finished per producer (checkpointed)
-        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"roll-producer-{i}")
-                         for i in range(len(units))]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"roll-producer-{i}")
+            for i in range(len(units))
+        ]
         for t in self._threads:
             t.start()
 
@@ -180,19 +193,30 @@ class Producers:
         written. A resumed run trains the saved groups first and continues each producer's rounds (the groups
         generated after the checkpoint are generated again, with the same seeds)."""
         waiting = self.buffer.drain()
-        return {"rounds": list(self.rounds), "groups": [{"items": encode(g.items), "version": g.version,
-                                                         "length": g.length} for g in waiting]}
+        return {
+            "rounds": list(self.rounds),
+            "groups": [{"items": encode(g.items), "version": g.version, "length": g.length} for g in waiting],
+        }
 
     @classmethod
-    def start(cls, k: int, batch_groups: int, version: int, produce: Callable[[int, int, int], list[Group]],
-              units: list[int], state: dict[str, Any] | None = None,
-              decode: Callable[[Any], Any] = lambda x: x) -> "Producers":
+    def start(
+        cls,
+        k: int,
+        batch_groups: int,
+        version: int,
+        produce: Callable[[int, int, int], list[Group]],
+        units: list[int],
+        state: dict[str, Any] | None = None,
+        decode: Callable[[Any], Any] = lambda x: x,
+    ) -> Producers:
         """A buffer at ``version`` (with the groups of ``state``, from :meth:`state_dict`) and its producers."""
         for unit in units:
             if unit > (k + 1) * batch_groups:
-                raise ValueError(f"async_generation_ratio={k}: a producer starts {unit} groups at a time, more than "
-                                 f"(k + 1) x the batch's {batch_groups} groups, so it could never be admitted: use "
-                                 f"more env managers (num_env_managers) or a larger k")
+                raise ValueError(
+                    f"async_generation_ratio={k}: a producer starts {unit} groups at a time, more than "
+                    f"(k + 1) x the batch's {batch_groups} groups, so it could never be admitted: use "
+                    f"more env managers (num_env_managers) or a larger k"
+                )
         buffer = GroupBuffer(k, batch_groups, version)
         if state:
             buffer.put(0, [Group(decode(g["items"]), int(g["version"]), float(g["length"])) for g in state["groups"]])

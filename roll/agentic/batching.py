@@ -32,8 +32,9 @@ from roll.strategies.base import GenerationOutput
 class BatchGenerator(Protocol):
     """Anything that turns a batch of prompts (token ids) into generations, in prompt order."""
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]: ...
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]: ...
 
     def leave(self) -> None:
         """The calling client has finished its rollout (a batcher stops waiting for it)."""
@@ -42,8 +43,9 @@ class BatchGenerator(Protocol):
 class Generator(BatchGenerator, Protocol):
     """The generation protocol of every caller: requests ``(rid, prompt ids)`` in, finished outputs by rid out."""
 
-    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> None:
+    def submit(
+        self, requests: list[tuple[str, list[int]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> None:
         """Queue requests; ``rid`` must be unique among the requests in flight."""
 
     def poll(self, rids: list[str]) -> dict[str, GenerationOutput]:
@@ -59,8 +61,9 @@ class GroupGenerator:
     def __init__(self, infer: InferProxy):
         self.infer = infer
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         return self.infer.generate(prompts, args, max_new_tokens)
 
     def leave(self) -> None:
@@ -80,8 +83,9 @@ class BatchedClient:
     def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers between rollouts: nothing in flight
         return {"inner": self.inner, "_queued": [], "_done": {}}
 
-    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> None:
+    def submit(
+        self, requests: list[tuple[str, list[int]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> None:
         self._queued += [(rid, prompt, args, max_new_tokens) for rid, prompt in requests]
 
     def poll(self, rids: list[str]) -> dict[str, GenerationOutput]:
@@ -100,8 +104,9 @@ class BatchedClient:
         for rid in dropped:
             self._done.pop(rid, None)
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         """The batch form: one ``inner.generate`` call."""
         return self.inner.generate(prompts, args, max_new_tokens)
 
@@ -150,8 +155,9 @@ class BatchingGenerator:
             out, self.stats = dict(self.stats), {"calls": 0, "prompts": 0, "busy_s": 0.0}
         return out
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         request = _Request(prompts, args, max_new_tokens, time.monotonic())
         with self._cond:
             self._pending.append(request)
@@ -203,7 +209,7 @@ class BatchingGenerator:
             self.stats["busy_s"] += time.perf_counter() - start
         offset = 0
         for r in batch:
-            r.future.set_result(outputs[offset:offset + len(r.prompts)])
+            r.future.set_result(outputs[offset : offset + len(r.prompts)])
             offset += len(r.prompts)
 
 
@@ -213,8 +219,9 @@ class RemoteGenerator:
     def __init__(self, handle: Any):
         self.handle = handle
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         import ray
 
         return ray.get(self.handle.generate.remote(prompts, args, max_new_tokens))

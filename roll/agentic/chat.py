@@ -11,7 +11,8 @@ is a new conversation.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _PROBE = "\x00probe\x00"
 _PROBE_USER = "\x00user-probe\x00"
@@ -28,8 +29,7 @@ class ChatFormatter:
         self._delta_parts: dict[str, tuple[str, str]] = {}
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -53,11 +53,13 @@ class ChatFormatter:
         end = before.index(_PROBE) + len(_PROBE)
         cut = before.index(self.eos_text, end) + len(self.eos_text) if self.eos_text in before[end:] else end
         if not after.startswith(before[:cut]) or after.count(_PROBE_USER) != 1:
-            raise ValueError("chat template renders a prefix differently once a message is added; "
-                             "token-level history cannot be used with it")
+            raise ValueError(
+                "chat template renders a prefix differently once a message is added; "
+                "token-level history cannot be used with it"
+            )
         delta = after[cut:]
         i = delta.index(_PROBE_USER)
-        return delta[:i], delta[i + len(_PROBE_USER):]
+        return delta[:i], delta[i + len(_PROBE_USER) :]
 
     def conformance(self, messages: list[dict[str, str]], token_ids: list[int]) -> bool:
         """Whether the template applied to the whole conversation gives exactly ``token_ids``.
@@ -66,10 +68,10 @@ class ChatFormatter:
         end-of-turn token (the template's trailing newline is not part of what the model produced).
         """
         last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-        text = self.render(self.system + messages[:last + 1], False)
+        text = self.render(self.system + messages[: last + 1], False)
         end = text.rfind(self.eos_text)
         if last >= 0 and end >= 0:
-            text = text[:end + len(self.eos_text)]
+            text = text[: end + len(self.eos_text)]
         return self.encode(text) == token_ids
 
 

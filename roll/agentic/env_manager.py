@@ -18,9 +18,9 @@ from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter, history_summary
 from roll.agentic.failures import record_error, record_failure
 from roll.calls import CallOutcome, CallPool, TooManyHungCalls
-from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
+from roll.data.trajectory import Trajectory, Turn
 from roll.strategies.base import GenerationOutput
 
 
@@ -88,9 +88,17 @@ class EnvManager:
     instance (built on the pool too, under the same deadline). See :mod:`roll.agentic.failures` for what is recorded.
     """
 
-    def __init__(self, manager: EnvManagerConfig, groups: list[GroupSpec], tokenizer_path: str,
-                 generating_args: GeneratingArgs, sequence_length: int, seed: int, phase: str,
-                 raise_env_errors: bool = False):
+    def __init__(
+        self,
+        manager: EnvManagerConfig,
+        groups: list[GroupSpec],
+        tokenizer_path: str,
+        generating_args: GeneratingArgs,
+        sequence_length: int,
+        seed: int,
+        phase: str,
+        raise_env_errors: bool = False,
+    ):
         from roll.models.loading import load_tokenizer
 
         self.cfg, self.groups, self.phase, self.seed = manager, groups, phase, seed
@@ -103,20 +111,26 @@ class EnvManager:
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env
 
-        kwargs = {"format_penalty": self.cfg.format_penalty, "action_format": self.cfg.action_format,
-                  **dict(spec.env.env_config)}
+        kwargs = {
+            "format_penalty": self.cfg.format_penalty,
+            "action_format": self.cfg.action_format,
+            **dict(spec.env.env_config),
+        }
         return make_env(spec.env.env_type, kwargs)
 
     def _build(self, specs: list[GroupSpec]) -> list[Any]:
         """Fresh envs for ``specs``, built concurrently under ``env_step_timeout`` (constructors are user code)."""
-        outcomes = self.pool.run_all([lambda spec=spec: self._make_env(spec) for spec in specs],
-                                     self.cfg.env_step_timeout)
+        outcomes = self.pool.run_all(
+            [lambda spec=spec: self._make_env(spec) for spec in specs], self.cfg.env_step_timeout
+        )
         for spec, outcome in zip(specs, outcomes):
             if outcome.error is not None:
                 raise outcome.error
             if outcome.timed_out:
-                raise RuntimeError(f"env tag {spec.tag!r}: building the env did not return within "
-                                   f"env_step_timeout={self.cfg.env_step_timeout}s")
+                raise RuntimeError(
+                    f"env tag {spec.tag!r}: building the env did not return within "
+                    f"env_step_timeout={self.cfg.env_step_timeout}s"
+                )
         return [outcome.value for outcome in outcomes]
 
     def _run(self, xs: list[_Live], calls: list, what: str) -> list[CallOutcome]:
@@ -125,9 +139,11 @@ class EnvManager:
             return self.pool.run_all(calls, self.cfg.env_step_timeout)
         except TooManyHungCalls as exc:
             tags = sorted({x.spec.tag for x in xs})
-            raise RuntimeError(f"env {what} of tag(s) {tags} never returns: {exc}, each abandoned after "
-                               f"env_step_timeout={self.cfg.env_step_timeout}s. Fix the env (or its tool) so that "
-                               f"its calls return.") from None
+            raise RuntimeError(
+                f"env {what} of tag(s) {tags} never returns: {exc}, each abandoned after "
+                f"env_step_timeout={self.cfg.env_step_timeout}s. Fix the env (or its tool) so that "
+                f"its calls return."
+            ) from None
 
     def _call_envs(self, xs: list[_Live], calls: list, what: str, result: ManagerResult) -> list[CallOutcome]:
         """Run env calls concurrently; record errors/timeouts on the trajectories; replace hung envs."""
@@ -141,8 +157,12 @@ class EnvManager:
                 record_error(x.traj, f"env.{what}", outcome.error)
                 x.done = True
             elif outcome.timed_out:
-                record_failure(x.traj, "timeout", "Timeout", f"env.{what}: no return within "
-                               f"env_step_timeout={timeout}s (the env was replaced)")
+                record_failure(
+                    x.traj,
+                    "timeout",
+                    "Timeout",
+                    f"env.{what}: no return within env_step_timeout={timeout}s (the env was replaced)",
+                )
                 x.done = True
                 hung.append(x)
         if hung:  # the hung instances stay with their abandoned threads; fresh ones, built under the deadline too
@@ -157,8 +177,13 @@ class EnvManager:
         for gi, (spec, envs) in enumerate(zip(self.groups, self.envs)):
             seed = group_seed(self.seed, self.phase, step, spec.group_id)
             for ei, env in enumerate(envs):
-                traj = Trajectory(f"{self.phase}-{step}-g{spec.group_id}-e{ei}-t0", env_id=ei,
-                                  group_id=spec.group_id, tag=spec.tag, seed=seed)
+                traj = Trajectory(
+                    f"{self.phase}-{step}-g{spec.group_id}-e{ei}-t0",
+                    env_id=ei,
+                    group_id=spec.group_id,
+                    tag=spec.tag,
+                    seed=seed,
+                )
                 live.append(_Live(env, traj, spec, (gi, ei)))
         t = time.perf_counter()
         outcomes = self._call_envs(live, [lambda x=x: x.env.reset(seed=x.traj.seed) for x in live], "reset", result)
@@ -191,8 +216,9 @@ class EnvManager:
         for x, out in zip(batch, outputs):
             self._record_turn(x, out)
         t = time.perf_counter()
-        outcomes = self._call_envs(batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text)
-                                           for x in batch], "step", result)
+        outcomes = self._call_envs(
+            batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text) for x in batch], "step", result
+        )
         result.env_s += time.perf_counter() - t
         for x, outcome in zip(batch, outcomes):
             if outcome.ok:
@@ -205,25 +231,35 @@ class EnvManager:
         # the reply's text: every generated token but the end-of-turn one; markup tokens (<answer>, <think>) may be
         # special tokens of the tokenizer, so skip_special_tokens would drop them
         text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == fmt.eos_id else ids, skip_special_tokens=False)
-        turn = Turn(prompt_ids=x.next_prompt, response_ids=ids, response_log_probs=list(out.log_probs),
-                    observation=x.observation, response_text=text, finish_reason=out.finish_reason,
-                    policy_version=out.policy_version, starts_sample=x.starts)
+        turn = Turn(
+            prompt_ids=x.next_prompt,
+            response_ids=ids,
+            response_log_probs=list(out.log_probs),
+            observation=x.observation,
+            response_text=text,
+            finish_reason=out.finish_reason,
+            policy_version=out.policy_version,
+            starts_sample=x.starts,
+        )
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
             turn.response_ids = ids + [fmt.eos_id]
             turn.appended_eos = True
         x.traj.turns.append(turn)
         x.traj.messages.append({"role": "assistant", "content": text})
 
-    def _after_step(self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool,
-                    info: dict[str, Any]) -> None:
+    def _after_step(
+        self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
+    ) -> None:
         turn = x.traj.turns[-1]
         try:
             value = float(reward)
         except (TypeError, ValueError):  # None, a string: no number at all
             value = math.nan
         if not math.isfinite(value):  # named at its source; never reaches the scores
-            message = (f"env.step of {type(x.env).__qualname__} returned reward={reward} for the reply "
-                       f"{turn.response_text[:80]!r}")
+            message = (
+                f"env.step of {type(x.env).__qualname__} returned reward={reward} for the reply "
+                f"{turn.response_text[:80]!r}"
+            )
             if self.raise_env_errors:
                 raise ValueError(message)
             cls = type(x.env)
@@ -248,15 +284,23 @@ class EnvManager:
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         fresh = env.turn_prompt == "fresh"
         history, shown = history_summary(turns, env.history_length)
-        text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
-                             history_shown=shown)
+        text = env.turn_text(
+            len(turns), obs, instruction=x.instruction, reward=reward, history=history, history_shown=shown
+        )
         x.traj.messages.append({"role": role, "content": text})
         x.starts = fresh and bool(turns)
         x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
         x.observation = obs
         if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
-            text = env.turn_text(len(turns), obs, instruction=x.instruction, reward=reward, history=history,
-                                 history_shown=shown, first=True)
+            text = env.turn_text(
+                len(turns),
+                obs,
+                instruction=x.instruction,
+                reward=reward,
+                history=history,
+                history_shown=shown,
+                first=True,
+            )
             x.traj.messages[-1] = {"role": role, "content": text}
             x.next_prompt, x.starts = fmt.first_prompt(text, role), True
         self._check_length(x)
@@ -288,8 +332,10 @@ class EnvManager:
 
         def send(xs: list[_Live]) -> None:
             for max_new, batch in self._by_budget(xs).items():
-                requests = [(f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt, x.starts))
-                            for x in batch]
+                requests = [
+                    (f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt, x.starts))
+                    for x in batch
+                ]
                 pending.update({rid: x for (rid, _), x in zip(requests, batch)})
                 generator.submit(requests, self.args, max_new)
 

@@ -41,8 +41,7 @@ def record_failure(traj: Trajectory, kind: str, type_name: str, message: str, at
 def record_error(traj: Trajectory, call: str, exc: BaseException) -> None:
     """End ``traj`` with the exception ``exc`` raised by env call ``call`` (e.g. ``"env.step"``)."""
     message = str(exc).splitlines()[0] if str(exc) else ""
-    record_failure(traj, "error", type(exc).__name__, f"{call}: {type(exc).__name__}: {message}"[:500],
-                   raised_at(exc))
+    record_failure(traj, "error", type(exc).__name__, f"{call}: {type(exc).__name__}: {message}"[:500], raised_at(exc))
 
 
 def distinct(traj: Trajectory) -> tuple:
@@ -50,8 +49,9 @@ def distinct(traj: Trajectory) -> tuple:
     return (traj.failure_kind, traj.failure_type, traj.failure_at or traj.failure)
 
 
-def failure_report(trajectories: list[Trajectory], phase: str, step: int, prefix: str,
-                   max_lines: int = 10) -> tuple[list[str], dict[str, float]]:
+def failure_report(
+    trajectories: list[Trajectory], phase: str, step: int, prefix: str, max_lines: int = 10
+) -> tuple[list[str], dict[str, float]]:
     """One line per distinct failure (:func:`distinct`) with how many trajectories it ended and the message, tag,
     seed and turn of its first occurrence, plus ``{prefix}/env_errors/<type>`` counts."""
     failed = [t for t in trajectories if t.failure]
@@ -63,11 +63,16 @@ def failure_report(trajectories: list[Trajectory], phase: str, step: int, prefix
         key = distinct(t)
         first.setdefault(key, t)
         seen[key] += 1
-    lines = [f"[roll] {phase} step {step}: {seen[key]} trajectories failed: {t.failure} (first: env tag {t.tag!r}, "
-             f"seed {t.seed}, turn {t.failure_turn}, id {t.traj_id})" for key, t in list(first.items())[:max_lines]]
+    lines = [
+        f"[roll] {phase} step {step}: {seen[key]} trajectories failed: {t.failure} (first: env tag {t.tag!r}, "
+        f"seed {t.seed}, turn {t.failure_turn}, id {t.traj_id})"
+        for key, t in list(first.items())[:max_lines]
+    ]
     if len(first) > max_lines:
-        lines.append(f"[roll] {phase} step {step}: {len(first) - max_lines} more distinct failures (see the "
-                     f"trajectory dumps and {prefix}/env_errors/*)")
+        lines.append(
+            f"[roll] {phase} step {step}: {len(first) - max_lines} more distinct failures (see the "
+            f"trajectory dumps and {prefix}/env_errors/*)"
+        )
     return lines, metrics
 
 

@@ -12,8 +12,9 @@ or ``frame_<k:03d>.txt`` (``ansi``), plus ``episode.json`` (seed, score, success
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from roll.data.trajectory import Trajectory
 
@@ -64,10 +65,22 @@ def dump_episode(traj: Trajectory, env_type: str, env_kwargs: dict[str, Any], ou
             break
     env.close()
     recorded = [t.reward for t in traj.turns]
-    (out_dir / "episode.json").write_text(json.dumps({
-        "traj_id": traj.traj_id, "tag": traj.tag, "seed": traj.seed, "render_mode": mode, "score": traj.score,
-        "success": traj.success, "actions": [t.parsed_action for t in traj.turns], "rewards": recorded,
-        "replay_consistent": rewards == recorded}, indent=1))
+    (out_dir / "episode.json").write_text(
+        json.dumps(
+            {
+                "traj_id": traj.traj_id,
+                "tag": traj.tag,
+                "seed": traj.seed,
+                "render_mode": mode,
+                "score": traj.score,
+                "success": traj.success,
+                "actions": [t.parsed_action for t in traj.turns],
+                "rewards": recorded,
+                "replay_consistent": rewards == recorded,
+            },
+            indent=1,
+        )
+    )
     return frames
 
 
@@ -83,8 +96,11 @@ def dump_val_renders(cfg: Any, trajs: Sequence[Trajectory], step: int) -> int:
     total = 0
     for traj in trajs:
         spec = cfg.custom_envs[traj.tag]
-        kwargs = {"format_penalty": manager.format_penalty, "action_format": manager.action_format,
-                  **dict(spec.env_config)}
+        kwargs = {
+            "format_penalty": manager.format_penalty,
+            "action_format": manager.action_format,
+            **dict(spec.env_config),
+        }
         total += dump_episode(traj, spec.env_type, kwargs, root / traj.traj_id)
     return total
 
@@ -94,5 +110,7 @@ def env_descriptions(cfg: Any) -> dict[str, dict[str, Any]]:
     :class:`~roll.envs.base.TextEnv`), which trajectory dumps record so that viewers draw boards."""
     from roll.envs.registry import get_env_class
 
-    return {tag: {"env_type": spec.env_type, "grid_symbols": get_env_class(spec.env_type).grid_symbols}
-            for tag, spec in cfg.custom_envs.items()}
+    return {
+        tag: {"env_type": spec.env_type, "grid_symbols": get_env_class(spec.env_type).grid_symbols}
+        for tag, spec in cfg.custom_envs.items()
+    }

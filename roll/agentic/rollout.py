@@ -21,16 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from roll.agentic.async_buffer import Group, GroupBuffer
-from roll.agentic.batching import (BatchedClient, BatchGenerator, BatchingGenerator, Generator, GroupGenerator,
-                                   RemoteGenerator)
+from roll.agentic.batching import (
+    BatchedClient,
+    BatchGenerator,
+    BatchingGenerator,
+    Generator,
+    GroupGenerator,
+    RemoteGenerator,
+)
 from roll.agentic.env_manager import ManagerResult, plan_groups
 from roll.agentic.failures import failure_report, print_lines
 from roll.agentic.gateway.manager import env_manager_class
-from roll.data.trajectory import Trajectory
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.config.validation import global_train_batch
+from roll.data.trajectory import Trajectory
 from roll.distributed.roles import InferProxy
-
 
 #: CPUs each env manager actor reserves in Ray mode (its envs or agent harnesses and, for agents, a gateway).
 MANAGER_CPUS = 0.5
@@ -55,7 +60,8 @@ def _await_started(actors: list[Any], phase: str, name: str, timeout_s: float) -
             f"{len(pending)} of {len(actors)} {phase} {name} actors did not start within {timeout_s:.0f}s; each "
             f"reserves {MANAGER_CPUS} CPU. Ray has {ray.available_resources().get('CPU', 0):g} of "
             f"{ray.cluster_resources().get('CPU', 0):g} CPUs free: lower num_env_managers, or give Ray more CPUs "
-            f"(ray_num_cpus, or more nodes)")
+            f"(ray_num_cpus, or more nodes)"
+        )
     ray.get(ready)  # an actor whose constructor raised raises here
 
 
@@ -71,8 +77,15 @@ def train_batch_multiple(cfg: AgenticConfig) -> int:
 class RolloutScheduler:
     """Runs the env managers of one phase ("train" or "val") and returns up to ``batch_size`` trajectories."""
 
-    def __init__(self, cfg: AgenticConfig, manager: EnvManagerConfig, phase: str, tokenizer_path: str,
-                 infer: InferProxy, use_ray: bool):
+    def __init__(
+        self,
+        cfg: AgenticConfig,
+        manager: EnvManagerConfig,
+        phase: str,
+        tokenizer_path: str,
+        infer: InferProxy,
+        use_ray: bool,
+    ):
         self.manager, self.phase, self.use_ray = manager, phase, use_ray
         self.prefix = "rollout" if phase == "train" else phase
         self.batch_multiple = train_batch_multiple(cfg) if phase == "train" else 1
@@ -86,7 +99,8 @@ class RolloutScheduler:
                 import ray
 
                 self.batcher = ray.remote(num_cpus=0, max_concurrency=n + 4)(BatchingGenerator).remote(
-                    inner, manager.batch_max_size, manager.batch_max_wait_ms)
+                    inner, manager.batch_max_size, manager.batch_max_wait_ms
+                )
                 inner = RemoteGenerator(self.batcher)
             else:
                 self.batcher = BatchingGenerator(inner, manager.batch_max_size, manager.batch_max_wait_ms)
@@ -105,10 +119,10 @@ class RolloutScheduler:
             import ray
 
             cls = ray.remote(num_cpus=MANAGER_CPUS)(manager_cls)
-            self.managers = [cls.remote(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+            self.managers = [cls.remote(manager, groups[i * per : (i + 1) * per], *args) for i in range(n)]
             _await_started(self.managers, phase, manager_cls.__name__, STARTUP_TIMEOUT_S)
         else:
-            self.managers = [manager_cls(manager, groups[i * per:(i + 1) * per], *args) for i in range(n)]
+            self.managers = [manager_cls(manager, groups[i * per : (i + 1) * per], *args) for i in range(n)]
         self._threads = ThreadPoolExecutor(n, thread_name_prefix="roll-manager") if n > 1 and not use_ray else None
 
     def _round(self, seed_step: int) -> list[ManagerResult]:
@@ -200,8 +214,14 @@ class RolloutScheduler:
             by_group[t.group_id].append(t)
         with self._failed_lock:
             self._failed_since_take += [t for t in result.trajectories if t.failure]
-        return [Group(ts, min((turn.policy_version for t in ts for turn in t.turns), default=version),
-                      sum(turn.generated for t in ts for turn in t.turns) / len(ts)) for ts in by_group.values()]
+        return [
+            Group(
+                ts,
+                min((turn.policy_version for t in ts for turn in t.turns), default=version),
+                sum(turn.generated for t in ts for turn in t.turns) / len(ts),
+            )
+            for ts in by_group.values()
+        ]
 
     def take(self, buffer: GroupBuffer, step: int, batch_size: int) -> tuple[list[Trajectory], dict[str, float]]:
         """The oldest finished groups of ``buffer`` for a batch of ``batch_size`` (a multiple of the train
@@ -221,9 +241,14 @@ class RolloutScheduler:
         if not batch:
             raise RuntimeError(self._empty_batch_message(step, trajectories + failed, len(trajectories)))
         p = self.prefix
-        metrics.update({**failure_counts(failed, p),
-                        f"{p}/dropped_trajectories": float(len(trajectories) - len(batch)),
-                        f"{p}/batch_size": float(len(batch)), f"time/{p}_wait": time.perf_counter() - start})
+        metrics.update(
+            {
+                **failure_counts(failed, p),
+                f"{p}/dropped_trajectories": float(len(trajectories) - len(batch)),
+                f"{p}/batch_size": float(len(batch)),
+                f"time/{p}_wait": time.perf_counter() - start,
+            }
+        )
         metrics.update(error_counts)
         return batch, metrics
 
@@ -232,18 +257,26 @@ class RolloutScheduler:
         failed = [t for t in trajectories if t.failure]
         kinds = {kind: sum(t.failure_kind == kind for t in failed) for kind in ("error", "timeout")}
         left = len(trajectories) - len(failed)
-        what = (f"{len(failed)} of {len(trajectories)} trajectories failed ({kinds['error']} raised or returned a "
-                f"non-finite reward, {kinds['timeout']} timed out after env_step_timeout="
-                f"{self.manager.env_step_timeout}s); {left} finished, {usable} of them in groups of >= "
-                f"{self.min_group}, too few for a batch (a multiple of {self.batch_multiple})")
+        what = (
+            f"{len(failed)} of {len(trajectories)} trajectories failed ({kinds['error']} raised or returned a "
+            f"non-finite reward, {kinds['timeout']} timed out after env_step_timeout="
+            f"{self.manager.env_step_timeout}s); {left} finished, {usable} of them in groups of >= "
+            f"{self.min_group}, too few for a batch (a multiple of {self.batch_multiple})"
+        )
         first = f"first failure: {failed[0].failure}" if failed else "no env failed"
-        fix = ("fix the env (its failures are listed above)" if kinds["error"] >= kinds["timeout"] else
-               "fix the env's hanging call, or raise env_step_timeout if it is only slow")
-        return (f"{self.phase} rollout at step {step}: no usable trajectories: {what}; {first}. To go on: {fix}, "
-                f"or raise max_refill_rounds.")
+        fix = (
+            "fix the env (its failures are listed above)"
+            if kinds["error"] >= kinds["timeout"]
+            else "fix the env's hanging call, or raise env_step_timeout if it is only slow"
+        )
+        return (
+            f"{self.phase} rollout at step {step}: no usable trajectories: {what}; {first}. To go on: {fix}, "
+            f"or raise max_refill_rounds."
+        )
 
-    def _metrics(self, results: list[ManagerResult], batch: list[Trajectory], refills: int,
-                 wall: float) -> dict[str, float]:
+    def _metrics(
+        self, results: list[ManagerResult], batch: list[Trajectory], refills: int, wall: float
+    ) -> dict[str, float]:
         p, n = self.prefix, len(self.managers)
         all_trajs = [t for r in results for t in r.trajectories]
         failed = sum(t.failure is not None for t in all_trajs)
@@ -270,8 +303,10 @@ class RolloutScheduler:
 
 def failure_counts(trajectories: list[Trajectory], prefix: str) -> dict[str, float]:
     """``{prefix}/env_failures`` and ``{prefix}/env_timeouts``: the failed trajectories among ``trajectories``."""
-    return {f"{prefix}/env_failures": float(sum(t.failure_kind == "error" for t in trajectories)),
-            f"{prefix}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in trajectories))}
+    return {
+        f"{prefix}/env_failures": float(sum(t.failure_kind == "error" for t in trajectories)),
+        f"{prefix}/env_timeouts": float(sum(t.failure_kind == "timeout" for t in trajectories)),
+    }
 
 
 def keep_groups(trajectories: list[Trajectory], min_group: int) -> list[Trajectory]:

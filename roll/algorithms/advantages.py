@@ -23,9 +23,9 @@ from torch import Tensor
 
 from roll.algorithms.groups import STD_ZERO_TOL, group_stats
 from roll.algorithms.masking import masked_mean, masked_sum, masked_whiten
-from roll.registry import Registry
 from roll.algorithms.returns import discounted_returns, gae_advantages
 from roll.algorithms.reward_norm import normalize_scores
+from roll.registry import Registry
 
 
 @dataclass
@@ -50,8 +50,10 @@ class TurnInputs:
         n = tuple(self.sample.shape)
         for name in ("start", "end", "rewards", "state_ids"):
             if len(n) != 1 or tuple(getattr(self, name).shape) != n:
-                raise ValueError(f"TurnInputs.{name} must have shape {n} like sample (one entry per turn), got "
-                                 f"{tuple(getattr(self, name).shape)}")
+                raise ValueError(
+                    f"TurnInputs.{name} must have shape {n} like sample (one entry per turn), got "
+                    f"{tuple(getattr(self, name).shape)}"
+                )
 
 
 @dataclass
@@ -112,8 +114,10 @@ class AdvantageFn(Protocol):
 
 
 ADVANTAGES: Registry[AdvantageFn] = Registry(
-    "advantage estimator", "register_advantage",
-    capabilities={"needs_critic": False, "needs_groups": False, "needs_turns": False})
+    "advantage estimator",
+    "register_advantage",
+    capabilities={"needs_critic": False, "needs_groups": False, "needs_turns": False},
+)
 register_advantage = ADVANTAGES.register
 
 
@@ -151,8 +155,10 @@ def gae(inputs: AdvantageInputs) -> AdvantageOutputs:
     ``A`` from :func:`roll.algorithms.returns.gae_advantages`; returns ``R_t = A_t + V_t`` on response tokens.
     """
     if inputs.values is None:
-        raise ValueError("adv_estimator 'gae' needs critic values (AdvantageInputs.values, shape (B, T)); "
-                         "compute them with the critic or choose a critic-free estimator such as 'grpo'")
+        raise ValueError(
+            "adv_estimator 'gae' needs critic values (AdvantageInputs.values, shape (B, T)); "
+            "compute them with the critic or choose a critic-free estimator such as 'grpo'"
+        )
     mask = inputs.response_mask
     adv = gae_advantages(inputs.token_level_rewards, inputs.values, mask, inputs.gamma, inputs.lambd)
     returns = torch.where(mask.bool(), adv + inputs.values, torch.zeros_like(adv))
@@ -261,8 +267,9 @@ def discounted_turn_returns(turn_rewards: Tensor, episode_ids: Tensor, gamma: fl
         (N,) returns.
     """
     if tuple(episode_ids.shape) != tuple(turn_rewards.shape) or turn_rewards.dim() != 1:
-        raise ValueError(f"turn_rewards {tuple(turn_rewards.shape)} and episode_ids {tuple(episode_ids.shape)} "
-                         "must both be (N,)")
+        raise ValueError(
+            f"turn_rewards {tuple(turn_rewards.shape)} and episode_ids {tuple(episode_ids.shape)} must both be (N,)"
+        )
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     running: dict[int, float] = {}
@@ -302,8 +309,11 @@ def step_level_advantages(
         (N,) combined per-turn advantages.
     """
     n = turn_returns.shape[0]
-    for name, t in (("turn_group_ids", turn_group_ids), ("turn_state_ids", turn_state_ids),
-                    ("episode_advantages", episode_advantages)):
+    for name, t in (
+        ("turn_group_ids", turn_group_ids),
+        ("turn_state_ids", turn_state_ids),
+        ("episode_advantages", episode_advantages),
+    ):
         if tuple(t.shape) != (n,):
             raise ValueError(f"{name} must have shape ({n},) like turn_returns, got {tuple(t.shape)}")
     keys = torch.stack([turn_group_ids.long(), turn_state_ids.long()], dim=1)  # (N, 2)
@@ -314,8 +324,14 @@ def step_level_advantages(
 
 @register_advantage("gigpo", needs_groups=True, needs_turns=True)
 @torch.no_grad()
-def gigpo(inputs: AdvantageInputs, *, episode_adv_weight: float = 1.0, step_adv_weight: float = 1.0,
-          step_adv_norm: str = "mean_std", episode_adv_norm: str = "mean_std") -> AdvantageOutputs:
+def gigpo(
+    inputs: AdvantageInputs,
+    *,
+    episode_adv_weight: float = 1.0,
+    step_adv_weight: float = 1.0,
+    step_adv_norm: str = "mean_std",
+    episode_adv_norm: str = "mean_std",
+) -> AdvantageOutputs:
     """GiGPO (Feng et al. 2025, arXiv:2505.10978): GRPO's episode advantage plus a step-level advantage per turn.
 
     Per turn k of sample i (``inputs.turns``): ``G_k`` = :func:`discounted_turn_returns` of the turn rewards
@@ -329,8 +345,10 @@ def gigpo(inputs: AdvantageInputs, *, episode_adv_weight: float = 1.0, step_adv_
     """
     _check_turn_args(step_adv_norm, episode_adv_norm, episode_adv_weight, step_adv_weight)
     if inputs.turns is None:
-        raise ValueError("adv_estimator 'gigpo' needs per-turn data (AdvantageInputs.turns): only multi-turn "
-                         "(agentic) batches have turns; use grpo for single-turn data")
+        raise ValueError(
+            "adv_estimator 'gigpo' needs per-turn data (AdvantageInputs.turns): only multi-turn "
+            "(agentic) batches have turns; use grpo for single-turn data"
+        )
     mask, turns = inputs.response_mask, inputs.turns
     episode = EPISODE_NORMS[episode_adv_norm](inputs).advantages
     groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
@@ -339,9 +357,15 @@ def gigpo(inputs: AdvantageInputs, *, episode_adv_weight: float = 1.0, step_adv_
     if turns.sample.numel() == 0:
         return AdvantageOutputs(advantages=out, returns=out.clone())
     returns = discounted_turn_returns(turns.rewards, turns.sample, inputs.gamma)
-    turn_adv = step_level_advantages(returns, groups[turns.sample], turns.state_ids, per_sample[turns.sample],
-                                     episode_weight=episode_adv_weight, step_weight=step_adv_weight,
-                                     method=step_adv_norm)
+    turn_adv = step_level_advantages(
+        returns,
+        groups[turns.sample],
+        turns.state_ids,
+        per_sample[turns.sample],
+        episode_weight=episode_adv_weight,
+        step_weight=step_adv_weight,
+        method=step_adv_norm,
+    )
     for i, start, end, adv in zip(turns.sample.tolist(), turns.start.tolist(), turns.end.tolist(), turn_adv.tolist()):
         out[i, start:end] = adv  # N turns: a plain loop is clear and fast enough
     out = out * mask
@@ -360,8 +384,10 @@ def step_reinforce(inputs: AdvantageInputs, *, step_adv_norm: str = "mean_std") 
     """
     _check_turn_args(step_adv_norm)
     if inputs.turns is None:
-        raise ValueError("adv_estimator 'step_reinforce' needs per-turn data (AdvantageInputs.turns): only "
-                         "multi-turn (agentic) batches have turns; use reinforce or grpo for single-turn data")
+        raise ValueError(
+            "adv_estimator 'step_reinforce' needs per-turn data (AdvantageInputs.turns): only "
+            "multi-turn (agentic) batches have turns; use reinforce or grpo for single-turn data"
+        )
     mask, turns = inputs.response_mask, inputs.turns
     groups = inputs.group_ids if inputs.group_ids is not None else torch.zeros(mask.shape[0], dtype=torch.long)
     out = torch.zeros_like(inputs.token_level_rewards)

@@ -21,8 +21,17 @@ from roll.algorithms.policy_losses import (
 )
 
 __all__ = [
-    "ActorLossConfig", "actor_loss", "agg_loss", "entropy_from_logits", "explained_variance", "get_policy_loss_fn",
-    "gspo_policy_loss", "ppo_policy_loss", "register_agg_mode", "register_policy_loss", "value_loss",
+    "ActorLossConfig",
+    "actor_loss",
+    "agg_loss",
+    "entropy_from_logits",
+    "explained_variance",
+    "get_policy_loss_fn",
+    "gspo_policy_loss",
+    "ppo_policy_loss",
+    "register_agg_mode",
+    "register_policy_loss",
+    "value_loss",
 ]
 
 
@@ -129,18 +138,22 @@ class ActorLossConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.clip_low < 1 or self.clip_high <= 0:
-            raise ValueError(f"clip ranges must satisfy 0 < low < 1 and high > 0, got low={self.clip_low}, "
-                             f"high={self.clip_high}; check pg_clip / pg_clip_low / pg_clip_high")
+            raise ValueError(
+                f"clip ranges must satisfy 0 < low < 1 and high > 0, got low={self.clip_low}, "
+                f"high={self.clip_high}; check pg_clip / pg_clip_low / pg_clip_high"
+            )
         if self.dual_clip_loss and self.dual_clip_c <= 1:
             raise ValueError(f"dual_clip_c must be > 1, got {self.dual_clip_c}; e.g. 3.0")
         AGG_MODES.get(self.loss_agg_mode)
         POLICY_LOSSES.get(self.policy_loss)
         if KL_TYPES.capabilities(self.kl_loss_type)["needs_logits"]:
-            raise ValueError(f"kl_loss_type {self.kl_loss_type!r} needs logits, which actor_loss does not take; "
-                             "use 'low_var_kl'")
+            raise ValueError(
+                f"kl_loss_type {self.kl_loss_type!r} needs logits, which actor_loss does not take; use 'low_var_kl'"
+            )
         if self.kl_loss_coef < 0 or self.entropy_loss_coef < 0:
-            raise ValueError(f"kl_loss_coef ({self.kl_loss_coef}) and entropy_loss_coef ({self.entropy_loss_coef}) "
-                             "must be >= 0")
+            raise ValueError(
+                f"kl_loss_coef ({self.kl_loss_coef}) and entropy_loss_coef ({self.entropy_loss_coef}) must be >= 0"
+            )
 
     @property
     def clip_low(self) -> float:
@@ -180,8 +193,14 @@ def actor_loss(
     """
     policy_fn = POLICY_LOSSES.get(cfg.policy_loss)
     loss, metrics = policy_fn(
-        log_probs, old_log_probs, advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-        dual_clip=cfg.dual_clip_c if cfg.dual_clip_loss else None, loss_agg_mode=cfg.loss_agg_mode,
+        log_probs,
+        old_log_probs,
+        advantages,
+        mask,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        dual_clip=cfg.dual_clip_c if cfg.dual_clip_loss else None,
+        loss_agg_mode=cfg.loss_agg_mode,
         norm_len=cfg.norm_len,
     )
     if cfg.entropy_loss_coef > 0 and entropy is None:

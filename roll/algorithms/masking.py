@@ -18,7 +18,9 @@ def _masked_zero(x: Tensor, mask: Tensor, weighted: bool = False) -> Tensor:
     """Return ``x`` with masked-out positions set to exactly 0 (also when they hold nan/inf); ``weighted``: ``x``
     times a float mask's weights elsewhere (exactly ``x`` where the weight is 1)."""
     if x.shape != mask.shape:
-        raise ValueError(f"mask shape {tuple(mask.shape)} must equal data shape {tuple(x.shape)}; pass the matching mask")
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} must equal data shape {tuple(x.shape)}; pass the matching mask"
+        )
     if weighted and mask.is_floating_point():
         x = x * mask.to(x.dtype)
     return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))

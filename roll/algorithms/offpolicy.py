@@ -63,8 +63,9 @@ def aggregate(values: Tensor, mask: Tensor, agg: str) -> Tensor:
 
 
 @torch.no_grad()
-def importance_weights(proximal: Tensor, behaviour: Tensor, mask: Tensor, weight_type: str = "token",
-                       upper_bound: float | None = None) -> tuple[Tensor, dict[str, float]]:
+def importance_weights(
+    proximal: Tensor, behaviour: Tensor, mask: Tensor, weight_type: str = "token", upper_bound: float | None = None
+) -> tuple[Tensor, dict[str, float]]:
     """Truncated importance weights ``w = min(exp(agg(proximal - behaviour)), upper_bound)`` (detached).
 
     Args:
@@ -82,8 +83,10 @@ def importance_weights(proximal: Tensor, behaviour: Tensor, mask: Tensor, weight
     truncated = raw > upper_bound if upper_bound is not None else torch.zeros_like(raw, dtype=torch.bool)
     w = raw.clamp(max=upper_bound) if upper_bound is not None else raw
     w = torch.where(mask.bool(), w, torch.ones_like(w))
-    return w, {"actor/is_weight_mean": float(masked_mean(raw, mask)),
-               "actor/is_weight_truncated_frac": float(masked_mean(truncated.float(), mask))}
+    return w, {
+        "actor/is_weight_mean": float(masked_mean(raw, mask)),
+        "actor/is_weight_truncated_frac": float(masked_mean(truncated.float(), mask)),
+    }
 
 
 @torch.no_grad()
@@ -93,8 +96,7 @@ def ratio_band_mask(proximal: Tensor, behaviour: Tensor, mask: Tensor, agg: str,
 
 
 @torch.no_grad()
-def prob_diff_band_mask(proximal: Tensor, behaviour: Tensor, mask: Tensor, agg: str, low: float,
-                        high: float) -> Tensor:
+def prob_diff_band_mask(proximal: Tensor, behaviour: Tensor, mask: Tensor, agg: str, low: float, high: float) -> Tensor:
     """1 where the probability difference ``p_prox - p_behav`` (token; mean over the span / sample for
     ``segment`` / ``geometric``; sum over the sample for ``sequence``) is in ``[low, high]``; 1 off the mask."""
     return _in_band(aggregate(proximal.float().exp() - behaviour.float().exp(), mask, agg), mask, low, high)

@@ -131,8 +131,9 @@ class RewardNormScopeFn(Protocol):
     """Signature of an RLVR ``reward_norm`` scope: where the statistics come from.
     ``(scores (B,), group_ids (B,) | None, shift, scale, running) -> (B,)``."""
 
-    def __call__(self, scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
-                 running: RunningMeanStd | None) -> Tensor: ...
+    def __call__(
+        self, scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool, running: RunningMeanStd | None
+    ) -> Tensor: ...
 
 
 REWARD_NORM_SCOPES: Registry[RewardNormScopeFn] = Registry("reward_norm scope", "register_reward_norm_scope")
@@ -141,15 +142,17 @@ RlvrRewardNorm = Literal["batch", "group", "running"]
 
 
 @register_reward_norm_scope("batch")
-def batch_scope(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
-                running: RunningMeanStd | None) -> Tensor:
+def batch_scope(
+    scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool, running: RunningMeanStd | None
+) -> Tensor:
     """Statistics of the whole batch. (B,) -> (B,)."""
     return _standardize(scores, None, shift, scale)
 
 
 @register_reward_norm_scope("group")
-def group_scope(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
-                running: RunningMeanStd | None) -> Tensor:
+def group_scope(
+    scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool, running: RunningMeanStd | None
+) -> Tensor:
     """Statistics of each prompt's responses (``group_ids``). (B,) -> (B,)."""
     if group_ids is None:
         raise ValueError("reward_norm='group' needs group_ids (one prompt id per response); pass them")
@@ -157,8 +160,9 @@ def group_scope(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bo
 
 
 @register_reward_norm_scope("running")
-def _running_norm(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool,
-                  running: RunningMeanStd | None) -> Tensor:
+def _running_norm(
+    scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool, running: RunningMeanStd | None
+) -> Tensor:
     """Update ``running`` with ``scores`` then shift/scale by its statistics. (B,) -> (B,)."""
     if running is None:
         raise ValueError("reward_norm='running' needs a RunningMeanStd; pass running=RunningMeanStd() and keep it")

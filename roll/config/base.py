@@ -6,12 +6,11 @@ Key names and meanings follow ROLL's configuration guide; defaults live only her
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
 from roll.config.worker import WorkerConfig
-
 
 AGGREGATIONS = ["token", "segment", "geometric", "sequence"]  # roll.algorithms.offpolicy.AGGREGATIONS
 
@@ -21,12 +20,18 @@ class ISWeightConfig:
     """``train_infer_correction.is_weight``: the truncated importance weight old / rollout log-prob ratio."""
 
     enabled: bool = fld(False, "Weight each token's policy loss by pi_old / pi_rollout (decoupled PPO).")
-    weight_type: str = fld("token", "Granularity of the ratio: per token, per turn span (segment), per sample as "
-                                    "geometric mean or as product (sequence).", choices=AGGREGATIONS)
-    upper_bound: Optional[float] = fld(2.0, "Truncate the weight at this value (null = no truncation).",
-                                       allowed="> 0")
-    detach: bool = fld(True, "Stop-gradient weight (ROLL's key; the old log-probs carry no gradient in roll, so "
-                             "the weight is a constant either way).")
+    weight_type: str = fld(
+        "token",
+        "Granularity of the ratio: per token, per turn span (segment), per sample as "
+        "geometric mean or as product (sequence).",
+        choices=AGGREGATIONS,
+    )
+    upper_bound: float | None = fld(2.0, "Truncate the weight at this value (null = no truncation).", allowed="> 0")
+    detach: bool = fld(
+        True,
+        "Stop-gradient weight (ROLL's key; the old log-probs carry no gradient in roll, so "
+        "the weight is a constant either way).",
+    )
 
 
 @dataclass
@@ -49,10 +54,12 @@ class TrainInferCorrectionConfig:
     """ROLL's ``train_infer_correction``: off-policy correction between the inference engine's sampling
     log-probs and the trainer's old log-probs (docs/algorithms.md, "Train/inference correction")."""
 
-    is_weight: ISWeightConfig = field(default_factory=ISWeightConfig,
-                                      metadata={"help": "Truncated importance weights."})
-    filters: List[CorrectionFilterConfig] = fld(default_factory=list, help="Token masks by ratio or probability "
-                                                                           "band; all enabled ones apply.")
+    is_weight: ISWeightConfig = field(
+        default_factory=ISWeightConfig, metadata={"help": "Truncated importance weights."}
+    )
+    filters: list[CorrectionFilterConfig] = fld(
+        default_factory=list, help="Token masks by ratio or probability band; all enabled ones apply."
+    )
 
     def on(self) -> bool:
         """Whether any correction is applied."""
@@ -63,41 +70,60 @@ class TrainInferCorrectionConfig:
 class PPOConfig:
     """PPO, reward and loss keys (flat at the top level of a config file, as in ROLL)."""
 
-    adv_estimator: str = fld("grpo", "Advantage estimator: a name registered with @register_advantage (built in: "
-                                     "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo, step_reinforce) or "
-                                     "'package.module:name'.")
+    adv_estimator: str = fld(
+        "grpo",
+        "Advantage estimator: a name registered with @register_advantage (built in: "
+        "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo, step_reinforce) or "
+        "'package.module:name'.",
+    )
     ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
     skip_old_log_probs: bool = fld(
-        True, "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
-              "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.")
+        True,
+        "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
+        "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.",
+    )
     async_generation_ratio: float = fld(
-        0.0, "k: 0 = generate, then train (synchronous); k >= 1 = rollouts go on while the trainer trains, and no "
-             "trained token is more than k policy versions old (admission bound; docs/async.md). Needs actor_infer "
-             "on devices of its own (or CPU).", allowed=">= 0; a whole number")
+        0.0,
+        "k: 0 = generate, then train (synchronous); k >= 1 = rollouts go on while the trainer trains, and no "
+        "trained token is more than k policy versions old (admission bound; docs/async.md). Needs actor_infer "
+        "on devices of its own (or CPU).",
+        allowed=">= 0; a whole number",
+    )
     enable_old_logprobs_recompute: bool = fld(
-        False, "Always compute the old (proximal) log-probs in a separate pass before the update, never from the "
-               "training forward; forced on by async_generation_ratio >= 1 (ROLL's key).")
+        False,
+        "Always compute the old (proximal) log-probs in a separate pass before the update, never from the "
+        "training forward; forced on by async_generation_ratio >= 1 (ROLL's key).",
+    )
     max_grad_norm: float = fld(1.0, "Gradient clipping norm (0 disables clipping).", allowed=">= 0")
     train_infer_correction: TrainInferCorrectionConfig = field(
         default_factory=TrainInferCorrectionConfig,
-        metadata={"help": "Importance weights / masks between the engine's sampling log-probs and the trainer's "
-                          "(ROLL's key; needs an engine that returns log-probs)."})
+        metadata={
+            "help": "Importance weights / masks between the engine's sampling log-probs and the trainer's "
+            "(ROLL's key; needs an engine that returns log-probs)."
+        },
+    )
     l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.")
     lambd: float = fld(0.95, "GAE lambda.")
     pg_clip: float = fld(0.2, "PPO ratio clip range (symmetric).")
-    pg_clip_low: Optional[float] = fld(None, "Lower clip range (1 - low); overrides pg_clip when set.")
-    pg_clip_high: Optional[float] = fld(None, "Upper clip range (1 + high); overrides pg_clip (DAPO clip-higher).")
+    pg_clip_low: float | None = fld(None, "Lower clip range (1 - low); overrides pg_clip when set.")
+    pg_clip_high: float | None = fld(None, "Upper clip range (1 + high); overrides pg_clip (DAPO clip-higher).")
     dual_clip_loss: bool = fld(False, "Bound the loss of negative-advantage tokens by c * |A| (dual-clip PPO).")
     dual_clip_c: float = fld(3.0, "The c of dual-clip PPO (> 1).")
-    value_clip: Optional[float] = fld(None, "Clip range of the value loss around old values; None = no clip.")
-    loss_agg_mode: str = fld("token-mean", "How token losses are aggregated: a name registered with "
-                                           "@register_agg_mode (built in: token-mean, seq-mean-token-sum, "
-                                           "seq-mean-token-mean, seq-mean-token-sum-norm).")
-    kl_penalty: str = fld("kl", "KL estimator for the reward penalty: a name registered with @register_kl (built "
-                                "in: kl/k1, abs, mse/k2, low_var_kl/k3; full is rejected: it needs logits).")
+    value_clip: float | None = fld(None, "Clip range of the value loss around old values; None = no clip.")
+    loss_agg_mode: str = fld(
+        "token-mean",
+        "How token losses are aggregated: a name registered with "
+        "@register_agg_mode (built in: token-mean, seq-mean-token-sum, "
+        "seq-mean-token-mean, seq-mean-token-sum-norm).",
+    )
+    kl_penalty: str = fld(
+        "kl",
+        "KL estimator for the reward penalty: a name registered with @register_kl (built "
+        "in: kl/k1, abs, mse/k2, low_var_kl/k3; full is rejected: it needs logits).",
+    )
     init_kl_coef: float = fld(0.2, "Initial KL coefficient of the reward penalty (fixed or adaptive controller).")
-    target_kl: Optional[float] = fld(None, "Target KL of the adaptive controller; None = fixed coefficient.")
+    target_kl: float | None = fld(None, "Target KL of the adaptive controller; None = fixed coefficient.")
     kl_horizon: int = fld(10000, "Horizon of the adaptive KL controller.")
     add_token_level_kl: bool = fld(False, "Subtract kl_coef * KL(actor || reference) from token rewards.")
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(actor || reference) to the actor loss.")
@@ -105,44 +131,68 @@ class PPOConfig:
     kl_loss_type: str = fld("low_var_kl", "KL estimator for the KL loss (a registered KL type, as kl_penalty).")
     allow_kl_in_reward_and_loss: bool = fld(False, "Allow add_token_level_kl and use_kl_loss together.")
     entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
-    policy_loss: str = fld("ppo", "Policy loss: a name registered with @register_policy_loss (built in: ppo, the "
-                                  "token-ratio clip; gspo, the sequence-level ratio) or 'package.module:name'.")
-    sft_loss_coef: float = fld(0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: "
-                                    "only 0 accepted).")
-    rl_loss_coef: float = fld(1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: "
-                                   "only 1.0 accepted).")
+    policy_loss: str = fld(
+        "ppo",
+        "Policy loss: a name registered with @register_policy_loss (built in: ppo, the "
+        "token-ratio clip; gspo, the sequence-level ratio) or 'package.module:name'.",
+    )
+    sft_loss_coef: float = fld(
+        0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: only 0 accepted)."
+    )
+    rl_loss_coef: float = fld(
+        1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: only 1.0 accepted)."
+    )
     use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")
     critic_warmup: int = fld(0, "Steps during which only the critic is trained.")
-    reward_clip: Optional[float] = fld(None, "Clip episode scores to [-reward_clip, reward_clip].")
+    reward_clip: float | None = fld(None, "Clip episode scores to [-reward_clip, reward_clip].")
     whiten_rewards: bool = fld(False, "Whiten token rewards over the batch before advantages.")
     whiten_advantages: bool = fld(False, "Whiten advantages over the batch's response tokens.")
-    advantage_clip: Optional[float] = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
-    reward_norm: Optional[str] = fld(None, "RLVR reward normalization: the scope of the statistics, registered with "
-                                           "register_reward_norm_scope (built in: batch, group, running), or None.")
+    advantage_clip: float | None = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
+    reward_norm: str | None = fld(
+        None,
+        "RLVR reward normalization: the scope of the statistics, registered with "
+        "register_reward_norm_scope (built in: batch, group, running), or None.",
+    )
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
-    use_reward_scaling: bool = fld(False, "Scale rewards (enables use_reward_norm; not implemented yet: "
-                                          "only false accepted).")
-    use_reward_norm: bool = fld(False, "Normalize rewards; only with use_reward_scaling (not implemented "
-                                       "yet: only false accepted).")
+    use_reward_scaling: bool = fld(
+        False, "Scale rewards (enables use_reward_norm; not implemented yet: only false accepted)."
+    )
+    use_reward_norm: bool = fld(
+        False, "Normalize rewards; only with use_reward_scaling (not implemented yet: only false accepted)."
+    )
     add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
     difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
     length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
-    adv_estimator_args: Dict[str, Any] = fld(default_factory=dict, help="Hyperparameters of adv_estimator: its "
-                                             "keyword parameters (gigpo: step_adv_weight, episode_adv_weight, "
-                                             "step_adv_norm, episode_adv_norm; step_reinforce: step_adv_norm); "
-                                             "unknown keys are refused at launch. Defaults: the estimator's.")
-    step_adv_weight: Optional[float] = fld(None, "Alias of adv_estimator_args.step_adv_weight (gigpo: weight of "
-                                                 "the step-level advantage; ROLL: step_reward_weight).",
-                                           allowed=">= 0")
-    episode_adv_weight: Optional[float] = fld(None, "Alias of adv_estimator_args.episode_adv_weight (gigpo: weight "
-                                                    "of the episode-level advantage; ROLL: episode_reward_weight).",
-                                              allowed=">= 0")
-    step_adv_norm: Optional[str] = fld(None, "Alias of adv_estimator_args.step_adv_norm (gigpo, step_reinforce: "
-                                             "mean or mean_std).", choices=[None, "mean", "mean_std"])
-    episode_adv_norm: Optional[str] = fld(None, "Alias of adv_estimator_args.episode_adv_norm (gigpo: mean_std, "
-                                                "GRPO's, or mean, the paper's F_norm = 1).",
-                                          choices=[None, "mean", "mean_std"])
+    adv_estimator_args: dict[str, Any] = fld(
+        default_factory=dict,
+        help="Hyperparameters of adv_estimator: its "
+        "keyword parameters (gigpo: step_adv_weight, episode_adv_weight, "
+        "step_adv_norm, episode_adv_norm; step_reinforce: step_adv_norm); "
+        "unknown keys are refused at launch. Defaults: the estimator's.",
+    )
+    step_adv_weight: float | None = fld(
+        None,
+        "Alias of adv_estimator_args.step_adv_weight (gigpo: weight of "
+        "the step-level advantage; ROLL: step_reward_weight).",
+        allowed=">= 0",
+    )
+    episode_adv_weight: float | None = fld(
+        None,
+        "Alias of adv_estimator_args.episode_adv_weight (gigpo: weight "
+        "of the episode-level advantage; ROLL: episode_reward_weight).",
+        allowed=">= 0",
+    )
+    step_adv_norm: str | None = fld(
+        None,
+        "Alias of adv_estimator_args.step_adv_norm (gigpo, step_reinforce: mean or mean_std).",
+        choices=[None, "mean", "mean_std"],
+    )
+    episode_adv_norm: str | None = fld(
+        None,
+        "Alias of adv_estimator_args.episode_adv_norm (gigpo: mean_std, GRPO's, or mean, the paper's F_norm = 1).",
+        choices=[None, "mean", "mean_std"],
+    )
 
     #: Top-level keys that are aliases of ``adv_estimator_args`` entries of the same name.
     ESTIMATOR_ARG_ALIASES = ("step_adv_weight", "episode_adv_weight", "step_adv_norm", "episode_adv_norm")
@@ -170,79 +220,132 @@ class BaseConfig(PPOConfig):
     rpc_timeout: int = fld(3600, "Seconds a call to a worker may take before it is an error.", allowed=">= 1")
     output_dir: str = fld("./output", "Checkpoints and the final model are written here.")
     logging_dir: str = fld("./output/logs", "Logs, metrics.jsonl, tensorboard and trajectory dumps.")
-    render_save_dir: Optional[str] = fld(None, "Save rendered frames of validation episodes here (None = off).")
-    system_envs: Dict[str, str] = fld(default_factory=dict, help="Environment variables set for every worker.")
-    track_with: str = fld("stdout", "Tracker registered with register_tracker: stdout, tensorboard, wandb (both also "
-                                    "print to stdout) or 'package.module:name' of a user module's tracker.")
-    tracker_kwargs: Dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
+    render_save_dir: str | None = fld(None, "Save rendered frames of validation episodes here (None = off).")
+    system_envs: dict[str, str] = fld(default_factory=dict, help="Environment variables set for every worker.")
+    track_with: str = fld(
+        "stdout",
+        "Tracker registered with register_tracker: stdout, tensorboard, wandb (both also "
+        "print to stdout) or 'package.module:name' of a user module's tracker.",
+    )
+    tracker_kwargs: dict[str, Any] = fld(default_factory=dict, help="Extra tracker arguments (log_dir, project...).")
     num_nodes: int = fld(1, "Nodes in the Ray cluster.", allowed=">= 1")
     num_gpus_per_node: int = fld(0, "GPUs per node; 0 = CPU-only run.", allowed=">= 0")
     colocated_offload: str = fld(
-        "auto", "What roles sharing a GPU do between phases: always = the idle role offloads (trainer states to CPU, "
-                "engine memory released); never = nothing moves (the GPU must hold all); auto = offload until "
-                "measured to fit together, then stay resident (docs/strategies.md).", choices=["auto", "always", "never"])
-    distributed: str = fld("ray", "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "
-                                  "process without Ray, for debugging.", choices=["ray", "local"])
-    strict_data_check: bool = fld(False, "Check every batch hand-off (shapes, dtypes, 0/1 masks, score placement) and "
-                                         "raise BatchCheckError naming stage and key; ROLL_STRICT_DATA_CHECK=1 also "
-                                         "turns it on. See docs/debugging.md.")
-    ray_address: Optional[str] = fld(None, "Join this Ray cluster (e.g. 'auto' or 'host:6379'); None = start a "
-                                           "local Ray instance on loopback.")
-    ray_num_cpus: Optional[int] = fld(None, "CPUs of the local Ray instance (None = all cores).", allowed=">= 1")
+        "auto",
+        "What roles sharing a GPU do between phases: always = the idle role offloads (trainer states to CPU, "
+        "engine memory released); never = nothing moves (the GPU must hold all); auto = offload until "
+        "measured to fit together, then stay resident (docs/strategies.md).",
+        choices=["auto", "always", "never"],
+    )
+    distributed: str = fld(
+        "ray",
+        "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "
+        "process without Ray, for debugging.",
+        choices=["ray", "local"],
+    )
+    strict_data_check: bool = fld(
+        False,
+        "Check every batch hand-off (shapes, dtypes, 0/1 masks, score placement) and "
+        "raise BatchCheckError naming stage and key; ROLL_STRICT_DATA_CHECK=1 also "
+        "turns it on. See docs/debugging.md.",
+    )
+    ray_address: str | None = fld(
+        None, "Join this Ray cluster (e.g. 'auto' or 'host:6379'); None = start a local Ray instance on loopback."
+    )
+    ray_num_cpus: int | None = fld(None, "CPUs of the local Ray instance (None = all cores).", allowed=">= 1")
     ray_include_dashboard: bool = fld(False, "Start the Ray dashboard with the local Ray instance.")
-    max_steps: int = fld(100, "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
-                                  "validation, then the final export.", allowed=">= 0")
-    max_train_minutes: float = fld(0.0, "Also stop after the first step at which training (the warm start plus the "
-                                        "RL steps' time/step; set-up and validation not counted) has taken this "
-                                        "many minutes, then validate and save as at max_steps (a warm start that "
-                                        "reaches it ends there, and no RL step runs); 0 = off. Checkpoints keep the "
-                                        "time spent, so a resumed run goes on counting.", allowed=">= 0")
-    zero_signal_patience: int = fld(5, "Stop the run after this many steps in a row whose advantages are all zero "
-                                       "(no learning signal: groups solved alike, constant rewards); the first such "
-                                       "step warns with the likely cause; 0 = never stop.", allowed=">= 0")
-    save_steps: int = fld(10, "Save a checkpoint every N steps (0 = only the final model), so that a crash or kill "
-                              "loses at most N steps. One costs a save of the training state: 21 MiB in 0.2 s for "
-                              "sokoban_tiny's model on CPU, 6.5 GB for a 0.5B model with Adam; "
-                              "checkpoint_config.max_to_keep bounds the disk.", allowed=">= 0")
+    max_steps: int = fld(
+        100,
+        "Training steps (one rollout batch each); 0 = only the warm start (sft_warmup) and a "
+        "validation, then the final export.",
+        allowed=">= 0",
+    )
+    max_train_minutes: float = fld(
+        0.0,
+        "Also stop after the first step at which training (the warm start plus the "
+        "RL steps' time/step; set-up and validation not counted) has taken this "
+        "many minutes, then validate and save as at max_steps (a warm start that "
+        "reaches it ends there, and no RL step runs); 0 = off. Checkpoints keep the "
+        "time spent, so a resumed run goes on counting.",
+        allowed=">= 0",
+    )
+    zero_signal_patience: int = fld(
+        5,
+        "Stop the run after this many steps in a row whose advantages are all zero "
+        "(no learning signal: groups solved alike, constant rewards); the first such "
+        "step warns with the likely cause; 0 = never stop.",
+        allowed=">= 0",
+    )
+    save_steps: int = fld(
+        10,
+        "Save a checkpoint every N steps (0 = only the final model), so that a crash or kill "
+        "loses at most N steps. One costs a save of the training state: 21 MiB in 0.2 s for "
+        "sokoban_tiny's model on CPU, 6.5 GB for a 0.5B model with Adam; "
+        "checkpoint_config.max_to_keep bounds the disk.",
+        allowed=">= 0",
+    )
     logging_steps: int = fld(1, "Log metrics every N steps.", allowed=">= 1")
-    max_skipped_updates: int = fld(3, "Stop the run (one line, exit 1) after this many steps in a row whose actor "
-                                      "update was skipped for a non-finite gradient norm (actor/skipped_updates); "
-                                      "0 = never stop.", allowed=">= 0")
+    max_skipped_updates: int = fld(
+        3,
+        "Stop the run (one line, exit 1) after this many steps in a row whose actor "
+        "update was skipped for a non-finite gradient norm (actor/skipped_updates); "
+        "0 = never stop.",
+        allowed=">= 0",
+    )
     eval_steps: int = fld(0, "Run validation every N steps (0 = never).", allowed=">= 0")
-    resume_from_checkpoint: Any = fld(False, "true: continue from the newest complete checkpoint in output_dir; "
-                                             "or a checkpoint path.")
-    checkpoint_config: Dict[str, Any] = fld(default_factory=lambda: {"max_to_keep": 2},
-                                            help="Checkpoint options: max_to_keep (the newest N complete "
-                                                 "checkpoints are kept; 0 = all).")
-    rollout_batch_size: int = fld(64, "Samples (agentic: trajectories; RLVR: prompts) per training step.",
-                                  allowed=">= 1")
+    resume_from_checkpoint: Any = fld(
+        False, "true: continue from the newest complete checkpoint in output_dir; or a checkpoint path."
+    )
+    checkpoint_config: dict[str, Any] = fld(
+        default_factory=lambda: {"max_to_keep": 2},
+        help="Checkpoint options: max_to_keep (the newest N complete checkpoints are kept; 0 = all).",
+    )
+    rollout_batch_size: int = fld(
+        64, "Samples (agentic: trajectories; RLVR: prompts) per training step.", allowed=">= 1"
+    )
     val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).", allowed=">= 0")
     prompt_length: int = fld(1024, "Maximum prompt tokens.")
     response_length: int = fld(512, "Maximum response tokens.")
     sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).", allowed=">= 1")
-    num_return_sequences_in_group: int = fld(1, "Responses sampled per prompt (RLVR group size); the RLVR train "
-                                                "batch is rollout_batch_size x num_return_sequences_in_group.")
-    local_rank: int = fld(-1, "Rank within the node; set by a distributed launcher, -1 when not distributed "
-                              "(roll's workers learn their rank from Ray, so a config value is informational).")
-    generate_opt_level: int = fld(1, "ROLL's generation interface switch (0 = batched generate calls, 1 = requests "
-                                     "through a scheduler). roll has one protocol, 1: requests are submitted and "
-                                     "polled, the engine batches what is pending; 0 is accepted with a warning.",
-                                  choices=[0, 1])
+    num_return_sequences_in_group: int = fld(
+        1,
+        "Responses sampled per prompt (RLVR group size); the RLVR train "
+        "batch is rollout_batch_size x num_return_sequences_in_group.",
+    )
+    local_rank: int = fld(
+        -1,
+        "Rank within the node; set by a distributed launcher, -1 when not distributed "
+        "(roll's workers learn their rank from Ray, so a config value is informational).",
+    )
+    generate_opt_level: int = fld(
+        1,
+        "ROLL's generation interface switch (0 = batched generate calls, 1 = requests "
+        "through a scheduler). roll has one protocol, 1: requests are submitted and "
+        "polled, the engine batches what is pending; 0 is accepted with a warning.",
+        choices=[0, 1],
+    )
     is_num_return_sequences_expand: bool = fld(
-        True, "Send each of a prompt's num_return_sequences samples as its own request (roll always does; the "
-              "samples are the same as n samples of one request). false is accepted with a warning.")
-    max_running_requests: Optional[int] = fld(
-        None, "Most generation requests in flight on one inference worker at a time: hf_infer generates at most "
-              "this many prompts per generate call (with its generate_batch_size), sglang passes it to the engine; "
-              "None = the backend's own limit.")
+        True,
+        "Send each of a prompt's num_return_sequences samples as its own request (roll always does; the "
+        "samples are the same as n samples of one request). false is accepted with a warning.",
+    )
+    max_running_requests: int | None = fld(
+        None,
+        "Most generation requests in flight on one inference worker at a time: hf_infer generates at most "
+        "this many prompts per generate call (with its generate_batch_size), sglang passes it to the engine; "
+        "None = the backend's own limit.",
+    )
     is_use_additional_prompts: bool = fld(
-        False, "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
-               "some prompts are filtered out (dynamic sampling).")
+        False,
+        "RLVR: start extra prompts beyond rollout_batch_size so that a full batch is ready even when "
+        "some prompts are filtered out (dynamic sampling).",
+    )
     max_additional_running_prompts: int = fld(
-        16, "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts.")
-    pretrain: Optional[str] = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
-    reward_pretrain: Optional[str] = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")
+        16, "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts."
+    )
+    pretrain: str | None = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
+    reward_pretrain: str | None = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")
     actor_train: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The trained policy."})
     actor_infer: WorkerConfig = field(default_factory=WorkerConfig, metadata={"help": "The rollout engine."})
-    reference: Optional[WorkerConfig] = fld(None, "Reference policy for KL (needed when a KL term is on).")
-    critic: Optional[WorkerConfig] = fld(None, "Value model (needed by adv_estimator=gae).")
+    reference: WorkerConfig | None = fld(None, "Reference policy for KL (needed when a KL term is on).")
+    critic: WorkerConfig | None = fld(None, "Value model (needed by adv_estimator=gae).")

@@ -10,13 +10,19 @@ enforces both for every dataclass (the strategy options: :func:`roll.config.stra
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from roll.config.errors import ConfigError
 
 
-def fld(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
-        default_factory: Any = dataclasses.MISSING, allowed: str | None = None) -> Any:
+def fld(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    choices: Sequence[Any] | None = None,
+    default_factory: Any = dataclasses.MISSING,
+    allowed: str | None = None,
+) -> Any:
     """A dataclass field with a one-line ``help`` text and optional ``choices`` or ``allowed`` range
     (:func:`in_range`; a None value, in an Optional field, is always allowed)."""
     metadata: dict[str, Any] = {"help": help}
@@ -98,5 +104,9 @@ def nested_dataclasses(cls: type) -> list[type]:
 
 def fields_without_help(cls: type) -> list[str]:
     """``Class.field`` names, over ``cls`` and its nested dataclasses, whose help text is missing or empty."""
-    return [f"{c.__name__}.{f.name}" for c in nested_dataclasses(cls) for f in dataclasses.fields(c)
-            if not str(f.metadata.get("help", "")).strip()]
+    return [
+        f"{c.__name__}.{f.name}"
+        for c in nested_dataclasses(cls)
+        for f in dataclasses.fields(c)
+        if not str(f.metadata.get("help", "")).strip()
+    ]

@@ -15,8 +15,9 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Type, TypeVar
+from typing import Any, TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -54,7 +55,9 @@ def resolve_config_dir(config_path: str | None) -> Path:
         candidate = (base / config_path).resolve()
         if candidate.is_dir():
             return candidate
-    raise ConfigError("--config-path", config_path, f"no such directory (looked in the cwd and {DEFAULT_CONFIG_DIR.parent})")
+    raise ConfigError(
+        "--config-path", config_path, f"no such directory (looked in the cwd and {DEFAULT_CONFIG_DIR.parent})"
+    )
 
 
 def is_fragment(path: str | Path) -> bool:
@@ -79,9 +82,13 @@ def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictCo
             if missing is None:
                 raise
             shipped_names = sorted(p.stem for p in DEFAULT_CONFIG_DIR.glob("*.yaml"))
-            raise ConfigError("defaults", missing.group(1), f"{config_name}.yaml inherits a config that is neither in "
-                                                            f"{config_dir} nor shipped in {DEFAULT_CONFIG_DIR} "
-                                                            f"(shipped: {', '.join(shipped_names)})") from None
+            raise ConfigError(
+                "defaults",
+                missing.group(1),
+                f"{config_name}.yaml inherits a config that is neither in "
+                f"{config_dir} nor shipped in {DEFAULT_CONFIG_DIR} "
+                f"(shipped: {', '.join(shipped_names)})",
+            ) from None
 
 
 def _referenced_roots(node: Any) -> set[str]:
@@ -166,8 +173,11 @@ def _prepare_overrides(raw: DictConfig, schema_defaults: DictConfig, overrides: 
         key = ov.split("=", 1)[0]
         if "=" in ov and not key.startswith(("+", "~")) and "@" not in key and "/" not in key:
             if not _key_exists(raw, key):
-                if not _key_exists(schema_defaults, key) and not _under_free_dict(schema_defaults, key) \
-                        and not is_alias_key(key):
+                if (
+                    not _key_exists(schema_defaults, key)
+                    and not _under_free_dict(schema_defaults, key)
+                    and not is_alias_key(key)
+                ):
                     raise _unknown_key(schema_defaults, key)
                 ov = "+" + ov
         out.append(ov)
@@ -197,8 +207,11 @@ def _unknown_key(cfg: DictConfig, dotted: str) -> ConfigError:
     allowed = sorted(node.keys()) if isinstance(node, DictConfig) else []
     close = difflib.get_close_matches(parts[-1], allowed, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    return ConfigError(dotted, "<unknown key>", f"not a config key; {_elsewhere(OmegaConf.get_type(cfg), dotted)}"
-                                                f"{hint}Allowed here: {', '.join(allowed)}")
+    return ConfigError(
+        dotted,
+        "<unknown key>",
+        f"not a config key; {_elsewhere(OmegaConf.get_type(cfg), dotted)}{hint}Allowed here: {', '.join(allowed)}",
+    )
 
 
 def _elsewhere(schema: Any, dotted: str) -> str:
@@ -217,8 +230,9 @@ def _one_line(exc: OmegaConfBaseException, schema: type) -> ConfigError:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         if parent_type is schema and _elsewhere(schema, key):
             hint = f"; {_elsewhere(schema, key)[:-2]}."
-        return ConfigError(key, "<unknown key>", f"not a key of {parent_type.__name__}{hint} "
-                                                  f"Allowed: {', '.join(allowed)}")
+        return ConfigError(
+            key, "<unknown key>", f"not a key of {parent_type.__name__}{hint} Allowed: {', '.join(allowed)}"
+        )
     msg = str(exc).splitlines()[0]
     value = getattr(exc, "value", None)
     return ConfigError(key, value if value is not None else "?", msg)
@@ -235,8 +249,9 @@ def _drop_nulls(node: dict, defaults: dict) -> None:
             _drop_nulls(node[key], default)
 
 
-def load_config(config_name: str, config_path: str | None = None, overrides: list[str] | None = None,
-                schema: Type[T] | None = None) -> T:
+def load_config(
+    config_name: str, config_path: str | None = None, overrides: list[str] | None = None, schema: type[T] | None = None
+) -> T:
     """Load ``<config_path>/<config_name>.yaml`` with ``overrides`` into a validated ``schema`` dataclass.
 
     Only the config's own rules run here; the checks that need registries, packages, envs or data files run in
@@ -256,9 +271,13 @@ def load_config(config_name: str, config_path: str | None = None, overrides: lis
         found = sorted(p.stem for p in config_dir.glob("*.yaml"))
         raise ConfigError("--config-name", config_name, f"no {name}.yaml in {config_dir}; found: {', '.join(found)}")
     if is_fragment(config_dir / f"{name}.yaml"):
-        raise ConfigError("--config-name", config_name, f"{name}.yaml is a fragment for defaults lists (use it as "
-                                                        f"`- ../config/{name}@_here_` and `${{{name}}}`), not a "
-                                                        f"pipeline config")
+        raise ConfigError(
+            "--config-name",
+            config_name,
+            f"{name}.yaml is a fragment for defaults lists (use it as "
+            f"`- ../config/{name}@_here_` and `${{{name}}}`), not a "
+            f"pipeline config",
+        )
     schema_defaults = OmegaConf.structured(schema)
     try:
         raw = _compose(config_dir, name, [])
@@ -301,5 +320,12 @@ def apply_system_envs(envs: dict[str, str]) -> None:
         os.environ[str(k)] = str(v)
 
 
-__all__ = ["load_config", "is_fragment", "register_schemas", "resolve_config_dir", "to_dict", "ConfigError",
-           "ValidationError"]
+__all__ = [
+    "load_config",
+    "is_fragment",
+    "register_schemas",
+    "resolve_config_dir",
+    "to_dict",
+    "ConfigError",
+    "ValidationError",
+]

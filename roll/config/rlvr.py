@@ -8,24 +8,23 @@ prompt column), plus the ground-truth / tag columns and truncation mode here. Cr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from roll.config.agentic import TinyModelConfig
 from roll.config.base import BaseConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
 from roll.config.validation import check_train_batch, global_train_batch
-
 from roll.config.worker import GeneratingArgs
-
 
 
 @dataclass
 class ValidationGeneratingArgs(GeneratingArgs):
     """Sampling for validation: greedy, at most ``response_length`` new tokens unless set."""
 
-    max_new_tokens: Optional[int] = fld(None, "Maximum tokens per validation response; None = response_length.",
-                                         allowed=">= 1")
+    max_new_tokens: int | None = fld(
+        None, "Maximum tokens per validation response; None = response_length.", allowed=">= 1"
+    )
     temperature: float = fld(0.0, "Sampling temperature; 0 = greedy.")
     do_sample: bool = fld(False, "Sample (True) or decode greedily (False).")
 
@@ -34,27 +33,37 @@ class ValidationGeneratingArgs(GeneratingArgs):
 class ValidationDataConfig:
     """Held-out prompts scored every ``eval_steps`` (accuracy per tag). The whole block may be left out or null."""
 
-    file_name: Optional[List[str]] = fld(default_factory=list,
-                                         help="Validation data files (parquet/jsonl); empty or null = none.")
+    file_name: list[str] | None = fld(
+        default_factory=list, help="Validation data files (parquet/jsonl); empty or null = none."
+    )
     max_samples: int = fld(0, "Use at most this many validation prompts (0 = all; the first N, file order).")
     generating_args: ValidationGeneratingArgs = field(
         default_factory=ValidationGeneratingArgs,
-        metadata={"help": "Sampling for validation (greedy, max_new_tokens = response_length by default; one "
-                          "response per prompt)."})
+        metadata={
+            "help": "Sampling for validation (greedy, max_new_tokens = response_length by default; one "
+            "response per prompt)."
+        },
+    )
 
 
 @dataclass
 class RewardsConfig:
     """Rule rewards: which registered reward scores each data tag, its options, and the reward workers."""
 
-    tag_to_reward: Dict[str, str] = fld(default_factory=dict,
-                                        help="Data tag -> registered reward name; unlisted tags use the tag itself.")
-    reward_options: Dict[str, Dict[str, Any]] = fld(
-        default_factory=dict, help="Options per reward name, e.g. {math: {format_reward: 0.1, timeout_s: 1.0}}.")
+    tag_to_reward: dict[str, str] = fld(
+        default_factory=dict, help="Data tag -> registered reward name; unlisted tags use the tag itself."
+    )
+    reward_options: dict[str, dict[str, Any]] = fld(
+        default_factory=dict, help="Options per reward name, e.g. {math: {format_reward: 0.1, timeout_s: 1.0}}."
+    )
     num_workers: int = fld(2, "Reward workers (Ray actors; in-process when distributed=local).")
     num_cpus_per_worker: float = fld(0.25, "CPUs each reward actor reserves.")
-    timeout_s: float = fld(60.0, "Seconds one reward call may take; a call still running then stops the run with one "
-                                 "line naming the reward function and the sample (0 = no limit).", allowed=">= 0")
+    timeout_s: float = fld(
+        60.0,
+        "Seconds one reward call may take; a call still running then stops the run with one "
+        "line naming the reward function and the sample (0 = no limit).",
+        allowed=">= 0",
+    )
 
 
 @dataclass
@@ -63,9 +72,9 @@ class DynamicSamplingConfig:
 
     enabled: bool = fld(False, "Filter groups (see the thresholds below).")
     drop_all_equal: bool = fld(True, "Drop a group whose rewards are all equal (std ~ 0: zero GRPO advantage).")
-    mean_low: Optional[float] = fld(None, "Drop a group whose mean reward is below this (None = no bound).")
-    mean_high: Optional[float] = fld(None, "Drop a group whose mean reward is above this (None = no bound).")
-    std_min: Optional[float] = fld(None, "Drop a group whose reward std (population) is below this.")
+    mean_low: float | None = fld(None, "Drop a group whose mean reward is below this (None = no bound).")
+    mean_high: float | None = fld(None, "Drop a group whose mean reward is above this (None = no bound).")
+    std_min: float | None = fld(None, "Drop a group whose reward std (population) is below this.")
 
 
 @dataclass
@@ -77,8 +86,9 @@ class RLVRWarmupConfig:
     steps: int = fld(50, "Optimizer steps.")
     batch_size: int = fld(32, "Examples per optimizer step.")
     learning_rate: float = fld(3.0e-3, "Learning rate of the warm start.", allowed="> 0")
-    max_examples: int = fld(0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.",
-                            allowed=">= 0")
+    max_examples: int = fld(
+        0, "Train on at most the first N shuffled examples (0 = all), leaving RL the rest.", allowed=">= 0"
+    )
     seed: int = fld(12345, "Seed of the example order.")
 
 
@@ -88,24 +98,33 @@ class RLVRConfig(BaseConfig):
 
     ground_truth_key: str = fld("ground_truth", "Column holding the reference answer.")
     tag_key: str = fld("tag", "Column holding the domain tag (selects the reward).")
-    default_tag: Optional[str] = fld(None, "Tag of rows without one (no tag column, or a null tag), e.g. math; "
-                                           "None = every row must have a tag.")
-    truncation: str = fld("error", "What to do with a prompt longer than prompt_length.",
-                          choices=["error", "left", "right"])
+    default_tag: str | None = fld(
+        None, "Tag of rows without one (no tag column, or a null tag), e.g. math; None = every row must have a tag."
+    )
+    truncation: str = fld(
+        "error", "What to do with a prompt longer than prompt_length.", choices=["error", "left", "right"]
+    )
     filter_overlong_prompts: bool = fld(False, "Drop prompts longer than prompt_length (reported) instead.")
-    system_prompt: Optional[str] = fld(None, "System message prepended to prompts without one (None = none).")
-    validation: Optional[ValidationDataConfig] = field(
-        default_factory=ValidationDataConfig, metadata={"help": "Validation prompts and sampling; null = none."})
+    system_prompt: str | None = fld(None, "System message prepended to prompts without one (None = none).")
+    validation: ValidationDataConfig | None = field(
+        default_factory=ValidationDataConfig, metadata={"help": "Validation prompts and sampling; null = none."}
+    )
     rewards: RewardsConfig = field(default_factory=RewardsConfig, metadata={"help": "Rule rewards and workers."})
-    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig,
-                                                    metadata={"help": "Group filters (DAPO-style)."})
-    tiny_model: Optional[TinyModelConfig] = fld(None, "Build a tiny model at `pretrain` if it is missing "
-                                                      "(tokenizer trained on the data's text).")
-    sft_warmup: RLVRWarmupConfig = field(default_factory=RLVRWarmupConfig,
-                                         metadata={"help": "Supervised warm start before RL."})
-    rollout_dump_steps: int = fld(0, "Write prompts, responses, rewards and token advantages as JSONL every N "
-                                     "steps, and validation responses at every validation (0 = never); `roll view` "
-                                     "shows them.")
+    dynamic_sampling: DynamicSamplingConfig = field(
+        default_factory=DynamicSamplingConfig, metadata={"help": "Group filters (DAPO-style)."}
+    )
+    tiny_model: TinyModelConfig | None = fld(
+        None, "Build a tiny model at `pretrain` if it is missing (tokenizer trained on the data's text)."
+    )
+    sft_warmup: RLVRWarmupConfig = field(
+        default_factory=RLVRWarmupConfig, metadata={"help": "Supervised warm start before RL."}
+    )
+    rollout_dump_steps: int = fld(
+        0,
+        "Write prompts, responses, rewards and token advantages as JSONL every N "
+        "steps, and validation responses at every validation (0 = never); `roll view` "
+        "shows them.",
+    )
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
     #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
@@ -114,13 +133,14 @@ class RLVRConfig(BaseConfig):
     #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).
     ELSEWHERE = {  # not a field (no annotation)
         "custom_envs": "agentic only; an RLVR response is limited by response_length "
-                       "(actor_infer.generating_args.max_new_tokens)",
+        "(actor_infer.generating_args.max_new_tokens)",
         "train_env_manager": "agentic only; RLVR prompts come from actor_train.data_args.file_name, "
-                             "num_return_sequences_in_group responses each",
+        "num_return_sequences_in_group responses each",
         "val_env_manager": "agentic only; RLVR validation data is validation.file_name",
         "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
         "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
-        "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max"}
+        "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max",
+    }
 
     def check_pipeline(self) -> None:
         """The RLVR rules (:func:`check_rlvr`)."""
@@ -136,8 +156,11 @@ def _check_sampling(cfg: RLVRConfig) -> None:
     if cfg.max_additional_running_prompts < 0:
         raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
     if cfg.is_use_additional_prompts and not ds.enabled:
-        raise ConfigError("is_use_additional_prompts", True, "additional prompts only refill filtered groups; "
-                                                             "set dynamic_sampling.enabled: true or turn it off")
+        raise ConfigError(
+            "is_use_additional_prompts",
+            True,
+            "additional prompts only refill filtered groups; set dynamic_sampling.enabled: true or turn it off",
+        )
 
 
 def _check_lengths(cfg: RLVRConfig) -> None:
@@ -145,17 +168,26 @@ def _check_lengths(cfg: RLVRConfig) -> None:
         if getattr(cfg, key) < 1:
             raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     if cfg.prompt_length + cfg.response_length > cfg.sequence_length:
-        raise ConfigError("sequence_length", cfg.sequence_length,
-                          f"must be >= prompt_length ({cfg.prompt_length}) + response_length ({cfg.response_length})")
-    for key, args in (("actor_infer.generating_args", cfg.actor_infer.generating_args),
-                      ("validation.generating_args", cfg.validation.generating_args)):
+        raise ConfigError(
+            "sequence_length",
+            cfg.sequence_length,
+            f"must be >= prompt_length ({cfg.prompt_length}) + response_length ({cfg.response_length})",
+        )
+    for key, args in (
+        ("actor_infer.generating_args", cfg.actor_infer.generating_args),
+        ("validation.generating_args", cfg.validation.generating_args),
+    ):
         if not 1 <= args.max_new_tokens <= cfg.response_length:
-            raise ConfigError(f"{key}.max_new_tokens", args.max_new_tokens,
-                              f"must be in [1, response_length={cfg.response_length}]")
+            raise ConfigError(
+                f"{key}.max_new_tokens", args.max_new_tokens, f"must be in [1, response_length={cfg.response_length}]"
+            )
         if args.num_return_sequences not in (1, cfg.num_return_sequences_in_group):
-            raise ConfigError(f"{key}.num_return_sequences", args.num_return_sequences,
-                              f"must be 1 or num_return_sequences_in_group ({cfg.num_return_sequences_in_group}): "
-                              "the group size is num_return_sequences_in_group (prompts are repeated)")
+            raise ConfigError(
+                f"{key}.num_return_sequences",
+                args.num_return_sequences,
+                f"must be 1 or num_return_sequences_in_group ({cfg.num_return_sequences_in_group}): "
+                "the group size is num_return_sequences_in_group (prompts are repeated)",
+            )
 
 
 def _check_warmup(cfg: RLVRConfig) -> None:
@@ -166,9 +198,12 @@ def _check_warmup(cfg: RLVRConfig) -> None:
         raise ConfigError("sft_warmup.steps", sft.steps, "must be >= 1 (or set sft_warmup.enabled: false)")
     global_batch = global_train_batch(worker)
     if sft.batch_size < 1 or sft.batch_size % global_batch:
-        raise ConfigError("sft_warmup.batch_size", sft.batch_size,
-                          f"must be a positive multiple of actor_train's global train batch ({global_batch} = "
-                          "per_device_train_batch_size x gradient_accumulation_steps x data-parallel size)")
+        raise ConfigError(
+            "sft_warmup.batch_size",
+            sft.batch_size,
+            f"must be a positive multiple of actor_train's global train batch ({global_batch} = "
+            "per_device_train_batch_size x gradient_accumulation_steps x data-parallel size)",
+        )
 
 
 def check_rlvr(cfg: RLVRConfig) -> None:
@@ -176,8 +211,11 @@ def check_rlvr(cfg: RLVRConfig) -> None:
     data files and rows, and what the estimator needs, are checked in the preflight)."""
     args = cfg.actor_train.data_args
     if args.prompt and args.messages:
-        raise ConfigError("actor_train.data_args.messages", args.messages,
-                          f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null")
+        raise ConfigError(
+            "actor_train.data_args.messages",
+            args.messages,
+            f"prompt ({args.prompt!r}) and messages are exclusive; set one of them to null",
+        )
     if cfg.default_tag is not None and not cfg.default_tag.strip():
         raise ConfigError("default_tag", cfg.default_tag, "must be a non-empty tag (e.g. math) or null")
     if cfg.validation is None:  # `validation: null`: no validation
@@ -188,16 +226,22 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         cfg.validation.generating_args.max_new_tokens = cfg.response_length
     cfg.validation.generating_args.check("validation.generating_args")
     if not args.file_name:
-        raise ConfigError("actor_train.data_args.file_name", args.file_name,
-                          "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]")
+        raise ConfigError(
+            "actor_train.data_args.file_name",
+            args.file_name,
+            "list at least one .jsonl/.parquet data file, e.g. [data/math_tiny/train.jsonl]",
+        )
     _check_lengths(cfg)
     _check_sampling(cfg)
     for key in ("rollout_dump_steps", "rollout_dump_max"):
         if getattr(cfg, key) < 0:
             raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.reward_norm is None and (cfg.reward_shift or cfg.reward_scale):
-        raise ConfigError("reward_norm", None, "reward_shift / reward_scale need a scope: set reward_norm to "
-                                               "batch, group or running, or turn them off")
+        raise ConfigError(
+            "reward_norm",
+            None,
+            "reward_shift / reward_scale need a scope: set reward_norm to batch, group or running, or turn them off",
+        )
     if cfg.reward_clip is not None and cfg.reward_clip <= 0:
         raise ConfigError("reward_clip", cfg.reward_clip, "must be > 0 (or null)")
     if cfg.rewards.num_workers < 1:

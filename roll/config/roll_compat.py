@@ -28,10 +28,16 @@ ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 #: ROLL's name -> roll's name (same meaning), per block pattern.
 ALIASES: dict[str, dict[str, str]] = {
-    "": {"step_reward_weight": "step_adv_weight", "episode_reward_weight": "episode_adv_weight",
-         "step_reward_gamma": "gamma"},
-    "<manager>": {"num_env_groups": "env_groups", "num_groups_partition": "n_groups",
-                  "max_env_num_per_worker": "env_threads"},
+    "": {
+        "step_reward_weight": "step_adv_weight",
+        "episode_reward_weight": "episode_adv_weight",
+        "step_reward_gamma": "gamma",
+    },
+    "<manager>": {
+        "num_env_groups": "env_groups",
+        "num_groups_partition": "n_groups",
+        "max_env_num_per_worker": "env_threads",
+    },
     "<tag>": {"max_steps": "max_actions_per_traj", "agent_system_template": "system_prompt"},
     "<tag>.env_config": {"action_pattern": "action_format"},
 }
@@ -39,12 +45,12 @@ ALIASES: dict[str, dict[str, str]] = {
 VALUE_ALIASES: dict[str, dict[Any, Any]] = {
     "reward_normalization.grouping": {"traj_group_id": "state", "tags": "inductive", "batch": "batch"},
     "<role>.model_args.attn_implementation": {"fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"},
-    "<tag>.agent_runner_cls": {"roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner":
-                               "roll.agentic.gateway.runners.EnvRunner"},
+    "<tag>.agent_runner_cls": {
+        "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner": "roll.agentic.gateway.runners.EnvRunner"
+    },
 }
 #: ROLL's action patterns that are roll's named formats (other patterns pass through as regexes).
-ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer",
-                   r"<think>(.*?)</think>\s*<answer>(.*?)</answer>": "think_answer"}
+ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer", r"<think>(.*?)</think>\s*<answer>(.*?)</answer>": "think_answer"}
 #: Keys without meaning in roll: dropped with one warning line naming them (why, in the migration guide).
 IGNORED: dict[str, str] = {
     "<tag>.use_thread_lock": "roll steps each env in one thread at a time",
@@ -59,7 +65,7 @@ IGNORED: dict[str, str] = {
     "checkpoint_config.output_dir": "roll writes checkpoints under output_dir",
     "profiler_memory": "use roll's benchmarks/ and the tracker's memory metrics",
     "batch_adjust_mode": "roll trains the samples of a batch of episodes (one per turn in trajectory_mode: step) "
-                         "in one optimizer step, so their number may vary and is never adjusted",
+    "in one optimizer step, so their number may vary and is never adjusted",
     "<role>.sequence_length_round_in_train": "roll pads a micro-batch to its longest sample",
     "<role>.sequence_length_round_in_infer": "roll pads a micro-batch to its longest sample",
 }
@@ -73,13 +79,13 @@ UNSUPPORTED: dict[str, str] = {
     "<role>.model_args.lora_target": "LoRA is not implemented in roll",
     "<role>.model_args.freeze_module_prefix": "freezing modules is not implemented in roll",
     "<role>.model_args.ulysses_size": "sequence parallelism is not implemented in roll; use a shorter "
-                                      "sequence_length or Megatron's tensor parallelism",
+    "sequence_length or Megatron's tensor parallelism",
     "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
     "<role>.pg_variant": "roll's policy losses are policy_loss (ppo, gspo) and the registry (docs/algorithms.md)",
     "rollout_mock": "record and replay rollouts with trajectory_dump_steps and `roll view`",
     "<manager>.group_size_redundancy": "roll trains complete groups only and bounds staleness by admission; for "
-                                       "stragglers give more env_groups than a batch needs with "
-                                       "async_generation_ratio >= 1 (docs/async.md)",
+    "stragglers give more env_groups than a batch needs with "
+    "async_generation_ratio >= 1 (docs/async.md)",
 }
 #: Values that mean "off" for an unsupported key.
 OFF = (None, False, 0, "", [], {})
@@ -176,7 +182,7 @@ STEP_ENV_MANAGER = "StepEnvManager"
 #: ROLL's env manager classes whose prompts roll does not build: class name -> what to use instead.
 UNSUPPORTED_MANAGERS = {
     "StepConcatEnvManager": "GEM's concatenated-observation step prompts are not built by roll; use StepEnvManager's "
-                            "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
+    "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
     "VLTrajEnvManager": "roll has no image inputs (vision-language models); use a text env",
 }
 
@@ -200,15 +206,21 @@ def _env_block(env: dict[str, Any], key: str) -> None:
     config = env.get("env_config")
     if isinstance(config, dict) and "trajectory_mode" in config:
         if "trajectory_mode" in env and env["trajectory_mode"] != config["trajectory_mode"]:
-            raise ConfigError(f"{key}.env_config.trajectory_mode", config["trajectory_mode"],
-                              f"differs from {key}.trajectory_mode={env['trajectory_mode']!r}; keep one")
+            raise ConfigError(
+                f"{key}.env_config.trajectory_mode",
+                config["trajectory_mode"],
+                f"differs from {key}.trajectory_mode={env['trajectory_mode']!r}; keep one",
+            )
         env["trajectory_mode"] = config.pop("trajectory_mode")
     template = env.pop("agent_template", None)
     if template is not None:
         for name in ("turn_template", "first_turn_template"):
             if name in env:
-                raise ConfigError(f"{key}.agent_template", template, f"ROLL's template for every turn, and {key}."
-                                                                     f"{name} is set too; keep one")
+                raise ConfigError(
+                    f"{key}.agent_template",
+                    template,
+                    f"ROLL's template for every turn, and {key}.{name} is set too; keep one",
+                )
         env["turn_template"] = template
         env["first_turn_template"] = template if step else "{instruction}\n" + template
     if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
@@ -237,13 +249,16 @@ def _train_sampling(tree: dict[str, Any], given: dict[str, Any]) -> None:
     if not sampling:
         return
     infer = tree.setdefault("actor_infer", {}).setdefault("generating_args", {})
-    written = ((given.get("actor_infer") or {}) if isinstance(given.get("actor_infer"), dict) else {})
+    written = (given.get("actor_infer") or {}) if isinstance(given.get("actor_infer"), dict) else {}
     written = written.get("generating_args") if isinstance(written.get("generating_args"), dict) else {}
     for key, value in sampling.items():
         if key in written and written[key] != value:
-            raise ConfigError(f"train_env_manager.generating_args.{key}", value,
-                              f"differs from actor_infer.generating_args.{key}={written[key]!r}, which is the same "
-                              f"setting (training rollouts' sampling); keep one")
+            raise ConfigError(
+                f"train_env_manager.generating_args.{key}",
+                value,
+                f"differs from actor_infer.generating_args.{key}={written[key]!r}, which is the same "
+                f"setting (training rollouts' sampling); keep one",
+            )
         infer[key] = value
 
 
@@ -256,9 +271,11 @@ def _block_envs(tree: dict[str, Any]) -> None:
         extra = block.pop("system_envs", None) if isinstance(block, dict) else None
         for var, value in (extra or {}).items():
             if var in merged and str(merged[var]) != str(value):
-                raise ConfigError(f"{name}.system_envs.{var}", value, f"differs from system_envs.{var}="
-                                                                     f"{merged[var]!r}; roll sets one value in "
-                                                                     f"every worker")
+                raise ConfigError(
+                    f"{name}.system_envs.{var}",
+                    value,
+                    f"differs from system_envs.{var}={merged[var]!r}; roll sets one value in every worker",
+                )
             merged[var] = value
     if merged:
         tree["system_envs"] = merged
@@ -281,10 +298,13 @@ def _norm_types(block: Any) -> None:
         mean, std = ("group" if v == "batch" else v for v in (mean, std))
     pair = (mean, std)
     if pair not in NORM_TYPES:
-        raise ConfigError("reward_normalization.norm_mean_type", mean,
-                          f"with norm_std_type={std!r} (mean and std over different scopes) is not supported; use "
-                          f"reward_normalization.method (mean_std, mean, identity, asym_clip) with grouping "
-                          f"(state, batch, inductive)")
+        raise ConfigError(
+            "reward_normalization.norm_mean_type",
+            mean,
+            f"with norm_std_type={std!r} (mean and std over different scopes) is not supported; use "
+            f"reward_normalization.method (mean_std, mean, identity, asym_clip) with grouping "
+            f"(state, batch, inductive)",
+        )
     block["method"] = NORM_TYPES[pair]
 
 
@@ -292,12 +312,14 @@ def is_alias_key(dotted: str) -> bool:
     """Whether a command-line override names a ROLL key this module handles (the loader adds it with ``+``)."""
     parent, _, leaf = dotted.rpartition(".")
     block = _lookup(ALIASES, parent) if parent else ALIASES[""]
-    return bool(block and leaf in block) or _lookup(IGNORED, dotted) is not None \
-        or _lookup(UNSUPPORTED, dotted) is not None or (dotted.startswith("custom_envs.")
-                                                         and leaf == "agent_template")
+    return (
+        bool(block and leaf in block)
+        or _lookup(IGNORED, dotted) is not None
+        or _lookup(UNSUPPORTED, dotted) is not None
+        or (dotted.startswith("custom_envs.") and leaf == "agent_template")
+    )
 
 
 def warning_line(ignored: list[str]) -> str:
     """The one warning line naming the dropped keys."""
-    return (f"ROLL keys without meaning in roll, ignored: {', '.join(ignored)} "
-            f"(docs/migrating_from_roll.md says why)")
+    return f"ROLL keys without meaning in roll, ignored: {', '.join(ignored)} (docs/migrating_from_roll.md says why)"

@@ -51,9 +51,14 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
         text = value.strip()
         try:
             tree = ast.parse(text, mode="eval").body
-            if (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "list"
-                    and len(tree.args) == 1 and isinstance(tree.args[0], ast.Call)
-                    and getattr(tree.args[0].func, "id", None) == "range"):
+            if (
+                isinstance(tree, ast.Call)
+                and isinstance(tree.func, ast.Name)
+                and tree.func.id == "list"
+                and len(tree.args) == 1
+                and isinstance(tree.args[0], ast.Call)
+                and getattr(tree.args[0].func, "id", None) == "range"
+            ):
                 value = list(range(*[ast.literal_eval(a) for a in tree.args[0].args]))
             else:
                 value = ast.literal_eval(text)
@@ -74,8 +79,11 @@ def normalize(cfg: Any) -> None:
         if worker is None:
             continue
         worker.device_mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
-        if worker.device_mapping and worker.num_gpus_per_worker >= 1 \
-                and len(worker.device_mapping) % worker.num_gpus_per_worker == 0:
+        if (
+            worker.device_mapping
+            and worker.num_gpus_per_worker >= 1
+            and len(worker.device_mapping) % worker.num_gpus_per_worker == 0
+        ):
             worker.world_size = len(worker.device_mapping) // worker.num_gpus_per_worker
         worker.data_args.file_name = _file_list(worker.data_args.file_name, f"{role}.data_args.file_name")
 
@@ -92,14 +100,21 @@ def check_workers(cfg: Any) -> None:
             raise ConfigError(f"{role}.world_size", worker.world_size, "must be >= 1")
         if mapping:
             if total_gpus == 0:
-                raise ConfigError(f"{role}.device_mapping", mapping,
-                                  "GPU ids given but num_gpus_per_node is 0; set num_gpus_per_node or clear the mapping")
+                raise ConfigError(
+                    f"{role}.device_mapping",
+                    mapping,
+                    "GPU ids given but num_gpus_per_node is 0; set num_gpus_per_node or clear the mapping",
+                )
             if max(mapping) >= total_gpus:
-                raise ConfigError(f"{role}.device_mapping", mapping,
-                                  f"ids must be < num_nodes * num_gpus_per_node = {total_gpus}")
+                raise ConfigError(
+                    f"{role}.device_mapping", mapping, f"ids must be < num_nodes * num_gpus_per_node = {total_gpus}"
+                )
             if len(mapping) % worker.num_gpus_per_worker:
-                raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker,
-                                  f"must divide len(device_mapping) = {len(mapping)}")
+                raise ConfigError(
+                    f"{role}.num_gpus_per_worker",
+                    worker.num_gpus_per_worker,
+                    f"must divide len(device_mapping) = {len(mapping)}",
+                )
         if role == "actor_infer":
             worker.generating_args.check(f"{role}.generating_args")
         if worker.infer_batch_size < 1:
@@ -111,8 +126,11 @@ def check_workers(cfg: Any) -> None:
         for phase in ("train", "infer"):
             budget = getattr(worker, f"max_tokens_per_microbatch_in_{phase}")
             if getattr(worker, f"use_dynamic_batching_in_{phase}") and budget < 1:
-                raise ConfigError(f"{role}.max_tokens_per_microbatch_in_{phase}", budget,
-                                  f"must be >= 1 with use_dynamic_batching_in_{phase}: true (e.g. 8192)")
+                raise ConfigError(
+                    f"{role}.max_tokens_per_microbatch_in_{phase}",
+                    budget,
+                    f"must be >= 1 with use_dynamic_batching_in_{phase}: true (e.g. 8192)",
+                )
 
 
 def check_prefix_sharing(worker: Any, role: str) -> None:
@@ -122,9 +140,13 @@ def check_prefix_sharing(worker: Any, role: str) -> None:
     if worker.use_sequence_packing:
         raise ConfigError(key, True, f"cannot be combined with {role}.use_sequence_packing; choose one")
     if worker.model_args.attn_implementation in MASKLESS_ATTENTION:
-        raise ConfigError(key, True, f"{role}.model_args.attn_implementation="
-                                     f"{worker.model_args.attn_implementation} takes no attention mask; use sdpa or "
-                                     f"eager (or leave it unset)")
+        raise ConfigError(
+            key,
+            True,
+            f"{role}.model_args.attn_implementation="
+            f"{worker.model_args.attn_implementation} takes no attention mask; use sdpa or "
+            f"eager (or leave it unset)",
+        )
 
 
 def _file_list(value: Any, key: str) -> list[str] | None:
@@ -138,11 +160,19 @@ def _file_list(value: Any, key: str) -> list[str] | None:
 
 #: Guide keys the schema accepts but no pipeline acts on yet, with the only value that means "off". A different
 #: value is an error rather than silently ignored; delete a key here when a pipeline implements it.
-NOT_IMPLEMENTED = {"l2": 0.0, "use_reward_scaling": False, "use_reward_norm": False, "sft_loss_coef": 0.0,
-                   "rl_loss_coef": 1.0}
+NOT_IMPLEMENTED = {
+    "l2": 0.0,
+    "use_reward_scaling": False,
+    "use_reward_norm": False,
+    "sft_loss_coef": 0.0,
+    "rl_loss_coef": 1.0,
+}
 #: Keys the agentic pipeline does not act on yet (the RLVR pipeline does).
-NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1, "train_env_manager.worker_cls": None,
-                           "val_env_manager.worker_cls": None}
+NOT_IMPLEMENTED_AGENTIC = {
+    "actor_infer.model_update_frequency": 1,
+    "train_env_manager.worker_cls": None,
+    "val_env_manager.worker_cls": None,
+}
 
 
 PIPELINES = ("agentic", "RLVR")
@@ -154,28 +184,52 @@ DEFAULT = "<default>"
 #: own unused keys (``ignored()``), and ROLL's keys without meaning in roll are dropped when the config loads
 #: (:data:`roll.config.roll_compat.IGNORED`).
 UNUSED: dict[str, tuple[tuple[str, ...], Any, str]] = {
-    "generate_opt_level": (PIPELINES, 1, "roll has one generation protocol (requests are submitted and polled; the "
-                                         "engine batches whatever is pending); remove the key or set it to 1"),
-    "is_num_return_sequences_expand": (PIPELINES, True, "roll always sends each of a prompt's samples as its own "
-                                                        "request (the samples are the same; SGLang's prefix cache "
-                                                        "shares the prompt); remove the key or set it to true"),
-    "prompt_length": (("agentic",), DEFAULT, "the agentic pipeline does not cut prompts; a whole sample is bounded "
-                                             "by sequence_length"),
-    "response_length": (("agentic",), DEFAULT, "the agentic pipeline limits each turn instead: use "
-                                               "custom_envs.<tag>.max_tokens_per_step"),
-    "num_return_sequences_in_group": (("agentic",), DEFAULT, "the agentic group size is "
-                                                             "train_env_manager.group_size (envs sharing a seed)"),
-    "reward_norm": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.grouping / "
-                                           ".method"),
-    "reward_shift": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.method (e.g. "
-                                            "mean)"),
-    "reward_scale": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.method (e.g. "
-                                            "mean_std)"),
-    "is_use_additional_prompts": (("agentic",), DEFAULT, "RLVR only (dynamic sampling); the agentic batch refills "
-                                                         "with train_env_manager.max_refill_rounds"),
+    "generate_opt_level": (
+        PIPELINES,
+        1,
+        "roll has one generation protocol (requests are submitted and polled; the "
+        "engine batches whatever is pending); remove the key or set it to 1",
+    ),
+    "is_num_return_sequences_expand": (
+        PIPELINES,
+        True,
+        "roll always sends each of a prompt's samples as its own "
+        "request (the samples are the same; SGLang's prefix cache "
+        "shares the prompt); remove the key or set it to true",
+    ),
+    "prompt_length": (
+        ("agentic",),
+        DEFAULT,
+        "the agentic pipeline does not cut prompts; a whole sample is bounded by sequence_length",
+    ),
+    "response_length": (
+        ("agentic",),
+        DEFAULT,
+        "the agentic pipeline limits each turn instead: use custom_envs.<tag>.max_tokens_per_step",
+    ),
+    "num_return_sequences_in_group": (
+        ("agentic",),
+        DEFAULT,
+        "the agentic group size is train_env_manager.group_size (envs sharing a seed)",
+    ),
+    "reward_norm": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.grouping / .method"),
+    "reward_shift": (("agentic",), DEFAULT, "agentic scores are normalized by reward_normalization.method (e.g. mean)"),
+    "reward_scale": (
+        ("agentic",),
+        DEFAULT,
+        "agentic scores are normalized by reward_normalization.method (e.g. mean_std)",
+    ),
+    "is_use_additional_prompts": (
+        ("agentic",),
+        DEFAULT,
+        "RLVR only (dynamic sampling); the agentic batch refills with train_env_manager.max_refill_rounds",
+    ),
     "val_batch_size": (("RLVR",), DEFAULT, "RLVR validates validation.max_samples prompts (0 = all)"),
-    "render_save_dir": (("RLVR",), DEFAULT, "agentic only (frames of env episodes); RLVR validation responses are "
-                                            "dumped with rollout_dump_steps"),
+    "render_save_dir": (
+        ("RLVR",),
+        DEFAULT,
+        "agentic only (frames of env episodes); RLVR validation responses are dumped with rollout_dump_steps",
+    ),
 }
 
 
@@ -202,8 +256,9 @@ def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
         for part in path:
             node = getattr(node, part, None)
         if node is not None and getattr(node, leaf) != default:
-            raise ConfigError(dotted, getattr(node, leaf), f"not implemented in roll yet; remove it or set it to "
-                                                           f"{default!r}")
+            raise ConfigError(
+                dotted, getattr(node, leaf), f"not implemented in roll yet; remove it or set it to {default!r}"
+            )
 
 
 def check_scheduling(cfg: Any) -> None:
@@ -250,27 +305,37 @@ def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
     worker = getattr(cfg, role)
     ta = worker.training_args
     if ta.per_device_train_batch_size < 1 or ta.gradient_accumulation_steps < 1:
-        raise ConfigError(f"{role}.training_args.per_device_train_batch_size", ta.per_device_train_batch_size,
-                          "per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
+        raise ConfigError(
+            f"{role}.training_args.per_device_train_batch_size",
+            ta.per_device_train_batch_size,
+            "per_device_train_batch_size and gradient_accumulation_steps must be >= 1",
+        )
     strategy = worker.strategy_args
     mp = model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
     if worker.world_size % mp:
-        raise ConfigError(f"{role}.strategy_args.strategy_config", dict(strategy.strategy_config),
-                          f"TP x PP x CP = {mp} must divide world_size ({worker.world_size})")
+        raise ConfigError(
+            f"{role}.strategy_args.strategy_config",
+            dict(strategy.strategy_config),
+            f"TP x PP x CP = {mp} must divide world_size ({worker.world_size})",
+        )
     data_parallel, global_batch = data_parallel_size(worker), global_train_batch(worker)
     if samples_per_step % global_batch:
         formula = "world_size" if mp == 1 else "world_size / (TP x PP x CP)"
         sizes = f"{worker.world_size}" if mp == 1 else f"{worker.world_size} / {mp}"
         one_step = samples_per_step / (ta.per_device_train_batch_size * data_parallel)
-        fix = (f"for one optimizer step per rollout set gradient_accumulation_steps = {samples_per_step} / "
-               f"({ta.per_device_train_batch_size} x {data_parallel}) = {one_step:g}"
-               if one_step == int(one_step) else
-               f"pick per_device_train_batch_size x {formula} dividing {samples_per_step}")
+        fix = (
+            f"for one optimizer step per rollout set gradient_accumulation_steps = {samples_per_step} / "
+            f"({ta.per_device_train_batch_size} x {data_parallel}) = {one_step:g}"
+            if one_step == int(one_step)
+            else f"pick per_device_train_batch_size x {formula} dividing {samples_per_step}"
+        )
         raise ConfigError(
-            f"{role}.training_args.gradient_accumulation_steps", ta.gradient_accumulation_steps,
+            f"{role}.training_args.gradient_accumulation_steps",
+            ta.gradient_accumulation_steps,
             f"the global train batch per_device_train_batch_size ({ta.per_device_train_batch_size}) x "
             f"gradient_accumulation_steps ({ta.gradient_accumulation_steps}) x {formula} ({sizes}) = "
-            f"{global_batch} must divide the {samples_per_step} samples of a step; {fix}")
+            f"{global_batch} must divide the {samples_per_step} samples of a step; {fix}",
+        )
 
 
 def optimizer_steps_per_rollout(cfg: Any, role: str, samples_per_step: int) -> int:
@@ -282,20 +347,28 @@ def check_ppo(cfg: Any) -> None:
     """Algorithm settings that contradict each other or need a missing role (what an estimator, loss or KL type
     needs is checked against the registries in the preflight)."""
     if cfg.add_token_level_kl and cfg.use_kl_loss and not cfg.allow_kl_in_reward_and_loss:
-        raise ConfigError("use_kl_loss", True, "KL is already in the reward (add_token_level_kl: true); use one, "
-                                               "or set allow_kl_in_reward_and_loss: true")
+        raise ConfigError(
+            "use_kl_loss",
+            True,
+            "KL is already in the reward (add_token_level_kl: true); use one, or set allow_kl_in_reward_and_loss: true",
+        )
     if (cfg.add_token_level_kl or cfg.use_kl_loss) and cfg.reference is None:
-        raise ConfigError("reference", None, "a KL term is on (add_token_level_kl or use_kl_loss) but no "
-                                             "`reference:` worker block is configured")
+        raise ConfigError(
+            "reference",
+            None,
+            "a KL term is on (add_token_level_kl or use_kl_loss) but no `reference:` worker block is configured",
+        )
     for key in ("use_topr_loss", "add_len_reward", "difficulty_loss_weight", "length_loss_weight"):
         if getattr(cfg, key):
             raise ConfigError(key, True, "not implemented in roll yet; set it to false")
     if cfg.ppo_epochs < 1:
         raise ConfigError("ppo_epochs", cfg.ppo_epochs, "must be >= 1")
     if cfg.async_generation_ratio != int(cfg.async_generation_ratio):
-        raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
-                          "must be a whole number of policy versions a trained token may lag (0 = synchronous, "
-                          "1, 2, ...)")
+        raise ConfigError(
+            "async_generation_ratio",
+            cfg.async_generation_ratio,
+            "must be a whole number of policy versions a trained token may lag (0 = synchronous, 1, 2, ...)",
+        )
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
     check_algorithm(cfg)
@@ -304,8 +377,11 @@ def check_ppo(cfg: Any) -> None:
 def check_algorithm(cfg: Any) -> None:
     """Advantage, KL and loss settings that a pipeline cannot run, or that it would silently ignore."""
     if cfg.use_kl_loss and cfg.kl_loss_coef <= 0:
-        raise ConfigError("kl_loss_coef", cfg.kl_loss_coef, "use_kl_loss is on, so it must be > 0 (e.g. 0.001); "
-                                                            "or set use_kl_loss: false")
+        raise ConfigError(
+            "kl_loss_coef",
+            cfg.kl_loss_coef,
+            "use_kl_loss is on, so it must be > 0 (e.g. 0.001); or set use_kl_loss: false",
+        )
     if cfg.critic_warmup < 0 or (cfg.critic_warmup > 0 and cfg.critic is None):
         raise ConfigError("critic_warmup", cfg.critic_warmup, "must be >= 0, and > 0 only with a `critic:` block")
     for key in ("value_clip", "advantage_clip", "reward_clip", "target_kl"):
@@ -348,7 +424,8 @@ def check_placement(cfg: Any) -> None:
     """Placement rules across roles (after :func:`check_workers`) and the checkpoint keys.
 
     On a GPU run every role needs a device_mapping (overlapping ids colocate roles); one worker's GPUs must sit on
-    one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``save_steps`` >= 0; ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
+    one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``save_steps`` >= 0;
+    ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
     known."""
     workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
     mapped = sorted(r for r, w in workers.items() if w.device_mapping)
@@ -356,32 +433,49 @@ def check_placement(cfg: Any) -> None:
         if worker.num_gpus_per_worker < 1:
             raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker, "must be >= 1")
         if mapped and not worker.device_mapping:
-            raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
-                              f"empty while {', '.join(mapped)} run on GPUs; give every role GPU ids (overlapping "
-                              f"ids colocate roles, e.g. the same list as actor_train)")
+            raise ConfigError(
+                f"{role}.device_mapping",
+                worker.device_mapping,
+                f"empty while {', '.join(mapped)} run on GPUs; give every role GPU ids (overlapping "
+                f"ids colocate roles, e.g. the same list as actor_train)",
+            )
         k, per_node = worker.num_gpus_per_worker, max(1, cfg.num_gpus_per_node)
         for i in range(0, len(worker.device_mapping), k):
-            gpus = worker.device_mapping[i:i + k]
+            gpus = worker.device_mapping[i : i + k]
             if len({g // per_node for g in gpus}) > 1:
-                raise ConfigError(f"{role}.device_mapping", worker.device_mapping,
-                                  f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
-                                  f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node")
+                raise ConfigError(
+                    f"{role}.device_mapping",
+                    worker.device_mapping,
+                    f"worker {i // k} gets GPUs {gpus} on several nodes (num_gpus_per_node="
+                    f"{cfg.num_gpus_per_node}); align each worker's {k} GPUs inside one node",
+                )
     if cfg.async_generation_ratio and "actor_infer" in workers:
         shared = set(workers["actor_infer"].device_mapping) & {
-            gpu for role, worker in workers.items() if role != "actor_infer" for gpu in worker.device_mapping}
+            gpu for role, worker in workers.items() if role != "actor_infer" for gpu in worker.device_mapping
+        }
         if shared:
-            raise ConfigError("async_generation_ratio", cfg.async_generation_ratio,
-                              f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
-                              f"are shared with other roles (colocated roles take turns): set it to 0, or "
-                              f"disaggregate: give actor_infer its own device_mapping (e.g. actor_train [0], "
-                              f"actor_infer [1]; docs/async.md)")
+            raise ConfigError(
+                "async_generation_ratio",
+                cfg.async_generation_ratio,
+                f"generating while training needs actor_infer on GPUs of its own; GPUs {sorted(shared)} "
+                f"are shared with other roles (colocated roles take turns): set it to 0, or "
+                f"disaggregate: give actor_infer its own device_mapping (e.g. actor_train [0], "
+                f"actor_infer [1]; docs/async.md)",
+            )
     if not isinstance(cfg.resume_from_checkpoint, (bool, str)) and cfg.resume_from_checkpoint is not None:
-        raise ConfigError("resume_from_checkpoint", cfg.resume_from_checkpoint,
-                          "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path")
+        raise ConfigError(
+            "resume_from_checkpoint",
+            cfg.resume_from_checkpoint,
+            "true (newest complete checkpoint in output_dir), false, or a checkpoint directory path",
+        )
     unknown = set(cfg.checkpoint_config) - CHECKPOINT_KEYS
     if unknown:
-        raise ConfigError("checkpoint_config", dict(cfg.checkpoint_config),
-                          f"unknown keys {sorted(unknown)}; known: {sorted(CHECKPOINT_KEYS)}")
+        raise ConfigError(
+            "checkpoint_config",
+            dict(cfg.checkpoint_config),
+            f"unknown keys {sorted(unknown)}; known: {sorted(CHECKPOINT_KEYS)}",
+        )
     if int(cfg.checkpoint_config.get("max_to_keep", 0)) < 0:
-        raise ConfigError("checkpoint_config.max_to_keep", cfg.checkpoint_config["max_to_keep"],
-                          "must be >= 0 (0 = keep all)")
+        raise ConfigError(
+            "checkpoint_config.max_to_keep", cfg.checkpoint_config["max_to_keep"], "must be >= 0 (0 = keep all)"
+        )

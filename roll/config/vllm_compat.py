@@ -9,12 +9,15 @@ weight updates from the trainer.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Why, in the registry's words (``strategy_name: vllm`` -> "vllm <this>"); the preflight's error adds the options.
-VLLM_UNAVAILABLE = ("is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
-                    "version vllm pins); use sglang on GPU (gpu_memory_utilization -> mem_fraction_static, "
-                    "tensor_parallel_size -> tp_size, ...; docs/sglang.md) or hf_infer on CPU")
+VLLM_UNAVAILABLE = (
+    "is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
+    "version vllm pins); use sglang on GPU (gpu_memory_utilization -> mem_fraction_static, "
+    "tensor_parallel_size -> tp_size, ...; docs/sglang.md) or hf_infer on CPU"
+)
 
 #: vLLM engine argument -> the SGLang ``Engine`` argument that does the same (same value).
 VLLM_TO_SGLANG = {
@@ -32,9 +35,14 @@ VLLM_TO_SGLANG = {
 #: vLLM arguments whose SGLang counterpart takes the negated value.
 NEGATED = {"enable_prefix_caching": "disable_radix_cache"}
 #: vLLM arguments roll sets or handles itself with SGLang: drop them.
-HANDLED = {"sleep_level": "memory release (release_tags)", "enable_sleep_mode": "memory release (release_tags)",
-           "seed": "the seed (from the run's seed)", "dtype": "the dtype (from model_args.dtype)",
-           "trust_remote_code": "model_args.trust_remote_code", "distributed_executor_backend": "the process layout"}
+HANDLED = {
+    "sleep_level": "memory release (release_tags)",
+    "enable_sleep_mode": "memory release (release_tags)",
+    "seed": "the seed (from the run's seed)",
+    "dtype": "the dtype (from model_args.dtype)",
+    "trust_remote_code": "model_args.trust_remote_code",
+    "distributed_executor_backend": "the process layout",
+}
 
 
 def sglang_equivalent(vllm_config: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -67,16 +75,24 @@ def sglang_equivalent(vllm_config: Mapping[str, Any] | None) -> tuple[dict[str, 
 def vllm_instead(vllm_config: Mapping[str, Any] | None) -> str:
     """The one-line error for ``strategy_name: vllm``: why not, and the sglang settings to use instead."""
     config, dropped, unknown = sglang_equivalent(vllm_config)
-    renamed = [f"{k} -> {VLLM_TO_SGLANG.get(k) or NEGATED[k]}" for k in (vllm_config or {})
-               if k in VLLM_TO_SGLANG or k in NEGATED]
+    renamed = [
+        f"{k} -> {VLLM_TO_SGLANG.get(k) or NEGATED[k]}"
+        for k in (vllm_config or {})
+        if k in VLLM_TO_SGLANG or k in NEGATED
+    ]
     if not renamed:  # nothing set: name the usual ones
-        renamed = [f"{k} -> {VLLM_TO_SGLANG[k]}" for k in ("gpu_memory_utilization", "tensor_parallel_size",
-                                                           "max_model_len")]
-    body = ", ".join(f"{k}: {{{', '.join(f'{a}: {b}' for a, b in v.items())}}}" if k == "engine_args"
-                     else f"{k}: {v}" for k, v in config.items())
-    parts = [f"vLLM is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
-             f"version vllm pins); use strategy_name: sglang with strategy_config {{{body}}} "
-             f"({', '.join(renamed)})"]
+        renamed = [
+            f"{k} -> {VLLM_TO_SGLANG[k]}" for k in ("gpu_memory_utilization", "tensor_parallel_size", "max_model_len")
+        ]
+    body = ", ".join(
+        f"{k}: {{{', '.join(f'{a}: {b}' for a, b in v.items())}}}" if k == "engine_args" else f"{k}: {v}"
+        for k, v in config.items()
+    )
+    parts = [
+        f"vLLM is not available in roll (no vLLM backend, and `pip install vllm` replaces torch with the "
+        f"version vllm pins); use strategy_name: sglang with strategy_config {{{body}}} "
+        f"({', '.join(renamed)})"
+    ]
     if dropped:
         parts.append(f"drop {', '.join(dropped)} (roll sets {', '.join(sorted({HANDLED[k] for k in dropped}))})")
     if unknown:

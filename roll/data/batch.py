@@ -15,8 +15,9 @@ Metadata (lists of length B): ``env_id``, ``group_id``, ``tag``, ``traj_id``, ``
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -58,25 +59,28 @@ class Batch:
     def __contains__(self, key: str) -> bool:
         return key in self.tensors or key in self.meta
 
-    def select(self, index: Sequence[int] | torch.Tensor) -> "Batch":
+    def select(self, index: Sequence[int] | torch.Tensor) -> Batch:
         """The samples at ``index`` (order kept)."""
         idx = torch.as_tensor(index, dtype=torch.long)
         ids = idx.tolist()
-        return Batch({k: v[idx] for k, v in self.tensors.items()},
-                     {k: [v[i] for i in ids] for k, v in self.meta.items()}, dict(self.info))
+        return Batch(
+            {k: v[idx] for k, v in self.tensors.items()},
+            {k: [v[i] for i in ids] for k, v in self.meta.items()},
+            dict(self.info),
+        )
 
-    def split(self, size: int) -> list["Batch"]:
+    def split(self, size: int) -> list[Batch]:
         """Consecutive chunks of ``size`` samples (the last may be smaller)."""
         n = len(self)
         return [self.select(range(i, min(i + size, n))) for i in range(0, n, size)]
 
-    def chunk(self, parts: int) -> list["Batch"]:
+    def chunk(self, parts: int) -> list[Batch]:
         """``parts`` near-equal consecutive chunks (for data-parallel workers)."""
         n = len(self)
         bounds = [round(i * n / parts) for i in range(parts + 1)]
         return [self.select(range(bounds[i], bounds[i + 1])) for i in range(parts)]
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         """A copy with tensors on ``device``."""
         return Batch({k: v.to(device) for k, v in self.tensors.items()}, dict(self.meta), dict(self.info))
 
@@ -86,7 +90,7 @@ class Batch:
         yield from self.meta
 
     @staticmethod
-    def concat(batches: Sequence["Batch"]) -> "Batch":
+    def concat(batches: Sequence[Batch]) -> Batch:
         """Concatenate along the batch dim; tensors of different widths are right-padded with 0."""
         batches = [b for b in batches if len(b)]
         if not batches:
@@ -96,8 +100,9 @@ class Batch:
             parts = [b.tensors[key] for b in batches]
             if parts[0].dim() > 1:
                 width = max(p.shape[1] for p in parts)
-                parts = [torch.nn.functional.pad(p, (0, width - p.shape[1])) if p.shape[1] < width else p
-                         for p in parts]
+                parts = [
+                    torch.nn.functional.pad(p, (0, width - p.shape[1])) if p.shape[1] < width else p for p in parts
+                ]
             tensors[key] = torch.cat(parts)
         meta = {k: [x for b in batches for x in b.meta[k]] for k in batches[0].meta}
         return Batch(tensors, meta, dict(batches[0].info))

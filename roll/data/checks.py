@@ -22,8 +22,8 @@ Rules (B samples, L tokens; shapes and dtypes from :data:`SCHEMA`, the keys decl
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 
@@ -66,9 +66,11 @@ class BatchCheckError(ValueError):
 
     def __init__(self, stage: str, key: str, expected: str, actual: str, hint: str = ""):
         self.stage, self.key, self.expected, self.actual = stage, key, expected, actual
-        msg = (f"strict data check failed after stage {stage!r}: key {key!r} expected {expected}, got {actual}"
-               + (f". {hint}" if hint else "")
-               + f" (the check is on because strict_data_check=true or {ENV_VAR}=1)")
+        msg = (
+            f"strict data check failed after stage {stage!r}: key {key!r} expected {expected}, got {actual}"
+            + (f". {hint}" if hint else "")
+            + f" (the check is on because strict_data_check=true or {ENV_VAR}=1)"
+        )
         super().__init__(msg)
 
 
@@ -88,8 +90,9 @@ def check_batch(batch: Batch, stage: str, required: Iterable[str] = ()) -> None:
     violation. ``stage`` names the step that produced the batch (it appears in the error)."""
     for key in required:
         if key not in batch:
-            raise BatchCheckError(stage, key, "to be present", "no such key",
-                                  f"present keys: {sorted(batch.iter_keys())}")
+            raise BatchCheckError(
+                stage, key, "to be present", "no such key", f"present keys: {sorted(batch.iter_keys())}"
+            )
     n = _batch_size(batch)
     _check_first_dims(batch, stage, n)
     length = _seq_len(batch)
@@ -171,10 +174,13 @@ def _check_token_scores(batch: Batch, stage: str) -> None:
         i = int(bad.nonzero()[0])
         t = int(((tls[i] != 0) & (torch.arange(tls.shape[1]) != last[i])).nonzero()[0])
         where = f"index {int(last[i])}" if last[i] >= 0 else "nowhere (the sample has no response tokens)"
-        raise BatchCheckError(stage, "token_level_scores",
-                              f"nonzero only at the last response token ({where}) of sample {i}",
-                              f"{tls[i, t].item()} at index {t}",
-                              "scores go at the last response token, shifted by one like the log-probs")
+        raise BatchCheckError(
+            stage,
+            "token_level_scores",
+            f"nonzero only at the last response token ({where}) of sample {i}",
+            f"{tls[i, t].item()} at index {t}",
+            "scores go at the last response token, shifted by one like the log-probs",
+        )
     scores = batch.tensors.get("scores")
     if scores is None or scores.shape != tls.shape[:1]:
         return
@@ -182,5 +188,9 @@ def _check_token_scores(batch: Batch, stage: str) -> None:
     placed = tls[has, last[has]]
     if not torch.allclose(placed, scores[has].to(placed.dtype)):
         i = int(has.nonzero()[(placed - scores[has]).abs().argmax()])
-        raise BatchCheckError(stage, "token_level_scores", f"scores[{i}]={scores[i].item()} at the last response "
-                              f"token (index {int(last[i])})", f"{tls[i, last[i]].item()}")
+        raise BatchCheckError(
+            stage,
+            "token_level_scores",
+            f"scores[{i}]={scores[i].item()} at the last response token (index {int(last[i])})",
+            f"{tls[i, last[i]].item()}",
+        )

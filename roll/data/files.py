@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 #: File types a data file may have.
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 #: A relative data path is looked up in the working directory, then here (the repository root).

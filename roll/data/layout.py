@@ -21,8 +21,8 @@ row (:func:`to_episode_frame`, :func:`episode_view`), which is where its advanta
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -134,15 +134,21 @@ def collate(layouts: Sequence[SampleLayout], scores: Tensor, pad_id: int) -> Bat
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     response_mask = torch.zeros((n, width), dtype=torch.long)
     for i, sample in enumerate(layouts):
-        input_ids[i, :len(sample.ids)] = torch.tensor(sample.ids, dtype=torch.long)
-        attention_mask[i, :len(sample.ids)] = 1
-        response_mask[i, :len(sample.ids)] = torch.tensor(sample.response_mask, dtype=torch.long)
-    return Batch(tensors={"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-                          "scores": scores, "token_level_scores": place_at_last_response(scores, loss_mask(
-                              response_mask))})
+        input_ids[i, : len(sample.ids)] = torch.tensor(sample.ids, dtype=torch.long)
+        attention_mask[i, : len(sample.ids)] = 1
+        response_mask[i, : len(sample.ids)] = torch.tensor(sample.response_mask, dtype=torch.long)
+    return Batch(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "response_mask": response_mask,
+            "scores": scores,
+            "token_level_scores": place_at_last_response(scores, loss_mask(response_mask)),
+        }
+    )
 
 
-Modes = Union[str, Mapping[str, str]]  # one trajectory_mode, or one per env tag (a tag not named: "traj")
+Modes = str | Mapping[str, str]  # one trajectory_mode, or one per env tag (a tag not named: "traj")
 
 
 def _mode(modes: Modes, traj: Trajectory) -> str:
@@ -166,14 +172,20 @@ def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode:
     eps = [trajectories[e] for e in episode]
     batch = collate(layouts, torch.tensor([t.score for t in eps], dtype=torch.float32), pad_id)
     batch["episode_fraction"] = torch.tensor([1.0 / counts[e] for e in episode], dtype=torch.float32)
-    batch.meta.update({
-        "traj_id": [t.traj_id for t in eps], "env_id": [t.env_id for t in eps],
-        "group_id": [t.group_id for t in eps], "tag": [t.tag for t in eps], "episode": episode,
-        "step_rewards": [[turn.reward for turn in ts] for ts in turns],
-        "turn_spans": [s.turn_spans for s in layouts],
-        "turn_states": [[turn.observation for turn in ts] for ts in turns],
-        "truncated_by_length": [t.truncated_by_length for t in eps],
-        "success": [t.success for t in eps]})
+    batch.meta.update(
+        {
+            "traj_id": [t.traj_id for t in eps],
+            "env_id": [t.env_id for t in eps],
+            "group_id": [t.group_id for t in eps],
+            "tag": [t.tag for t in eps],
+            "episode": episode,
+            "step_rewards": [[turn.reward for turn in ts] for ts in turns],
+            "turn_spans": [s.turn_spans for s in layouts],
+            "turn_states": [[turn.observation for turn in ts] for ts in turns],
+            "truncated_by_length": [t.truncated_by_length for t in eps],
+            "success": [t.success for t in eps],
+        }
+    )
     return batch
 
 
@@ -200,7 +212,7 @@ def to_episode_frame(x: Tensor, rows: Sequence[Sequence[int]]) -> Tensor:
     width = x.shape[1]
     out = x.new_zeros((len(rows), max(len(r) for r in rows) * width))
     for e, r in enumerate(rows):
-        out[e, :len(r) * width] = x[list(r)].reshape(-1)
+        out[e, : len(r) * width] = x[list(r)].reshape(-1)
     return out
 
 
@@ -208,7 +220,7 @@ def from_episode_frame(y: Tensor, rows: Sequence[Sequence[int]], width: int) -> 
     """The inverse of :func:`to_episode_frame`: (E, K*width) -> (S, width)."""
     out = y.new_zeros((sum(len(r) for r in rows), width))
     for e, r in enumerate(rows):
-        out[list(r)] = y[e, :len(r) * width].reshape(len(r), width)
+        out[list(r)] = y[e, : len(r) * width].reshape(len(r), width)
     return out
 
 
@@ -224,22 +236,30 @@ def episode_view(batch: Batch) -> Batch:
     mask = to_episode_frame(loss_mask(batch["response_mask"]), rows)
     first = [r[0] for r in rows]
     scores = batch["scores"][first]
-    tensors = {"response_mask": torch.cat([torch.zeros(len(rows), 1), mask], dim=1).long(), "scores": scores,
-               "token_level_scores": place_at_last_response(scores, mask)}
+    tensors = {
+        "response_mask": torch.cat([torch.zeros(len(rows), 1), mask], dim=1).long(),
+        "scores": scores,
+        "token_level_scores": place_at_last_response(scores, mask),
+    }
     for key in ("old_log_probs", "ref_log_probs", "values"):
         if key in batch.tensors:
             tensors[key] = to_episode_frame(batch[key], rows)
-    meta = {key: [batch[key][i] for i in first] for key in ("traj_id", "env_id", "group_id", "tag", "success")
-            if key in batch}
+    meta = {
+        key: [batch[key][i] for i in first]
+        for key in ("traj_id", "env_id", "group_id", "tag", "success")
+        if key in batch
+    }
     for key in ("step_rewards", "turn_states"):
         meta[key] = [[x for i in r for x in batch[key][i]] for r in rows]
-    meta["turn_spans"] = [[(a + j * width, b + j * width) for j, i in enumerate(r) for a, b in batch["turn_spans"][i]]
-                          for r in rows]
+    meta["turn_spans"] = [
+        [(a + j * width, b + j * width) for j, i in enumerate(r) for a, b in batch["turn_spans"][i]] for r in rows
+    ]
     return Batch(tensors, meta, dict(batch.info))
 
 
-def prompt_response_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                          scores: Sequence[float], pad_id: int) -> Batch:
+def prompt_response_batch(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], scores: Sequence[float], pad_id: int
+) -> Batch:
     """One single-turn sample per (prompt, response): every response token is generated (:func:`collate`)."""
     layouts = []
     for prompt, response in zip(prompts, responses):
@@ -255,8 +275,8 @@ def _frame_log_probs(rows: Sequence[Sequence[tuple[int, Sequence[float]]]], widt
     mask = torch.zeros_like(values)
     for i, runs in enumerate(rows):
         for start, lps in runs:
-            values[i, start:start + len(lps)] = torch.tensor(list(lps), dtype=values.dtype)
-            mask[i, start:start + len(lps)] = 1.0
+            values[i, start : start + len(lps)] = torch.tensor(list(lps), dtype=values.dtype)
+            mask[i, start : start + len(lps)] = 1.0
     return values, mask
 
 
@@ -268,13 +288,18 @@ def rollout_log_probs(trajectories: Sequence[Trajectory], width: int, mode: Mode
     for traj in trajectories:
         m = _mode(mode, traj)
         for run, layout in zip(sample_turns(traj, m), sample_layouts(traj, m)):
-            rows.append([(start, traj.turns[k].response_log_probs[:traj.turns[k].generated])
-                         for k, (start, _) in zip(run, layout.turn_spans)])
+            rows.append(
+                [
+                    (start, traj.turns[k].response_log_probs[: traj.turns[k].generated])
+                    for k, (start, _) in zip(run, layout.turn_spans)
+                ]
+            )
     return _frame_log_probs(rows, width)
 
 
-def response_log_probs(prompt_lengths: Sequence[int], log_probs: Sequence[Sequence[float]],
-                       width: int) -> tuple[Tensor, Tensor]:
+def response_log_probs(
+    prompt_lengths: Sequence[int], log_probs: Sequence[Sequence[float]], width: int
+) -> tuple[Tensor, Tensor]:
     """:func:`rollout_log_probs` of single-turn samples (:func:`prompt_response_batch`): sample ``i``'s engine
     log-probs ``log_probs[i]`` of its response after a prompt of ``prompt_lengths[i]`` tokens."""
     return _frame_log_probs([[(n - 1, lps)] for n, lps in zip(prompt_lengths, log_probs)], width)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 MAX_LISTED_ERRORS = 20
 
@@ -96,9 +97,11 @@ def _check_columns(path: Path, records: list, columns: list[str], problems: _Pro
     absent = [c for c in columns if c not in present]
     if absent and present:
         problems.add(
-            str(path), None, f"column(s) {absent} not found (columns present: {sorted(present)}); "
+            str(path),
+            None,
+            f"column(s) {absent} not found (columns present: {sorted(present)}); "
             "pass prompt_key= / messages_key= / ground_truth_key= / tag_key= to name them (or default_tag= for "
-            "data without tags)"
+            "data without tags)",
         )
         return False
     return True
@@ -185,8 +188,11 @@ def load_rlvr_dataset(
             tag = rec.get(tag_key)
             if _is_missing(tag) and default_tag is not None:
                 tag = default_tag
-            err_tag = None if isinstance(tag, str) and tag.strip() else \
-                f"missing or empty tag {tag!r}" + ("" if default_tag is not None else " (default_tag sets one)")
+            err_tag = (
+                None
+                if isinstance(tag, str) and tag.strip()
+                else f"missing or empty tag {tag!r}" + ("" if default_tag is not None else " (default_tag sets one)")
+            )
             errs = [e for e in (err_p, err_t, err_tag) if e]
             if errs:
                 problems.add(str(p), row, "; ".join(errs), line)

@@ -21,8 +21,14 @@ LOOPBACK_ENV = {
 }
 
 
-def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
-              include_dashboard: bool = False, env_vars: dict[str, str] | None = None) -> dict[str, Any]:
+def start_ray(
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    include_dashboard: bool = False,
+    env_vars: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Initialise Ray once per process; returns the cluster's resources.
 
     Workers inherit ``env_vars`` (the config's ``system_envs``) through Ray's runtime env.
@@ -41,8 +47,15 @@ def start_ray(*, address: str | None = None, num_cpus: int | None = None, num_gp
     else:
         # "local": a new instance even where another run's Ray is up on this machine (without an address, Ray
         # joins the newest one it finds, and then refuses num_cpus)
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=include_dashboard,
-                 _node_ip_address="127.0.0.1", runtime_env=runtime_env, logging_level=logging.WARNING,
-                 configure_logging=True, log_to_driver=True)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            include_dashboard=include_dashboard,
+            _node_ip_address="127.0.0.1",
+            runtime_env=runtime_env,
+            logging_level=logging.WARNING,
+            configure_logging=True,
+            log_to_driver=True,
+        )
     return ray.cluster_resources()
-

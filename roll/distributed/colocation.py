@@ -19,7 +19,8 @@ needs only the engine's weights back (the engine resumes them itself, see ``SGLa
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 #: Head-room kept free when ``auto`` decides that the roles fit together: a fraction of the GPU plus a constant.
 MARGIN_FRACTION = 0.05
@@ -77,10 +78,12 @@ class ColocationPhases:
             need = self.rollout_gib + peak + MARGIN_GIB + MARGIN_FRACTION * probe["gpu_total_gib"]
             fits = need <= probe["gpu_total_gib"]
             self.resident = fits
-            self.decision = (f"rollout roles {self.rollout_gib:.1f} GiB + training roles' peak {peak:.1f} GiB + "
-                             f"margin = {need:.1f} GiB {'fit' if fits else 'do not fit'} the GPU's "
-                             f"{probe['gpu_total_gib']:.1f} GiB: colocated roles "
-                             f"{'stay resident (nothing moves between phases)' if fits else 'keep offloading'}")
+            self.decision = (
+                f"rollout roles {self.rollout_gib:.1f} GiB + training roles' peak {peak:.1f} GiB + "
+                f"margin = {need:.1f} GiB {'fit' if fits else 'do not fit'} the GPU's "
+                f"{probe['gpu_total_gib']:.1f} GiB: colocated roles "
+                f"{'stay resident (nothing moves between phases)' if fits else 'keep offloading'}"
+            )
             print(f"[roll] colocated_offload=auto: {self.decision}", flush=True)
         else:  # training starts: the rollout roles are still resident, the trainers offloaded
             own = sum(s.get("reserved_gib", 0.0) for s in stats.values())

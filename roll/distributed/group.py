@@ -20,16 +20,17 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait as wait_futures
-from typing import Any, Callable, Iterator, Union
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
 from roll.distributed.network import free_port
 
-
 #: A worker method: the function (``Worker.train_step``) or its name.
-Method = Union[str, Callable[..., Any]]
+Method = str | Callable[..., Any]
 
 
 def method_name(method: Method) -> str:
@@ -49,16 +50,22 @@ def start_notice(role: str, timeout_s: float, every_s: float = 60.0) -> Iterator
     def watch() -> None:
         while not done.wait(every_s):
             stale = " ".join(lock.message() for lock in find_build_locks() if lock.stale)
-            print(f"[roll] {role}: workers still starting after {time.monotonic() - start:.0f} s (model load, "
-                  f"process-group rendezvous){'; ' + stale if stale else ''}", file=sys.stderr, flush=True)
+            print(
+                f"[roll] {role}: workers still starting after {time.monotonic() - start:.0f} s (model load, "
+                f"process-group rendezvous){'; ' + stale if stale else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     threading.Thread(target=watch, name=f"roll-start-notice-{role}", daemon=True).start()
     try:
         yield
     except TimeoutError as exc:  # ray's GetTimeoutError is one
-        raise TimeoutError(f"{role}: workers did not start within rpc_timeout={timeout_s:g} s; their log lines are "
-                           f"above (Ray prefixes them with the actor's pid); `roll doctor` lists stale build "
-                           f"locks") from exc
+        raise TimeoutError(
+            f"{role}: workers did not start within rpc_timeout={timeout_s:g} s; their log lines are "
+            f"above (Ray prefixes them with the actor's pid); `roll doctor` lists stale build "
+            f"locks"
+        ) from exc
     finally:
         done.set()
 
@@ -127,7 +134,7 @@ class LocalWorkerGroup(WorkerGroup):
         self._adopt(role, [Worker(role, config, 0, 1, free_port(), num_threads)])
 
     @classmethod
-    def of(cls, role: str, workers: list[Any]) -> "LocalWorkerGroup":
+    def of(cls, role: str, workers: list[Any]) -> LocalWorkerGroup:
         """A group over worker objects built elsewhere (tests; anything with the called methods)."""
         group = cls.__new__(cls)
         group._adopt(role, list(workers))
@@ -155,8 +162,10 @@ class LocalWorkerGroup(WorkerGroup):
         return [getattr(w, method_name(method))(*a, **kwargs) for w, a in zip(self.workers, per_rank_args)]
 
     def call_each_async(self, method: Method, per_rank_args: dict[int, tuple], **kwargs: Any) -> list[Future]:
-        return [self._thread(r).submit(getattr(self.workers[r], method_name(method)), *a, **kwargs)
-                for r, a in per_rank_args.items()]
+        return [
+            self._thread(r).submit(getattr(self.workers[r], method_name(method)), *a, **kwargs)
+            for r, a in per_rank_args.items()
+        ]
 
     def wait(self, handles: list[Future]) -> list[Any]:
         """Fail fast, like :meth:`RayWorkerGroup.wait`."""
@@ -169,8 +178,15 @@ class LocalWorkerGroup(WorkerGroup):
 class RayWorkerGroup(WorkerGroup):
     """``world_size`` Ray actors of :class:`Worker`, each reserving ``num_cpus_per_worker`` CPUs (and GPUs)."""
 
-    def __init__(self, role: str, config: WorkerConfig, timeout_s: float, gpu_ids: list[int] | None = None,
-                 slots: list | None = None, placement_groups: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        role: str,
+        config: WorkerConfig,
+        timeout_s: float,
+        gpu_ids: list[int] | None = None,
+        slots: list | None = None,
+        placement_groups: dict[str, Any] | None = None,
+    ):
         """Without ``slots``: plain actors. With ``slots`` (from :func:`roll.distributed.placement.plan_placement`)
         and their ``placement_groups``: each actor in its bundle, seeing exactly its GPUs."""
         import ray
@@ -184,12 +200,17 @@ class RayWorkerGroup(WorkerGroup):
         actor_cls = ray.remote(Worker)
         if slots is not None:
             self.world_size = len(slots)
-            self.actors = [actor_cls.options(max_concurrency=1, **_slot_options(s, placement_groups)).remote(
-                role, config, s.rank, self.world_size, port, threads) for s in slots]
+            self.actors = [
+                actor_cls.options(max_concurrency=1, **_slot_options(s, placement_groups)).remote(
+                    role, config, s.rank, self.world_size, port, threads
+                )
+                for s in slots
+            ]
             return
         self.actors = [
-            actor_cls.options(num_cpus=config.num_cpus_per_worker, num_gpus=num_gpus,
-                              name=None, max_concurrency=1).remote(role, config, rank, self.world_size, port, threads)
+            actor_cls.options(
+                num_cpus=config.num_cpus_per_worker, num_gpus=num_gpus, name=None, max_concurrency=1
+            ).remote(role, config, rank, self.world_size, port, threads)
             for rank in range(self.world_size)
         ]
 
@@ -221,7 +242,9 @@ class RayWorkerGroup(WorkerGroup):
         return self._get(getattr(self.actors[0], method_name(method)).remote(*args, **kwargs))
 
     def call_each(self, method: Method, per_rank_args: list[tuple], **kwargs: Any) -> list[Any]:
-        return self._get([getattr(a, method_name(method)).remote(*args, **kwargs) for a, args in zip(self.actors, per_rank_args)])
+        return self._get(
+            [getattr(a, method_name(method)).remote(*args, **kwargs) for a, args in zip(self.actors, per_rank_args)]
+        )
 
     def shutdown(self) -> None:
         import ray
@@ -244,9 +267,12 @@ def _slot_options(slot: Any, placement_groups: dict[str, Any]) -> dict[str, Any]
     from roll.distributed.placement import LOCAL_GPUS, NOSET_CUDA
 
     options: dict[str, Any] = {
-        "num_cpus": slot.num_cpus, "num_gpus": slot.num_gpus,
+        "num_cpus": slot.num_cpus,
+        "num_gpus": slot.num_gpus,
         "scheduling_strategy": PlacementGroupSchedulingStrategy(
-            placement_group=placement_groups[slot.group_key], placement_group_bundle_index=slot.bundle)}
+            placement_group=placement_groups[slot.group_key], placement_group_bundle_index=slot.bundle
+        ),
+    }
     if slot.gpu_ids:
         env = dict((ray.get_runtime_context().runtime_env or {}).get("env_vars", {}))
         env.update({NOSET_CUDA: "1", LOCAL_GPUS: ",".join(map(str, slot.local_gpu_ids))})

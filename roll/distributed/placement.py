@@ -44,8 +44,10 @@ def visible_devices(local_ids: str, node_visible: str | None) -> str:
     if not exposed:
         return ",".join(map(str, ids))
     if ids and max(ids) >= len(exposed):
-        raise RuntimeError(f"worker needs node-local GPU {max(ids)} but its node exposes only "
-                           f"CUDA_VISIBLE_DEVICES={node_visible}: lower the ids in device_mapping or num_gpus_per_node")
+        raise RuntimeError(
+            f"worker needs node-local GPU {max(ids)} but its node exposes only "
+            f"CUDA_VISIBLE_DEVICES={node_visible}: lower the ids in device_mapping or num_gpus_per_node"
+        )
     return ",".join(exposed[i] for i in ids)
 
 
@@ -89,8 +91,10 @@ class PlacementPlan:
         for role, slots in self.roles.items():
             gpus = [list(s.gpu_ids) for s in slots] if self.on_gpu else "cpu"
             peers = sorted(self.colocated.get(role, ()))
-            lines.append(f"{role}: {len(slots)} worker(s), gpus {gpus}"
-                         + (f", colocated with {', '.join(peers)}" if peers else ""))
+            lines.append(
+                f"{role}: {len(slots)} worker(s), gpus {gpus}"
+                + (f", colocated with {', '.join(peers)}" if peers else "")
+            )
         return "; ".join(lines)
 
 
@@ -99,8 +103,10 @@ def plan_placement(roles: dict[str, WorkerConfig], num_gpus_per_node: int) -> Pl
     gpu_roles = {r: w for r, w in roles.items() if w.device_mapping}
     if gpu_roles and len(gpu_roles) != len(roles):
         cpu = sorted(set(roles) - set(gpu_roles))
-        raise ValueError(f"roles {cpu} have no device_mapping while {sorted(gpu_roles)} do; on a GPU run give every "
-                         f"role a device_mapping (overlapping ids colocate roles)")
+        raise ValueError(
+            f"roles {cpu} have no device_mapping while {sorted(gpu_roles)} do; on a GPU run give every "
+            f"role a device_mapping (overlapping ids colocate roles)"
+        )
     if not gpu_roles:
         return _plan_cpu(roles)
     return _plan_gpu(gpu_roles, max(1, num_gpus_per_node))
@@ -120,11 +126,13 @@ def _plan_gpu(roles: dict[str, WorkerConfig], per_node: int) -> PlacementPlan:
     spans: dict[str, list[tuple[int, ...]]] = {}
     for role, w in roles.items():
         k = w.num_gpus_per_worker
-        spans[role] = [tuple(w.device_mapping[i:i + k]) for i in range(0, len(w.device_mapping), k)]
+        spans[role] = [tuple(w.device_mapping[i : i + k]) for i in range(0, len(w.device_mapping), k)]
         for rank, gpus in enumerate(spans[role]):
             if len({g // per_node for g in gpus}) > 1:
-                raise ValueError(f"{role} worker {rank} spans GPUs {list(gpus)} on several nodes "
-                                 f"(num_gpus_per_node={per_node}); a worker's GPUs must share a node")
+                raise ValueError(
+                    f"{role} worker {rank} spans GPUs {list(gpus)} on several nodes "
+                    f"(num_gpus_per_node={per_node}); a worker's GPUs must share a node"
+                )
             owners[gpus[0]].append((role, rank))
             for g in gpus:
                 users[g].add(role)
@@ -142,8 +150,11 @@ def _plan_gpu(roles: dict[str, WorkerConfig], per_node: int) -> PlacementPlan:
         for rank, gpus in enumerate(spans[role]):
             key, index = bundle_index[gpus[0]]
             share = len(owners[gpus[0]])
-            slots.append(WorkerSlot(rank, gpus, tuple(g % per_node for g in gpus), _fraction(share),
-                                    w.num_cpus_per_worker, index, key))
+            slots.append(
+                WorkerSlot(
+                    rank, gpus, tuple(g % per_node for g in gpus), _fraction(share), w.num_cpus_per_worker, index, key
+                )
+            )
         plan.roles[role] = slots
         plan.colocated[role] = {r for g in w.device_mapping for r in users[g]} - {role}
     return plan
@@ -159,11 +170,15 @@ def check_feasible(plan: PlacementPlan, have: dict[str, float]) -> None:
     need = plan.needed()
     missing = []
     if need.get("GPU", 0) > have.get("GPU", 0):
-        missing.append(f"{need['GPU']:g} GPUs (the union of all device_mapping ids), the cluster has "
-                       f"{have.get('GPU', 0):g}: lower the ids in device_mapping or add GPUs (num_gpus_per_node)")
+        missing.append(
+            f"{need['GPU']:g} GPUs (the union of all device_mapping ids), the cluster has "
+            f"{have.get('GPU', 0):g}: lower the ids in device_mapping or add GPUs (num_gpus_per_node)"
+        )
     if need.get("CPU", 0) > have.get("CPU", 0):
-        missing.append(f"{need['CPU']:g} CPUs (num_cpus_per_worker x workers, all roles), the cluster has "
-                       f"{have.get('CPU', 0):g}: lower num_cpus_per_worker / world_size or raise ray_num_cpus")
+        missing.append(
+            f"{need['CPU']:g} CPUs (num_cpus_per_worker x workers, all roles), the cluster has "
+            f"{have.get('CPU', 0):g}: lower num_cpus_per_worker / world_size or raise ray_num_cpus"
+        )
     if missing:
         raise RuntimeError(f"cannot place the workers ({plan.describe()}): needs " + "; ".join(missing))
 
@@ -179,17 +194,20 @@ def create_placement_groups(plan: PlacementPlan, timeout_s: float = 60.0) -> dic
     groups: dict[str, Any] = {}
     for key, bundles in plan.bundles.items():
         strategy = "STRICT_PACK" if key.startswith("node") else "PACK"
-        groups[key] = placement_group([{k: v for k, v in b.items() if v} or {"CPU": 0.01} for b in bundles],
-                                      strategy=strategy, name="")
+        groups[key] = placement_group(
+            [{k: v for k, v in b.items() if v} or {"CPU": 0.01} for b in bundles], strategy=strategy, name=""
+        )
     for key, pg in groups.items():
         ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
         if not ready:
             for g in groups.values():
                 remove_placement_group(g)
-            raise RuntimeError(f"placement group {key!r} with bundles {plan.bundles[key]} was not ready after "
-                               f"{timeout_s:g} s; the cluster has {ray.available_resources()} available. "
-                               f"{'All GPUs of a node group must sit on one node. ' if key.startswith('node') else ''}"
-                               f"Free resources or change device_mapping / world_size / num_cpus_per_worker.")
+            raise RuntimeError(
+                f"placement group {key!r} with bundles {plan.bundles[key]} was not ready after "
+                f"{timeout_s:g} s; the cluster has {ray.available_resources()} available. "
+                f"{'All GPUs of a node group must sit on one node. ' if key.startswith('node') else ''}"
+                f"Free resources or change device_mapping / world_size / num_cpus_per_worker."
+            )
     return groups
 
 
@@ -212,8 +230,10 @@ def nccl_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_su
         return f"GPUs {sorted(train & infer)} are in both actor_train's and actor_infer's device_mapping (colocated)"
     for role, mapping in mappings.items():
         if role not in ("actor_train", "actor_infer") and infer & set(mapping or []):
-            return (f"actor_infer shares GPUs {sorted(infer & set(mapping))} with {role}, so its engine is released "
-                    f"while {role} runs")
+            return (
+                f"actor_infer shares GPUs {sorted(infer & set(mapping))} with {role}, so its engine is released "
+                f"while {role} runs"
+            )
     return None
 
 
@@ -221,8 +241,9 @@ def nccl_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_su
 SYNC_REQUESTS = ("auto", "nccl", "cuda_ipc", "copy")
 
 
-def ipc_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_supports_ipc: bool,
-                     infer_in_subprocess: bool) -> str | None:
+def ipc_sync_blocker(
+    mappings: dict[str, list[int]], distributed: str, infer_supports_ipc: bool, infer_in_subprocess: bool
+) -> str | None:
     """Why actor_train's weights cannot reach actor_infer by CUDA IPC here (None: they can).
 
     CUDA IPC shares a GPU buffer between processes on that GPU, so every GPU of actor_infer must also hold an
@@ -235,16 +256,23 @@ def ipc_sync_blocker(mappings: dict[str, list[int]], distributed: str, infer_sup
     if not train or not infer:
         return "a CPU run (no device_mapping) has no GPU buffers to share"
     if not infer <= train:
-        return (f"actor_infer GPUs {sorted(infer - train)} hold no actor_train rank (CUDA IPC shares a buffer "
-                f"within one GPU)")
+        return (
+            f"actor_infer GPUs {sorted(infer - train)} hold no actor_train rank (CUDA IPC shares a buffer "
+            f"within one GPU)"
+        )
     if distributed != "ray" and not infer_in_subprocess:
         return f"distributed={distributed} keeps trainer and receiver in one process (weights are passed directly)"
     return None
 
 
-def weight_sync_mode(mappings: dict[str, list[int]], distributed: str, infer_supports_group: bool,
-                     requested: str = "auto", infer_supports_ipc: bool = False,
-                     infer_in_subprocess: bool = False) -> tuple[str, str]:
+def weight_sync_mode(
+    mappings: dict[str, list[int]],
+    distributed: str,
+    infer_supports_group: bool,
+    requested: str = "auto",
+    infer_supports_ipc: bool = False,
+    infer_in_subprocess: bool = False,
+) -> tuple[str, str]:
     """``(mode, reason)`` of the actor_train -> actor_infer weight sync (``mappings``: ``device_mapping`` per role).
 
     - ``cuda_ipc``: colocated on GPUs; each trainer rank flattens a bucket on its GPU and the engines load it
@@ -266,8 +294,10 @@ def weight_sync_mode(mappings: dict[str, list[int]], distributed: str, infer_sup
     if requested in ("auto", "cuda_ipc") and ipc is None:
         return "cuda_ipc", f"actor_infer GPUs {sorted(set(mappings['actor_infer']))} each hold an actor_train rank"
     if nccl is None:
-        return "nccl", (f"actor_infer GPUs {sorted(mappings['actor_infer'])} are disjoint from actor_train GPUs "
-                        f"{sorted(mappings['actor_train'])}")
+        return "nccl", (
+            f"actor_infer GPUs {sorted(mappings['actor_infer'])} are disjoint from actor_train GPUs "
+            f"{sorted(mappings['actor_train'])}"
+        )
     if distributed == "local":
         return "direct", "distributed=local: trainer and receiver share this process"
     return "copy", f"no zero-copy path: {ipc}; and no NCCL broadcast: {nccl}"

@@ -11,8 +11,9 @@ each role's strategy serves it; what a strategy can do beyond its role (``submit
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -75,12 +76,25 @@ class ScorerProxy(RoleProxy):
 class TrainProxy(RoleProxy):
     """A training role: optimizer steps, checkpoints, export."""
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, *, lr: float | None = None, with_entropy: bool = False,
-                   return_log_probs: bool = False) -> list[dict[str, Any]]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        *,
+        lr: float | None = None,
+        with_entropy: bool = False,
+        return_log_probs: bool = False,
+    ) -> list[dict[str, Any]]:
         """One ``train_step`` per rank on its chunk of ``batch``; each rank's metrics (and ``log_probs`` when asked),
         in rank order (rank chunks are consecutive rows of ``batch``)."""
-        return self.group.call_dp(Worker.train_step, batch, loss_fn=loss_fn, lr=lr, with_entropy=with_entropy,
-                                  return_log_probs=return_log_probs)
+        return self.group.call_dp(
+            Worker.train_step,
+            batch,
+            loss_fn=loss_fn,
+            lr=lr,
+            with_entropy=with_entropy,
+            return_log_probs=return_log_probs,
+        )
 
     def reset_optimizer(self) -> None:
         """Forget the optimizer's moments on every rank (a new training phase starts)."""
@@ -160,17 +174,19 @@ class InferProxy(RoleProxy):
     """``actor_infer``: generation, as whole batches (:meth:`generate`) or, when the strategy declares ``submit``,
     as single requests routed to chosen ranks (:meth:`submit`, :meth:`poll`, :meth:`abort`)."""
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         """``prompts`` split into one consecutive chunk per rank, generated concurrently; outputs in prompt order."""
         n = self.world_size
         bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
-        chunks = [prompts[bounds[i]:bounds[i + 1]] for i in range(n)]
+        chunks = [prompts[bounds[i] : bounds[i + 1]] for i in range(n)]
         results = self.group.call_each(Worker.generate, [(c, args, max_new_tokens) for c in chunks])
         return [out for part in results for out in part]
 
-    def submit(self, by_rank: dict[int, list[tuple[str, list[int]]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> None:
+    def submit(
+        self, by_rank: dict[int, list[tuple[str, list[int]]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> None:
         """Queue ``(rid, prompt ids)`` requests on the ranks named, concurrently."""
         self._each(Worker.submit, {r: (reqs, args, max_new_tokens) for r, reqs in by_rank.items()})
 
@@ -195,12 +211,18 @@ class InferProxy(RoleProxy):
         per worker (ability ``ipc_weights``)."""
         return self.group.call_each(Worker.load_weight_bucket, per_worker)
 
-    def join_weight_group(self, host: str, port: int, ranks_per_worker: int, world_size: int, group_name: str,
-                          backend: str) -> list[Any]:
+    def join_weight_group(
+        self, host: str, port: int, ranks_per_worker: int, world_size: int, group_name: str, backend: str
+    ) -> list[Any]:
         """Start every worker joining weight group ``group_name`` at ranks ``1 + r * ranks_per_worker ..``
         (ability ``weight_group``); handles to wait on together with the sender's."""
-        return self.group.call_each_async(Worker.init_weight_group, {
-            r: (host, port, 1 + r * ranks_per_worker, world_size, group_name, backend) for r in range(self.world_size)})
+        return self.group.call_each_async(
+            Worker.init_weight_group,
+            {
+                r: (host, port, 1 + r * ranks_per_worker, world_size, group_name, backend)
+                for r in range(self.world_size)
+            },
+        )
 
     def receive_weights(self, metas: list[dict[str, list]], group_name: str) -> list[Any]:
         """Start every worker receiving the buckets ``metas`` describes (ability ``weight_group``); handles."""
@@ -213,8 +235,12 @@ class InferProxy(RoleProxy):
 
 
 #: The proxy class of each role.
-PROXIES: dict[str, type[RoleProxy]] = {"actor_train": ActorProxy, "actor_infer": InferProxy,
-                                       "reference": ScorerProxy, "critic": CriticProxy}
+PROXIES: dict[str, type[RoleProxy]] = {
+    "actor_train": ActorProxy,
+    "actor_infer": InferProxy,
+    "reference": ScorerProxy,
+    "critic": CriticProxy,
+}
 
 
 @dataclass
@@ -227,14 +253,15 @@ class Roles:
     critic: CriticProxy | None = None
 
     @classmethod
-    def of(cls, groups: dict[str, WorkerGroup], cfg: Any) -> "Roles":
+    def of(cls, groups: dict[str, WorkerGroup], cfg: Any) -> Roles:
         """Proxies over started worker groups; each role's strategy must serve that role (checked once, here)."""
         proxies = {}
         for role, group in groups.items():
             spec = strategy_spec(getattr(cfg, role).strategy_args.strategy_name)
             if role not in spec.roles:
-                raise TypeError(f"{role}: strategy {spec.name!r} does not serve this role (it serves "
-                                f"{sorted(spec.roles)})")
+                raise TypeError(
+                    f"{role}: strategy {spec.name!r} does not serve this role (it serves {sorted(spec.roles)})"
+                )
             proxies[role] = PROXIES[role](group, spec)
         return cls(**proxies)
 

@@ -10,7 +10,7 @@ Layout: one ``[name, dtype name, shape, byte offset]`` per tensor, in the traine
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -41,7 +41,7 @@ def write_shared(path: str, named: Iterable[tuple[str, torch.Tensor]]) -> Layout
         f.truncate(max(offset, 1))
     buf = torch.from_file(path, shared=True, size=max(offset, 1), dtype=torch.uint8)
     for (_, _, _, start), (_, t) in zip(layout, named):
-        buf[start:start + nbytes(t)].view(t.dtype).view(t.shape).copy_(t)
+        buf[start : start + nbytes(t)].view(t.dtype).view(t.shape).copy_(t)
     return layout
 
 
@@ -53,5 +53,5 @@ def read_shared(path: str, layout: Layout) -> list[tuple[str, torch.Tensor]]:
     for name, dtype_name, shape, start in layout:
         dtype = getattr(torch, dtype_name)
         count = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
-        out.append((name, buf[start:start + count].view(dtype).view(shape)))
+        out.append((name, buf[start : start + count].view(dtype).view(shape)))
     return out

@@ -20,8 +20,8 @@ Collectives are called on the backend object itself (``backend.broadcast([tensor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ from roll.strategies.weight_buckets import BucketMeta, NamedTensors
 BACKEND_DEVICE = {"nccl": "cuda", "gloo": "cpu"}
 
 
-def prefixed_store(store: "torch.distributed.Store", group_name: str, backend: str) -> "torch.distributed.Store":
+def prefixed_store(store: torch.distributed.Store, group_name: str, backend: str) -> torch.distributed.Store:
     """``store`` under the prefixes a group named ``group_name`` reads its keys with (see the module docstring)."""
     from torch.distributed import PrefixStore
 
@@ -40,8 +40,9 @@ def prefixed_store(store: "torch.distributed.Store", group_name: str, backend: s
     return PrefixStore(f"{BACKEND_DEVICE[backend]}/", PrefixStore(f"{group_name}/", PrefixStore(group_name, store)))
 
 
-def make_backend(store: "torch.distributed.Store", rank: int, world_size: int, group_name: str, backend: str,
-                 timeout: timedelta) -> "torch.distributed.ProcessGroup":
+def make_backend(
+    store: torch.distributed.Store, rank: int, world_size: int, group_name: str, backend: str, timeout: timedelta
+) -> torch.distributed.ProcessGroup:
     """A ``ProcessGroupNCCL`` / ``ProcessGroupGloo`` of ``world_size`` ranks over ``store`` (already prefixed)."""
     import torch.distributed as dist
 
@@ -68,8 +69,16 @@ class WeightGroup:
     builds its communicator lazily, on the first broadcast). Members construct concurrently.
     """
 
-    def __init__(self, master_address: str, master_port: int, rank: int, world_size: int, group_name: str,
-                 backend: str = "nccl", timeout_s: float = 1800.0):
+    def __init__(
+        self,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        group_name: str,
+        backend: str = "nccl",
+        timeout_s: float = 1800.0,
+    ):
         from torch.distributed import TCPStore
 
         if not 0 <= rank < world_size:
@@ -77,8 +86,9 @@ class WeightGroup:
         self.rank, self.world_size, self.group_name, self.backend_name = rank, world_size, group_name, backend
         timeout = timedelta(seconds=timeout_s)
         self.store = TCPStore(master_address, int(master_port), world_size, is_master=rank == 0, timeout=timeout)
-        self.backend = make_backend(prefixed_store(self.store, group_name, backend), rank, world_size, group_name,
-                                    backend, timeout)
+        self.backend = make_backend(
+            prefixed_store(self.store, group_name, backend), rank, world_size, group_name, backend, timeout
+        )
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
     def broadcast(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
@@ -101,14 +111,18 @@ class WeightGroup:
         :class:`~roll.strategies.weight_buckets.BucketMeta`)."""
         tensors = [t if t.is_contiguous() else t.contiguous() for _, t in bucket]
         if any(t.device.type != self.device.type for t in tensors):
-            raise ValueError(f"weight group {self.group_name!r} ({self.backend_name}) sends {self.device.type} "
-                             f"tensors; move the bucket to {self.device.type} first")
+            raise ValueError(
+                f"weight group {self.group_name!r} ({self.backend_name}) sends {self.device.type} "
+                f"tensors; move the bucket to {self.device.type} first"
+            )
         self.broadcast(tensors)
 
     def receive_bucket(self, meta: BucketMeta) -> NamedTensors:
         """Rank > 0: allocate the tensors ``meta`` describes and receive them (what an engine does)."""
-        tensors = [torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-                   for dtype, shape in zip(meta.dtypes, meta.shapes)]
+        tensors = [
+            torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+            for dtype, shape in zip(meta.dtypes, meta.shapes)
+        ]
         self.broadcast(tensors)
         return list(zip(meta.names, tensors))
 

@@ -50,7 +50,8 @@ def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> li
     train, infer = list(mappings.get("actor_train") or []), list(mappings.get("actor_infer") or [])
     rank_of = {gpu: rank for rank, gpu in enumerate(train)}
     k = max(1, gpus_per_infer_worker)
-    return [[rank_of.get(g, 0) for g in infer[i:i + k]] for i in range(0, len(infer), k)]
+    return [[rank_of.get(g, 0) for g in infer[i : i + k]] for i in range(0, len(infer), k)]
+
 
 #: ``sync/mode`` values.
 MODE_IDS = {"copy": 0.0, "nccl": 1.0, "cuda_ipc": 2.0, "direct": 3.0}
@@ -83,9 +84,18 @@ def _free_bytes(directory: str) -> int:
 class WeightSync:
     """The actor_train -> actor_infer weight sync of a run; calling it syncs once and returns its metrics."""
 
-    def __init__(self, train: TrainProxy, infer: InferProxy, mode: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 engine_tp_size: int = 1, backend: str = "nccl", count_buckets: bool = False,
-                 ipc_routes: list[list[int]] | None = None, shared_dir: str | None = None):
+    def __init__(
+        self,
+        train: TrainProxy,
+        infer: InferProxy,
+        mode: str,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        engine_tp_size: int = 1,
+        backend: str = "nccl",
+        count_buckets: bool = False,
+        ipc_routes: list[list[int]] | None = None,
+        shared_dir: str | None = None,
+    ):
         """``engine_tp_size``: weight-group ranks per inference worker; ``backend``: of the weight group (nccl on
         GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push);
         ``ipc_routes`` (cuda_ipc): for each inference worker, the trainer rank on each of its GPUs, in order;
@@ -99,7 +109,7 @@ class WeightSync:
         self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan (nccl, cuda_ipc), asked once
 
     @classmethod
-    def from_config(cls, cfg: Any, train: TrainProxy, infer: InferProxy) -> "WeightSync":
+    def from_config(cls, cfg: Any, train: TrainProxy, infer: InferProxy) -> WeightSync:
         """The sync ``cfg`` asks for: mode from placement (and sglang's ``weight_sync`` key), bucket size and TP
         size from actor_infer's ``strategy_config``. Prints the mode and why."""
         from roll.distributed.placement import role_mappings, weight_sync_mode
@@ -111,15 +121,29 @@ class WeightSync:
         receives = spec.can("weight_group")
         mappings = role_mappings(cfg)
         requested = options.weight_sync if receives else "auto"  # only a weight-group receiver has the choice
-        mode, why = weight_sync_mode(mappings, cfg.distributed, receives, requested,
-                                     infer_supports_ipc=spec.can("ipc_weights"), infer_in_subprocess=receives)
+        mode, why = weight_sync_mode(
+            mappings,
+            cfg.distributed,
+            receives,
+            requested,
+            infer_supports_ipc=spec.can("ipc_weights"),
+            infer_in_subprocess=receives,
+        )
         tp = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(ic) if receives else 1
         one_machine = cfg.distributed == "ray" and not cfg.ray_address and not any(mappings.values())
         shared = SHARED_DIR if mode == "copy" and one_machine and os.path.isdir(SHARED_DIR) else None
         how = f", through shared memory in {shared}: a CPU run on one machine" if shared else ""
         print(f"[roll] weight sync actor_train -> actor_infer: {mode} ({why}{how})", flush=True)
-        return cls(train, infer, mode, options.weight_bucket_bytes, tp, count_buckets=receives,
-                   ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker), shared_dir=shared)
+        return cls(
+            train,
+            infer,
+            mode,
+            options.weight_bucket_bytes,
+            tp,
+            count_buckets=receives,
+            ipc_routes=ipc_routes(mappings, ic.num_gpus_per_worker),
+            shared_dir=shared,
+        )
 
     def __call__(self) -> dict[str, float]:
         """Sync once; returns ``time/sync`` and ``sync/*`` metrics (see the module docstring)."""
@@ -143,7 +167,7 @@ class WeightSync:
         if any(p is not None for p in self.train.share_weight_bucket(self.bucket_bytes)):
             raise RuntimeError(f"weight sync: the trainer has more weight buckets than its plan ({len(self.metas)})")
         nbytes = sum(BucketMeta(**m).nbytes for m in self.metas)
-        return {"time/sync_push": loading, "sync/buckets": float(len(self.metas)), "sync/gib": nbytes / 2 ** 30}
+        return {"time/sync_push": loading, "sync/buckets": float(len(self.metas)), "sync/gib": nbytes / 2**30}
 
     def _direct(self) -> dict[str, float]:
         """direct: the trainer's device buckets loaded by the receivers in this process (``distributed=local``)."""
@@ -152,7 +176,7 @@ class WeightSync:
             loading += max(self.infer.load_weights(bucket), default=0.0)
             buckets += 1
             nbytes += sum(tensor_nbytes(t) for _, t in bucket)
-        return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2 ** 30}
+        return {"time/sync_push": loading, "sync/buckets": float(buckets), "sync/gib": nbytes / 2**30}
 
     def _copy(self) -> dict[str, float]:
         if self.metas is None:  # sizes and buckets from the trainer's plan (fixed for a run), asked once
@@ -162,7 +186,7 @@ class WeightSync:
             seconds = self._through_shared_memory()
         else:
             seconds = copy_weights(self.train, self.infer)
-        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": total / 2 ** 30}
+        stats = {"time/sync_push": max(seconds, default=0.0), "sync/gib": total / 2**30}
         if self.count_buckets:
             stats["sync/buckets"] = float(len(self.metas))
         return stats
@@ -187,8 +211,11 @@ class WeightSync:
         hosting = self.train.host_weight_group(host, port, world, GROUP_NAME, self.backend)
         self.train.wait(hosting + joins)  # one wait: a side that fails is reported, not waited for
         self.metas = self.train.weight_bucket_metas(self.bucket_bytes)
-        print(f"[roll] weight group {GROUP_NAME!r} up: trainer + {n} engine(s) x TP {tp} = {world} ranks at "
-              f"{host}:{port} ({self.backend}), {len(self.metas)} buckets", flush=True)
+        print(
+            f"[roll] weight group {GROUP_NAME!r} up: trainer + {n} engine(s) x TP {tp} = {world} ranks at "
+            f"{host}:{port} ({self.backend}), {len(self.metas)} buckets",
+            flush=True,
+        )
 
     def _broadcast(self) -> dict[str, float]:
         if self.metas is None:
@@ -197,6 +224,7 @@ class WeightSync:
         sending = self.train.broadcast_weights(self.bucket_bytes, GROUP_NAME)
         sent = self.train.wait(sending + receiving)[0]  # fails fast if either side raises
         if int(sent["buckets"]) != len(self.metas):
-            raise RuntimeError(f"weight sync: the trainer sent {sent['buckets']:g} buckets, the engines expected "
-                               f"{len(self.metas)}")
-        return {"time/sync_push": sent["seconds"], "sync/buckets": sent["buckets"], "sync/gib": sent["bytes"] / 2 ** 30}
+            raise RuntimeError(
+                f"weight sync: the trainer sent {sent['buckets']:g} buckets, the engines expected {len(self.metas)}"
+            )
+        return {"time/sync_push": sent["seconds"], "sync/buckets": sent["buckets"], "sync/gib": sent["bytes"] / 2**30}

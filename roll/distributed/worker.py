@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -27,14 +28,28 @@ from roll.strategies.weight_buckets import tensor_nbytes
 class Worker:
     """Role ``role``, rank ``rank`` of ``world_size``; forwards calls to its strategy and times them."""
 
-    def __init__(self, role: str, config: WorkerConfig, rank: int, world_size: int, master_port: int,
-                 num_threads: int | None = None):
+    def __init__(
+        self,
+        role: str,
+        config: WorkerConfig,
+        rank: int,
+        world_size: int,
+        master_port: int,
+        num_threads: int | None = None,
+    ):
         if os.environ.get(LOCAL_GPUS) is not None:  # a GPU slot's actor: pick its GPUs before CUDA starts
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(os.environ.pop(LOCAL_GPUS),
-                                                                 os.environ.get("CUDA_VISIBLE_DEVICES"))
-        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "RANK": str(rank),
-                           "LOCAL_RANK": "0" if not torch.cuda.is_available() else os.environ.get("LOCAL_RANK", "0"),
-                           "WORLD_SIZE": str(world_size)})
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(
+                os.environ.pop(LOCAL_GPUS), os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+        os.environ.update(
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(master_port),
+                "RANK": str(rank),
+                "LOCAL_RANK": "0" if not torch.cuda.is_available() else os.environ.get("LOCAL_RANK", "0"),
+                "WORLD_SIZE": str(world_size),
+            }
+        )
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         if num_threads:
@@ -56,8 +71,9 @@ class Worker:
         self.strategy.initialize(ctx)
         return time.perf_counter() - start
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         with self._turns:
             version = self.policy_version
             outputs = self.strategy.generate(prompts, args, max_new_tokens)
@@ -83,8 +99,14 @@ class Worker:
         """Critic values ``{"values": (B, L-1)}`` (the critic role)."""
         return self.strategy.compute_values(batch)
 
-    def train_step(self, batch: Batch, loss_fn: Callable, lr: float | None = None, with_entropy: bool = False,
-                   return_log_probs: bool = False) -> dict[str, Any]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: Callable,
+        lr: float | None = None,
+        with_entropy: bool = False,
+        return_log_probs: bool = False,
+    ) -> dict[str, Any]:
         return self.strategy.train_step(batch, loss_fn, lr, with_entropy, return_log_probs)
 
     def reset_optimizer(self) -> None:
@@ -160,12 +182,15 @@ class Worker:
     def _needs(self, ability: str, purpose: str) -> None:
         """A TypeError naming the strategy when its registry entry does not declare ``ability``."""
         if not self.spec.can(ability):
-            raise TypeError(f"{self.role}: strategy {self.spec.name!r} cannot {purpose} (its registry entry "
-                            f"declares no {ability!r} ability)")
+            raise TypeError(
+                f"{self.role}: strategy {self.spec.name!r} cannot {purpose} (its registry entry "
+                f"declares no {ability!r} ability)"
+            )
 
     # ------------------------------------------------------------------ per-request generation (ability "submit")
-    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> list[str]:
+    def submit(
+        self, requests: list[tuple[str, list[int]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests on the engine; returns the engine's request ids."""
         self._needs("submit", "take single requests")
         sent = self.strategy.submit(requests, args, max_new_tokens)
@@ -193,8 +218,15 @@ class Worker:
         host = node_ip()
         return host, free_port(host)
 
-    def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                          group_name: str, backend: str = "nccl") -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str = "nccl",
+    ) -> None:
         """Join weight group ``group_name``. A receiving strategy (sglang) joins through its engine at
         ``rank_offset``; a training strategy's rank 0 is the sender (``rank_offset`` 0) and hosts the store, its
         other ranks take no part. Blocks until all ``world_size`` members joined: start the members together."""
@@ -202,13 +234,16 @@ class Worker:
             self.strategy.init_weight_group(master_address, master_port, rank_offset, world_size, group_name, backend)
             return
         if self.role != "actor_train":
-            raise TypeError(f"{self.role}: strategy {self.spec.name!r} can neither send weights by broadcast (only "
-                            f"actor_train does) nor receive them (no 'weight_group' ability)")
+            raise TypeError(
+                f"{self.role}: strategy {self.spec.name!r} can neither send weights by broadcast (only "
+                f"actor_train does) nor receive them (no 'weight_group' ability)"
+            )
         if self.rank == 0:
             if group_name in self.weight_groups:
                 raise RuntimeError(f"{self.role}: weight group {group_name!r} is already set up")
-            self.weight_groups[group_name] = WeightGroup(master_address, master_port, rank_offset, world_size,
-                                                         group_name, backend)
+            self.weight_groups[group_name] = WeightGroup(
+                master_address, master_port, rank_offset, world_size, group_name, backend
+            )
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
         """The sender's bucket plan (``BucketMeta`` as dicts): what receivers allocate, in broadcast order."""
@@ -263,10 +298,13 @@ class Worker:
         if not torch.cuda.is_available():
             return {}
         free, total = torch.cuda.mem_get_info()
-        return {"peak_allocated_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
-                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2 ** 30,
-                "reserved_gib": torch.cuda.memory_reserved() / 2 ** 30,
-                "gpu_used_gib": (total - free) / 2 ** 30, "gpu_total_gib": total / 2 ** 30}
+        return {
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "reserved_gib": torch.cuda.memory_reserved() / 2**30,
+            "gpu_used_gib": (total - free) / 2**30,
+            "gpu_total_gib": total / 2**30,
+        }
 
     def ping(self) -> Any:
         return self.role, self.rank, os.getpid()
@@ -286,8 +324,11 @@ def get_rng_state() -> dict[str, Any]:
 
     import numpy as np
 
-    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
-                             "torch": torch.get_rng_state()}
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

@@ -5,15 +5,19 @@ Importing ``roll.envs`` registers the built-in envs; build one with
 Envs import neither torch nor ray.
 """
 
-from roll.envs.base import Transition, TextEnv
+# Built-in envs: importing a module registers its env.
+# --- envs contributed by other components: add one import line each, below this marker ---
+from roll.envs import (  # noqa: E402,F401  (register themselves)
+    countdown,
+    frozen_lake,
+    gsm8k,  # noqa: E402,F401  (registers "gsm8k")
+    sokoban,
+    tool_use,  # noqa: E402,F401  (registers "tool_use")
+)
+from roll.envs.base import TextEnv, Transition
 from roll.envs.parsing import ActionParser
 from roll.envs.registry import get_env_class, list_envs, make_env, register_env
 
-# Built-in envs: importing a module registers its env.
-from roll.envs import countdown, frozen_lake, sokoban  # noqa: E402,F401  (register themselves)
-# --- envs contributed by other components: add one import line each, below this marker ---
-from roll.envs import gsm8k  # noqa: E402,F401  (registers "gsm8k")
-from roll.envs import tool_use  # noqa: E402,F401  (registers "tool_use")
 # --- end of contributed envs ---
 
 __all__ = [

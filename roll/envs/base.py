@@ -108,9 +108,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         self.action_format = action_format
         self.parser = ActionParser(action_format)
         self.render_mode = render_mode
-        self.observation_space = spaces.Text(
-            min_length=0, max_length=MAX_OBSERVATION_CHARS, charset=TEXT_CHARSET
-        )
+        self.observation_space = spaces.Text(min_length=0, max_length=MAX_OBSERVATION_CHARS, charset=TEXT_CHARSET)
         self.action_space = spaces.Text(min_length=0, max_length=MAX_ACTION_CHARS, charset=TEXT_CHARSET)
         self._valid_lookup = {a.lower(): a for a in self.valid_actions}
         self._num_steps = 0
@@ -151,9 +149,7 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         return {}
 
     # ----------------------------------------------------------------- gymnasium API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start a new episode; the same ``seed`` (and config) always gives the same start state.
 
         Returns:
@@ -238,8 +234,10 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         Raises:
             NotImplementedError: this env has no solver.
         """
-        raise NotImplementedError(f"{type(self).__name__} has no solver; solution() is available for "
-                                  "envs that ship one (sokoban, frozen_lake, countdown).")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no solver; solution() is available for "
+            "envs that ship one (sokoban, frozen_lake, countdown)."
+        )
 
     # ----------------------------------------------------------------- helpers
     @property

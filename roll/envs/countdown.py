@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 import operator
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,9 @@ class CountdownEnv(TextEnv):
         if not 2 <= num_numbers <= 6:
             raise ValueError(f"num_numbers={num_numbers!r} must be in [2, 6].")
         if not 1 <= min_number <= max_number:
-            raise ValueError(f"min_number={min_number!r}, max_number={max_number!r}: need 1 <= min_number <= max_number.")
+            raise ValueError(
+                f"min_number={min_number!r}, max_number={max_number!r}: need 1 <= min_number <= max_number."
+            )
         if max_target < 1:
             raise ValueError(f"max_target={max_target!r} must be >= 1.")
         self.num_numbers, self.min_number, self.max_number = int(num_numbers), int(min_number), int(max_number)

@@ -92,7 +92,8 @@ class FrozenLakeTextEnv(TextEnv):
         legend = ", ".join(f"{s} {name}" for s, name in SYMBOLS.items())
         slip = " The ice is slippery: you may slide sideways instead of moving as intended." if self.is_slippery else ""
         return (
-            "You are walking on a frozen lake. Reach the goal G without falling into a hole O." + slip
+            "You are walking on a frozen lake. Reach the goal G without falling into a hole O."
+            + slip
             + f" Symbols: {legend}. Actions: Left, Down, Right, Up. "
             "Answer with exactly one action, e.g. <answer>Down</answer>."
         )

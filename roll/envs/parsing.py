@@ -97,8 +97,10 @@ class ActionParser:
             return f"<answer>{action}</answer>"
         if self.action_format == "think_answer":
             return f"<think>{thought}</think><answer>{action}</answer>"
-        raise ValueError(f"action_format={self.action_format!r} is a custom regex, which has no canonical rendering "
-                         f"of an action for demonstrations; use 'answer' or 'think_answer' for the warm start")
+        raise ValueError(
+            f"action_format={self.action_format!r} is a custom regex, which has no canonical rendering "
+            f"of an action for demonstrations; use 'answer' or 'think_answer' for the warm start"
+        )
 
     def _parse_named(self, text: str) -> str | None:
         if self.action_format == "think_answer":
@@ -106,7 +108,7 @@ class ActionParser:
             if match is None:
                 return None
             # The answer block starts after </think>; only answers from there on count.
-            answers = self._answer_blocks(text[match.start(1) - len("<answer>"):])
+            answers = self._answer_blocks(text[match.start(1) - len("<answer>") :])
         else:
             answers = self._answer_blocks(text)
         return self._choose(answers)

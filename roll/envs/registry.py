@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import gymnasium
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,8 +58,17 @@ class Decoded:
     cache: Any
 
 
-def _process(scores: torch.Tensor, step: int, *, min_new_tokens: int, stop_ids: Sequence[int], sample: bool,
-             temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+def _process(
+    scores: torch.Tensor,
+    step: int,
+    *,
+    min_new_tokens: int,
+    stop_ids: Sequence[int],
+    sample: bool,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+) -> torch.Tensor:
     """``generate``'s logits processors and warpers, in its order, on float32 scores (B, V)."""
     if step < min_new_tokens:
         scores[:, list(stop_ids)] = float("-inf")
@@ -77,8 +87,16 @@ def _process(scores: torch.Tensor, step: int, *, min_new_tokens: int, stop_ids: 
     return scores
 
 
-def _layer_step(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor, col: int, mask: torch.Tensor | None) -> torch.Tensor:
+def _layer_step(
+    layer: Any,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    col: int,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
     """One decoder layer for one new token per row: ``x`` (B, hidden) at buffer column ``col``; ``mask`` (B, 1, 1,
     columns), True where attended, or None where every column is. The attention call is the one ``generate`` makes
     (its SDPA path), so that the logits agree bit for bit."""
@@ -87,16 +105,18 @@ def _layer_step(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     h = layer.input_layernorm(x)
     q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(batch, -1, dim)
     k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(batch, -1, dim)
-    keys[:, :, col] = k * cos + torch.cat((-k[..., dim // 2:], k[..., :dim // 2]), -1) * sin
+    keys[:, :, col] = k * cos + torch.cat((-k[..., dim // 2 :], k[..., : dim // 2]), -1) * sin
     values[:, :, col] = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(batch, -1, dim)
-    q = q * cos + torch.cat((-q[..., dim // 2:], q[..., :dim // 2]), -1) * sin
-    keys, values = keys[:, :, :col + 1], values[:, :, :col + 1]
+    q = q * cos + torch.cat((-q[..., dim // 2 :], q[..., : dim // 2]), -1) * sin
+    keys, values = keys[:, :, : col + 1], values[:, :, : col + 1]
     if mask is None:  # no padding: generate passes no mask, and grouped heads to SDPA
-        o = F.scaled_dot_product_attention(q[:, :, None], keys, values, scale=attn.scaling,
-                                           enable_gqa=q.shape[1] != keys.shape[1])
+        o = F.scaled_dot_product_attention(
+            q[:, :, None], keys, values, scale=attn.scaling, enable_gqa=q.shape[1] != keys.shape[1]
+        )
     else:  # query heads grouped by their key/value head, as generate's pack_gqa
-        o = F.scaled_dot_product_attention(q.view(batch, keys.shape[1], -1, dim), keys, values,
-                                           attn_mask=mask[..., :col + 1], scale=attn.scaling)
+        o = F.scaled_dot_product_attention(
+            q.view(batch, keys.shape[1], -1, dim), keys, values, attn_mask=mask[..., : col + 1], scale=attn.scaling
+        )
     x = x + F.linear(o.reshape(batch, -1), attn.o_proj.weight, attn.o_proj.bias)
     h = layer.post_attention_layernorm(x)
     gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
@@ -104,17 +124,30 @@ def _layer_step(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_arg(model_cls: type) -> str:
     """The forward's keyword for a key/value cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
 
 
 @torch.no_grad()
-def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, *,
-           past: Any = None, past_width: int = 0, do_sample: bool = True, temperature: float = 1.0, top_k: int = 0,
-           top_p: float = 1.0, min_new_tokens: int = 0, stop_ids: Sequence[int] = (), pad_id: int = 0,
-           keep_cache: bool = True) -> Decoded:
+def decode(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    past: Any = None,
+    past_width: int = 0,
+    do_sample: bool = True,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_new_tokens: int = 0,
+    stop_ids: Sequence[int] = (),
+    pad_id: int = 0,
+    keep_cache: bool = True,
+) -> Decoded:
     """Up to ``max_new_tokens`` tokens per row after left-padded ``input_ids`` (B, W) whose first ``past_width``
     columns already have keys and values in ``past`` (a ``DynamicCache``); stops early once every row has produced
     a stop id. Arguments mean what ``generate``'s do; ``keep_cache=False`` returns no cache."""
@@ -125,8 +158,14 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
     inner = model.model
     batch, width = input_ids.shape
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids[:, past_width:], attention_mask=attention_mask, use_cache=True, logits_to_keep=1,
-                position_ids=positions[:, past_width:], **{_cache_arg(type(model)): past})
+    out = model(
+        input_ids=input_ids[:, past_width:],
+        attention_mask=attention_mask,
+        use_cache=True,
+        logits_to_keep=1,
+        position_ids=positions[:, past_width:],
+        **{_cache_arg(type(model)): past},
+    )
     buffers = []
     for layer in out.past_key_values.layers:
         k = layer.keys.new_zeros((batch, layer.keys.shape[1], width + max_new_tokens, layer.keys.shape[-1]))
@@ -140,8 +179,14 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
     # every decode step's rotary cos/sin in one call: (B, N, head_dim) each
     steps = positions[:, -1:] + 1 + torch.arange(max_new_tokens, device=input_ids.device)
     rotary = inner.rotary_emb(buffers[0][0], steps)  # in the model's dtype, as generate's
-    sampling = dict(min_new_tokens=min_new_tokens, stop_ids=stop_ids, sample=do_sample, temperature=temperature,
-                    top_k=top_k, top_p=top_p)
+    sampling = dict(
+        min_new_tokens=min_new_tokens,
+        stop_ids=stop_ids,
+        sample=do_sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+    )
     stop = torch.tensor(list(stop_ids), dtype=torch.long, device=input_ids.device)
     unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
     logits = out.logits[:, -1, :].to(dtype=torch.float32)
@@ -160,7 +205,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
             break
         col = width + step
         x = inner.embed_tokens(token)
-        cos, sin = rotary[0][:, step:step + 1], rotary[1][:, step:step + 1]  # (B, 1, head_dim): over the heads
+        cos, sin = rotary[0][:, step : step + 1], rotary[1][:, step : step + 1]  # (B, 1, head_dim): over the heads
         for layer, (keys, values) in zip(inner.layers, buffers):
             x = _layer_step(layer, x, cos, sin, keys, values, col, mask)
         logits = model.lm_head(inner.norm(x)).to(dtype=torch.float32)
@@ -168,6 +213,5 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ma
     cache = DynamicCache([(k[:, :, :used], v[:, :, :used]) for k, v in buffers]) if keep_cache else None
     new = torch.stack(tokens, 1)
     # generate's own computation over all steps at once (a per-step log_softmax differs in the last bit)
-    log_probs = model.compute_transition_scores(torch.cat([input_ids, new], 1), tuple(processed),
-                                                normalize_logits=True)
+    log_probs = model.compute_transition_scores(torch.cat([input_ids, new], 1), tuple(processed), normalize_logits=True)
     return Decoded(new, log_probs, cache)

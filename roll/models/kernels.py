@@ -13,8 +13,13 @@ from __future__ import annotations
 import torch
 
 #: the Liger kernels applied; the fused cross-entropy ones are off (roll's log-prob pass owns the LM head)
-LIGER_OPTIONS = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
-                 "fused_linear_cross_entropy": False}
+LIGER_OPTIONS = {
+    "rope": True,
+    "rms_norm": True,
+    "swiglu": True,
+    "cross_entropy": False,
+    "fused_linear_cross_entropy": False,
+}
 
 
 def apply_liger(model: torch.nn.Module) -> torch.nn.Module:
@@ -24,18 +29,24 @@ def apply_liger(model: torch.nn.Module) -> torch.nn.Module:
     package, or for a model type Liger does not cover. RoPE is patched in the model's transformers module, so every
     model of that type in the process uses Liger's rotary kernel afterwards (same math)."""
     if not torch.cuda.is_available():
-        raise RuntimeError("model_args.use_liger_kernel: Liger's kernels are Triton kernels and need a CUDA GPU; "
-                           "set use_liger_kernel: false on CPU")
+        raise RuntimeError(
+            "model_args.use_liger_kernel: Liger's kernels are Triton kernels and need a CUDA GPU; "
+            "set use_liger_kernel: false on CPU"
+        )
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError as exc:
-        raise RuntimeError(f"model_args.use_liger_kernel: the liger-kernel package is not importable ({exc}); "
-                           f"pip install liger-kernel, or set use_liger_kernel: false") from None
+        raise RuntimeError(
+            f"model_args.use_liger_kernel: the liger-kernel package is not importable ({exc}); "
+            f"pip install liger-kernel, or set use_liger_kernel: false"
+        ) from None
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
     if apply is None:
-        raise RuntimeError(f"model_args.use_liger_kernel: Liger has no kernels for model type {model_type!r}; "
-                           f"it covers: {', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))}")
+        raise RuntimeError(
+            f"model_args.use_liger_kernel: Liger has no kernels for model type {model_type!r}; "
+            f"it covers: {', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))}"
+        )
     import inspect
 
     accepted = inspect.signature(apply).parameters

@@ -29,8 +29,13 @@ def scoring_attention(attn_implementation: str | None, dtype: str, packed: bool)
     return varlen.register() if varlen.available() else None
 
 
-def load_causal_lm(path: str, dtype: str = "fp32", attn_implementation: str | None = None,
-                   trust_remote_code: bool = False, use_liger_kernel: bool = False) -> torch.nn.Module:
+def load_causal_lm(
+    path: str,
+    dtype: str = "fp32",
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+    use_liger_kernel: bool = False,
+) -> torch.nn.Module:
     """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names; ``use_liger_kernel``: with Liger's fused
     kernels (:func:`roll.models.kernels.apply_liger`)."""
     from transformers import AutoModelForCausalLM

@@ -22,8 +22,8 @@ Output frame (every mode): index ``t`` of row ``i`` holds ``log p(input_ids[i, t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -32,7 +32,7 @@ from roll.models.prefix_sharing import pair_cost, shared_prefix_layout
 
 #: Logit elements per chunk of the LM-head pass (2**28: 0.5 GiB of bf16 logits; eager, each of the three fp32
 #: temporaries is 1 GiB).
-CHUNK_ELEMENTS = 2 ** 28
+CHUNK_ELEMENTS = 2**28
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,9 @@ def pack_layout(attention_mask: torch.Tensor) -> PackedLayout:
     return PackedLayout(index=index, position_ids=positions[None], scored=scored)
 
 
-def logit_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float,
-                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def logit_stats(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One chunk's ``log p(label)``, ``log Z`` and entropy (zeros when off), float32: logits (n, V) in any float
     dtype, labels (n,) -> three (n,). ``H = log Z - E_p[z]``."""
     z = logits.float()
@@ -73,9 +74,16 @@ def logit_stats(logits: torch.Tensor, labels: torch.Tensor, temperature: float,
     return log_probs, log_z, entropy
 
 
-def logit_grad(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, entropy: torch.Tensor,
-               grad_lp: torch.Tensor, grad_ent: torch.Tensor | None, temperature: float,
-               out_dtype: torch.dtype) -> torch.Tensor:
+def logit_grad(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    log_z: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_lp: torch.Tensor,
+    grad_ent: torch.Tensor | None,
+    temperature: float,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
     """Gradient of ``sum(grad_lp * log p(label) + grad_ent * H)`` with respect to one chunk's logits (n, V), in
     ``out_dtype``: ``d lp / dz = (onehot(label) - p) / t`` and ``d H / dz = -p (log p + H) / t``."""
     z = logits.float()
@@ -92,9 +100,16 @@ def logit_grad(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, 
     return grad.to(out_dtype)
 
 
-def _logit_grad_eager(logits: torch.Tensor, labels: torch.Tensor, log_z: torch.Tensor, entropy: torch.Tensor,
-                      grad_lp: torch.Tensor, grad_ent: torch.Tensor | None, temperature: float,
-                      out_dtype: torch.dtype) -> torch.Tensor:
+def _logit_grad_eager(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    log_z: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_lp: torch.Tensor,
+    grad_ent: torch.Tensor | None,
+    temperature: float,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
     """:func:`logit_grad` in place, for eager PyTorch: three fp32 temporaries of the chunk's size instead of about
     six, and the same operations in the same order as roll's earlier releases (fixed-seed CPU runs stay bit for
     bit the same). ``logits`` may be overwritten."""
@@ -127,8 +142,14 @@ def _kernels(device: torch.device, compiled: bool) -> tuple[Callable, Callable]:
     return _COMPILED["stats"], _COMPILED["grad"]
 
 
-def _head_chunk(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
-                with_entropy: bool, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _head_chunk(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    compiled: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """log p(label) and entropy of one chunk: hidden (n, H), labels (n,) -> (n,), (n,) (entropy 0 when off)."""
     stats, _ = _kernels(hidden.device, compiled)
     log_probs, _, entropy = stats(head(hidden), labels, temperature, with_entropy)
@@ -155,8 +176,16 @@ class LinearLogProbs(torch.autograd.Function):
         _, grad_fn = _kernels(hidden.device, ctx.compiled)
         if grad_lp is None:
             grad_lp = torch.zeros_like(log_z)
-        grad = grad_fn(hidden @ weight.t(), labels, log_z, entropy, grad_lp,
-                       grad_ent if ctx.with_entropy else None, ctx.temperature, hidden.dtype)
+        grad = grad_fn(
+            hidden @ weight.t(),
+            labels,
+            log_z,
+            entropy,
+            grad_lp,
+            grad_ent if ctx.with_entropy else None,
+            ctx.temperature,
+            hidden.dtype,
+        )
         grad_hidden = grad @ weight if ctx.needs_input_grad[0] else None
         grad_weight = grad.t() @ hidden if ctx.needs_input_grad[1] else None
         return grad_hidden, grad_weight, None, None, None, None
@@ -166,8 +195,13 @@ def _fusable(head: torch.nn.Module) -> bool:
     """A bias-free linear head whose full weight is a plain tensor in this process: not a ZeRO-3 shard or an FSDP2
     DTensor shard (a head sharded as its own unit), which only the module's own forward gathers."""
     weight = getattr(head, "weight", None)
-    return (isinstance(head, torch.nn.Linear) and head.bias is None and weight is not None
-            and not hasattr(weight, "ds_id") and not _is_dtensor(weight))
+    return (
+        isinstance(head, torch.nn.Linear)
+        and head.bias is None
+        and weight is not None
+        and not hasattr(weight, "ds_id")
+        and not _is_dtensor(weight)
+    )
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:
@@ -179,9 +213,16 @@ def _is_dtensor(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0,
-                   with_entropy: bool = False, chunk_tokens: int | None = None, compiled: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def head_log_probs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+    compiled: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log softmax(head(hidden) / temperature)[labels]`` and the entropy, chunk by chunk: (n, H), (n,) -> (n,).
 
     Under autograd each chunk runs :class:`LinearLogProbs` (a bias-free linear head), or else is checkpointed
@@ -193,7 +234,7 @@ def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Te
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     fused = grad and _fusable(head)
     for start in range(0, hidden.shape[0], chunk):
-        h, y = hidden[start:start + chunk], labels[start:start + chunk]
+        h, y = hidden[start : start + chunk], labels[start : start + chunk]
         if fused:
             lp, ent = LinearLogProbs.apply(h, head.weight, y, temperature, with_entropy, compiled)
         elif grad:
@@ -208,8 +249,9 @@ def head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Te
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 
-def final_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                        position_ids: torch.Tensor) -> torch.Tensor:
+def final_hidden_states(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+) -> torch.Tensor:
     """The decoder's output (after its final norm), (B, L, H), from a forward through ``model`` itself (so that
     wrappers such as a DeepSpeed engine see the call) with the LM head applied to one position only."""
     module = getattr(model, "module", model)  # a DeepSpeed engine wraps the HF model
@@ -221,8 +263,13 @@ def final_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, attenti
 
     handle = decoder.register_forward_hook(keep)
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-              logits_to_keep=1)
+        model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=1,
+        )
     finally:
         handle.remove()
     return captured[-1]
@@ -235,8 +282,9 @@ def is_right_padded(attention_mask: torch.Tensor) -> bool:
     return bool((attention_mask.bool() == prefix).all())
 
 
-def _padded_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
-                          attention_mask: torch.Tensor) -> torch.Tensor:
+def _padded_hidden_states(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Final hidden states of a padded batch. Right-padded rows run without a mask (plain causal attention, the
     fused kernels' fast path): a real token only sees earlier tokens, which are all real, so its output is the
     masked forward's; only the padding positions' outputs differ, and nothing reads them. Other layouts (left
@@ -248,10 +296,18 @@ def _padded_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor,
     return final_hidden_states(model, input_ids, attention_mask, positions)
 
 
-def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                    with_entropy: bool = False, temperature: float = 1.0, pack: bool = False,
-                    share_prefix: bool = False, chunk_tokens: int | None = None, compiled: bool = False
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    with_entropy: bool = False,
+    temperature: float = 1.0,
+    pack: bool = False,
+    share_prefix: bool = False,
+    chunk_tokens: int | None = None,
+    compiled: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]): (B, L) -> log_probs (B, L-1) float32 [, entropy (B, L-1)].
 
     ``pack``: run the real tokens as one packed row (no padding; see the module docstring). ``share_prefix``: run
@@ -273,9 +329,15 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         mask = shared.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
         hidden = final_hidden_states(model, shared.input_ids.to(device), mask, shared.position_ids.to(device))
         hidden = hidden.reshape(-1, hidden.shape[-1])
-        lp, e = head_log_probs(head, hidden[shared.src.to(device)], shared.labels.to(device),
-                               temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
-                               compiled=compiled)
+        lp, e = head_log_probs(
+            head,
+            hidden[shared.src.to(device)],
+            shared.labels.to(device),
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+            compiled=compiled,
+        )
         pick = shared.pick.to(device)
         lp, e = lp[pick], (e[pick] if with_entropy else None)
         dest = shared.dest.to(device)
@@ -284,8 +346,15 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         flat_ids = input_ids.flatten()[layout.index]  # (N,)
         hidden = final_hidden_states(model, flat_ids[None], None, layout.position_ids.to(input_ids.device))[0]
         src = layout.scored.nonzero().flatten()  # packed token j predicts packed token j + 1
-        lp, e = head_log_probs(head, hidden[src], flat_ids[src + 1], temperature=temperature,
-                               with_entropy=with_entropy, chunk_tokens=chunk_tokens, compiled=compiled)
+        lp, e = head_log_probs(
+            head,
+            hidden[src],
+            flat_ids[src + 1],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+            compiled=compiled,
+        )
         rows = torch.div(layout.index[src], length, rounding_mode="floor")
         cols = layout.index[src] - rows * length
         dest = rows * (length - 1) + cols  # same (row, position) in the (B, L-1) frame
@@ -293,9 +362,15 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         hidden = _padded_hidden_states(model, input_ids, attention_mask)[:, :-1]  # (B, L-1, H)
         scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
         dest = scored.flatten().nonzero().flatten()
-        lp, e = head_log_probs(head, hidden.reshape(-1, hidden.shape[-1])[dest], input_ids[:, 1:].flatten()[dest],
-                               temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
-                               compiled=compiled)
+        lp, e = head_log_probs(
+            head,
+            hidden.reshape(-1, hidden.shape[-1])[dest],
+            input_ids[:, 1:].flatten()[dest],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+            compiled=compiled,
+        )
     out = out.flatten().index_put((dest,), lp).view(batch, length - 1)
     if with_entropy:
         ent = ent.flatten().index_put((dest,), e).view(batch, length - 1)

@@ -91,8 +91,9 @@ def plan_rows(samples: list[list[int]], max_row: int, pair: float = 0.0) -> list
     return rows
 
 
-def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         pair: float = 0.0) -> SharedPrefixLayout | None:
+def shared_prefix_layout(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, pair: float = 0.0
+) -> SharedPrefixLayout | None:
     """The :class:`SharedPrefixLayout` of a ``(B, L)`` batch whose rows each hold one contiguous run of real tokens
     (left or right padding), on the CPU, planned by :func:`plan_rows` (``pair``: its attention cost); None when a
     row's real tokens are not contiguous or no two samples share a row."""
@@ -104,7 +105,7 @@ def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     cols = torch.arange(length)[None]
     if not bool((mask == ((cols >= starts[:, None]) & (cols < (starts + lengths)[:, None]))).all()):
         return None
-    samples = [ids[i, s:s + n].tolist() for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist()))]
+    samples = [ids[i, s : s + n].tolist() for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist()))]
     plan = plan_rows(samples, MAX_ROW_WIDTHS * length, pair)
     if len(plan) == batch:  # nothing shared: the padded forward is cheaper (no mask)
         return None
@@ -128,9 +129,9 @@ def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor,
         for j, m in enumerate(members):
             tokens, n = samples[m], len(samples[m])
             own = n - prefix
-            row_ids[g, offset:offset + own] = torch.tensor(tokens[prefix:], dtype=ids.dtype)
-            positions[g, offset:offset + own] = torch.arange(prefix, n)
-            segment[g, offset:offset + own] = j + 1
+            row_ids[g, offset : offset + own] = torch.tensor(tokens[prefix:], dtype=ids.dtype)
+            positions[g, offset : offset + own] = torch.arange(prefix, n)
+            segment[g, offset : offset + own] = j + 1
             frame = m * (length - 1) + int(starts[m])  # this sample's position 0 in the (B, L-1) frame
             dest.extend(range(frame, frame + prefix - 1))
             pick.extend(range(first, first + prefix - 1))
@@ -147,5 +148,12 @@ def shared_prefix_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     allowed = causal & ((k == 0) | (k == q))
     as_long = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
-    return SharedPrefixLayout(input_ids=row_ids, position_ids=positions, allowed=allowed[:, None],
-                              src=as_long(src), labels=as_long(labels), dest=as_long(dest), pick=as_long(pick))
+    return SharedPrefixLayout(
+        input_ids=row_ids,
+        position_ids=positions,
+        allowed=allowed[:, None],
+        src=as_long(src),
+        labels=as_long(labels),
+        dest=as_long(dest),
+        pick=as_long(pick),
+    )

@@ -11,8 +11,8 @@ import hashlib
 import json
 import random
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 #: Chat template in the Qwen style: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message.
 CHAT_TEMPLATE = (
@@ -66,25 +66,46 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKEN_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + MARKUP_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + MARKUP_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(list(corpus), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=["<|im_start|>"], padding_side="left",
-                                   clean_up_tokenization_spaces=False)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_size: int = 512,
-                     num_hidden_layers: int = 4, num_attention_heads: int = 4, num_key_value_heads: int = 2,
-                     vocab_size: int = 1024, max_position_embeddings: int = 2048, initializer_range: float = 0.1,
-                     seed: int = 0, corpus: Iterable[str] | None = None) -> Path:
+def build_tiny_model(
+    path: str | Path,
+    *,
+    hidden_size: int = 128,
+    intermediate_size: int = 512,
+    num_hidden_layers: int = 4,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    vocab_size: int = 1024,
+    max_position_embeddings: int = 2048,
+    initializer_range: float = 0.1,
+    seed: int = 0,
+    corpus: Iterable[str] | None = None,
+) -> Path:
     """Build tokenizer + random Qwen2 model and ``save_pretrained`` both into ``path``; returns ``path``.
 
     ``roll_tiny.json`` in the directory records the build arguments (and a digest of the corpus), so
@@ -98,16 +119,22 @@ def build_tiny_model(path: str | Path, *, hidden_size: int = 128, intermediate_s
     lines = env_corpus() if corpus is None else list(corpus)
     tokenizer = build_tokenizer(lines, vocab_size)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
-        initializer_range=initializer_range, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     spec = build_spec(**arguments, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
@@ -142,14 +169,18 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
         record = path / SPEC_FILE
         if record.is_file():
             corpus = kwargs.get("corpus")
-            wanted = json.loads(json.dumps(build_spec(**{**_defaults(), **kwargs,
-                                                         "corpus": None if corpus is None else list(corpus)})))
+            wanted = json.loads(
+                json.dumps(build_spec(**{**_defaults(), **kwargs, "corpus": None if corpus is None else list(corpus)}))
+            )
             have = json.loads(record.read_text())
             diff = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
             if diff:
-                print(f"[roll] warning: the tiny model at {path} was built with other arguments "
-                      f"({', '.join(f'{k}: {have.get(k)!r} there, {wanted.get(k)!r} asked' for k in diff)}); "
-                      f"using it as it is. Delete the directory to rebuild it.", flush=True)
+                print(
+                    f"[roll] warning: the tiny model at {path} was built with other arguments "
+                    f"({', '.join(f'{k}: {have.get(k)!r} there, {wanted.get(k)!r} asked' for k in diff)}); "
+                    f"using it as it is. Delete the directory to rebuild it.",
+                    flush=True,
+                )
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     return build_tiny_model(path, **kwargs)

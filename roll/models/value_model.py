@@ -12,8 +12,9 @@ import torch
 from roll.models.loading import DTYPES
 
 
-def load_value_model(path: str, dtype: str = "fp32", attn_implementation: str | None = None,
-                     trust_remote_code: bool = False) -> torch.nn.Module:
+def load_value_model(
+    path: str, dtype: str = "fp32", attn_implementation: str | None = None, trust_remote_code: bool = False
+) -> torch.nn.Module:
     """The value model of ``path``: backbone weights from the checkpoint, head ``hidden -> 1`` (zero when new).
 
     Dropout before the head is off (``classifier_dropout=0``): a value target must not be noisy.
@@ -22,8 +23,12 @@ def load_value_model(path: str, dtype: str = "fp32", attn_implementation: str | 
 
     config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
     config.classifier_dropout = 0.0  # read by the token-classification head in place of its default 0.1
-    kwargs = {"config": config, "dtype": DTYPES[dtype], "trust_remote_code": trust_remote_code,
-              "output_loading_info": True}
+    kwargs = {
+        "config": config,
+        "dtype": DTYPES[dtype],
+        "trust_remote_code": trust_remote_code,
+        "output_loading_info": True,
+    }
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model, info = AutoModelForTokenClassification.from_pretrained(path, **kwargs)
@@ -31,8 +36,10 @@ def load_value_model(path: str, dtype: str = "fp32", attn_implementation: str | 
     params = dict(model.named_parameters())
     backbone_missing = [n for n in missing if n in params and not n.startswith(_head_prefix(model))]
     if backbone_missing:
-        raise ValueError(f"critic: {path} lacks backbone weights {sorted(backbone_missing)[:3]}...; point the "
-                         "critic's model_name_or_path at a checkpoint of the policy's architecture")
+        raise ValueError(
+            f"critic: {path} lacks backbone weights {sorted(backbone_missing)[:3]}...; point the "
+            "critic's model_name_or_path at a checkpoint of the policy's architecture"
+        )
     with torch.no_grad():
         for name in missing:
             if name in params:

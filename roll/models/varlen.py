@@ -53,8 +53,13 @@ def _kernel_options() -> dict[str, Any]:
 _CACHE: dict[str, Any] = {}  # the sequence layout of the current forward (computed once, used by every layer)
 
 
-def sequence_layout(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, batch: int,
-                    length: int, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor, int]:
+def sequence_layout(
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    batch: int,
+    length: int,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, torch.Tensor, int]:
     """``(index of the real tokens in the flattened (B*T) layout or None, cumulative lengths (N+1,) int32, longest)``
     (see the module docstring for how sequences are found)."""
     key = (id(attention_mask), id(position_ids), batch, length)
@@ -78,16 +83,25 @@ def sequence_layout(attention_mask: torch.Tensor | None, position_ids: torch.Ten
     return value
 
 
-def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: torch.Tensor | None, dropout: float = 0.0,
-                             scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def varlen_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers attention function: query (B, Hq, T, D), key/value (B, Hkv, T, D) -> (B, T, Hq, D)."""
     from torch.nn.attention.varlen import varlen_attn
 
     batch, heads, length, dim = query.shape
     if key.shape[2] != length:
-        raise ValueError(f"roll_varlen: {key.shape[2]} keys for {length} queries; it serves training and scoring "
-                         f"passes without a KV cache (generate with sdpa)")
+        raise ValueError(
+            f"roll_varlen: {key.shape[2]} keys for {length} queries; it serves training and scoring "
+            f"passes without a KV cache (generate with sdpa)"
+        )
     if dropout:
         raise ValueError("roll_varlen: attention dropout is not supported (RL training uses none)")
     options = _kernel_options()

@@ -40,13 +40,22 @@ class AgenticPipeline(Pipeline):
         self.build_tiny_model()
         self.start_roles(extra_cpus=manager_cpus(cfg))
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args.model_name_or_path)
-        self.dumps = TrajectoryDumps(self.log_dir, cfg.trajectory_dump_steps, cfg.trajectory_dump_max,
-                                     self.tokenizer, "agentic", env_descriptions(cfg))
+        self.dumps = TrajectoryDumps(
+            self.log_dir,
+            cfg.trajectory_dump_steps,
+            cfg.trajectory_dump_max,
+            self.tokenizer,
+            "agentic",
+            env_descriptions(cfg),
+        )
         use_ray, infer = cfg.distributed == "ray", self.roles.actor_infer
         path = cfg.actor_infer.model_args.model_name_or_path
         self.train_rollout = RolloutScheduler(cfg, cfg.train_env_manager, "train", path, infer, use_ray)
-        self.val_rollout = (RolloutScheduler(cfg, cfg.val_env_manager, "val", path, infer, use_ray)
-                            if cfg.val_env_manager is not None else None)
+        self.val_rollout = (
+            RolloutScheduler(cfg, cfg.val_env_manager, "val", path, infer, use_ray)
+            if cfg.val_env_manager is not None
+            else None
+        )
         self.start_tracker(run_id)
 
     # ------------------------------------------------------------------ phases
@@ -57,10 +66,14 @@ class AgenticPipeline(Pipeline):
         cfg, sft = self.cfg, self.cfg.sft_warmup
         tag = sft.tag or cfg.train_env_manager.tags[0]
         spec = cfg.custom_envs[tag]
-        kwargs = {"format_penalty": cfg.train_env_manager.format_penalty,
-                  "action_format": cfg.train_env_manager.action_format, **dict(spec.env_config)}
-        batches = make_demo_batches(spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps,
-                                    sft.seed)
+        kwargs = {
+            "format_penalty": cfg.train_env_manager.format_penalty,
+            "action_format": cfg.train_env_manager.action_format,
+            **dict(spec.env_config),
+        }
+        batches = make_demo_batches(
+            spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps, sft.seed
+        )
         return self.train_sft(batches, len(batches), sft.learning_rate, sft.reset_optimizer)
 
     def validate(self, step: int) -> dict[str, float]:
@@ -87,9 +100,12 @@ class AgenticPipeline(Pipeline):
         t = time.perf_counter()
         if cfg.async_generation_ratio:  # the env managers play on across steps; the oldest finished groups
             rollout = self.train_rollout
-            producers = self.start_producers(rollout.produce, rollout.units,
-                                             cfg.rollout_batch_size // cfg.train_env_manager.group_size,
-                                             decode_groups)
+            producers = self.start_producers(
+                rollout.produce,
+                rollout.units,
+                cfg.rollout_batch_size // cfg.train_env_manager.group_size,
+                decode_groups,
+            )
             trajs, rollout_times = rollout.take(producers.buffer, step, cfg.rollout_batch_size)
         else:
             trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
@@ -103,7 +119,8 @@ class AgenticPipeline(Pipeline):
         modes = {tag: spec.trajectory_mode for tag, spec in cfg.custom_envs.items()}
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id, modes)
         batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(
-            trajs, batch["input_ids"].shape[1], modes)
+            trajs, batch["input_ids"].shape[1], modes
+        )
         timings["rollout/template_breaks"] = float(sum(t.template_breaks for t in trajs))
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         # 3. log-probs (old, reference) and values under the policy that acted

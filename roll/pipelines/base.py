@@ -13,8 +13,9 @@ import shlex
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from roll.agentic.async_buffer import Group, Producers
 from roll.data.batch import Batch
@@ -22,9 +23,9 @@ from roll.distributed.roles import Roles
 from roll.distributed.weight_sync import WeightSync
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.errors import RunStopped
-from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
 from roll.pipelines.loss_fns import SFT_LOSS
 from roll.pipelines.ppo import PPOTrainer
+from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
 from roll.tracking.rewind import prune_step_dumps
 
 
@@ -77,8 +78,9 @@ class Pipeline(ABC):
         self.roles = start_roles(self.cfg, extra_cpus)
         self.groups = self.roles.groups
         self.phases = colocation_phases(self.cfg)
-        self.trainer = PPOTrainer(self.cfg, self.roles, self.sync_infer,
-                                  infer_released=lambda: "actor_infer" in self.phases.offloaded)
+        self.trainer = PPOTrainer(
+            self.cfg, self.roles, self.sync_infer, infer_released=lambda: "actor_infer" in self.phases.offloaded
+        )
 
     def start_tracker(self, run_id: str | None, **tracker_kwargs: Any) -> None:
         """The tracker of ``track_with`` (``run_id``: continue that run, when resuming)."""
@@ -86,9 +88,14 @@ class Pipeline(ABC):
         from roll.tracking import make_tracker
 
         cfg = self.cfg
-        self.tracker = make_tracker(cfg.track_with, exp_name=cfg.exp_name, log_dir=str(self.log_dir),
-                                    config=to_dict(cfg), tracker_kwargs={**tracker_kwargs, **dict(cfg.tracker_kwargs)},
-                                    run_id=run_id)
+        self.tracker = make_tracker(
+            cfg.track_with,
+            exp_name=cfg.exp_name,
+            log_dir=str(self.log_dir),
+            config=to_dict(cfg),
+            tracker_kwargs={**tracker_kwargs, **dict(cfg.tracker_kwargs)},
+            run_id=run_id,
+        )
 
     @property
     def kl_ctl(self) -> Any:
@@ -108,8 +115,10 @@ class Pipeline(ABC):
             if (i + 1) % max(1, steps // 10) == 0:
                 print(f"[sft warm start] step {i + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
             if budget and time.perf_counter() - start >= budget and i + 1 < steps:
-                print(f"[sft warm start] max_train_minutes={self.cfg.max_train_minutes} reached after step {i + 1}",
-                      flush=True)
+                print(
+                    f"[sft warm start] max_train_minutes={self.cfg.max_train_minutes} reached after step {i + 1}",
+                    flush=True,
+                )
                 break
         if reset_optimizer:
             train.reset_optimizer()
@@ -117,8 +126,13 @@ class Pipeline(ABC):
         for role in (self.roles.reference, self.roles.critic):
             if role is not None:
                 sync_weights(train, role)
-        return {"sft/final_loss": losses[-1], "sft/first_loss": losses[0], "sft/steps": len(losses),
-                "time/sft": time.perf_counter() - start, "time/sft_sync": synced["time/sync"]}
+        return {
+            "sft/final_loss": losses[-1],
+            "sft/first_loss": losses[0],
+            "sft/steps": len(losses),
+            "time/sft": time.perf_counter() - start,
+            "time/sft_sync": synced["time/sync"],
+        }
 
     @abstractmethod
     def setup(self, run_id: str | None = None) -> None:
@@ -160,12 +174,24 @@ class Pipeline(ABC):
             self.producers.buffer.set_version(self.policy_version)
         return stats
 
-    def start_producers(self, produce: Callable[[int, int, int], list[Group]], units: list[int],
-                        batch_groups: int, decode: Callable[[Any], Any] = lambda x: x) -> Producers:
+    def start_producers(
+        self,
+        produce: Callable[[int, int, int], list[Group]],
+        units: list[int],
+        batch_groups: int,
+        decode: Callable[[Any], Any] = lambda x: x,
+    ) -> Producers:
         """Start the asynchronous rollout producers (once; from the checkpointed state when resuming)."""
         if self.producers is None:
-            self.producers = Producers.start(int(self.cfg.async_generation_ratio), batch_groups, self.policy_version,
-                                             produce, units, self.async_state, decode)
+            self.producers = Producers.start(
+                int(self.cfg.async_generation_ratio),
+                batch_groups,
+                self.policy_version,
+                produce,
+                units,
+                self.async_state,
+                decode,
+            )
             self.async_state = None
         return self.producers
 
@@ -227,8 +253,11 @@ class Pipeline(ABC):
                     if stop:
                         raise RunStopped(stop)
                     if out_of_time and step < cfg.max_steps:
-                        print(f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
-                              f"({self.train_seconds:.0f} s of training)", flush=True)
+                        print(
+                            f"[roll] max_train_minutes={cfg.max_train_minutes} reached after step {step} "
+                            f"({self.train_seconds:.0f} s of training)",
+                            flush=True,
+                        )
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
             self.stop_producers(interrupted=isinstance(exc, KeyboardInterrupt))
@@ -257,11 +286,13 @@ class Pipeline(ABC):
         limit = self.cfg.max_skipped_updates
         if not limit or self.skipped_in_a_row < limit:
             return None
-        return (f"the actor's last {self.skipped_in_a_row} updates (steps {step - self.skipped_in_a_row + 1}-{step}) "
-                f"had a non-finite gradient norm (actor/grad_norm={norm}), which the optimizer skips: nothing is being "
-                f"learned. "
-                f"Look for NaN/inf in rewards, advantages or the loss (strict_data_check=true checks every batch), "
-                f"or lower the learning rate; max_skipped_updates={limit} sets this limit (0 = never stop)")
+        return (
+            f"the actor's last {self.skipped_in_a_row} updates (steps {step - self.skipped_in_a_row + 1}-{step}) "
+            f"had a non-finite gradient norm (actor/grad_norm={norm}), which the optimizer skips: nothing is being "
+            f"learned. "
+            f"Look for NaN/inf in rewards, advantages or the loss (strict_data_check=true checks every batch), "
+            f"or lower the learning rate; max_skipped_updates={limit} sets this limit (0 = never stop)"
+        )
 
     def resume_hint(self, step: int, exc: BaseException) -> str:
         """One line for a run that stopped early: at which step, and the command that resumes it from the newest
@@ -269,10 +300,10 @@ class Pipeline(ABC):
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
         found = ckpt.list_checkpoints(self.output_dir)
         if not found:
-            return (f"[roll] run {why} at step {step}; no checkpoint to resume from (save_steps="
-                    f"{self.cfg.save_steps})")
-        return (f"[roll] run {why} at step {step}; resume from the step-{found[-1][0]} checkpoint with: "
-                f"{resume_command()}")
+            return f"[roll] run {why} at step {step}; no checkpoint to resume from (save_steps={self.cfg.save_steps})"
+        return (
+            f"[roll] run {why} at step {step}; resume from the step-{found[-1][0]} checkpoint with: {resume_command()}"
+        )
 
     def out_of_time(self) -> bool:
         """Whether ``max_train_minutes`` (0 = off) has been spent."""
@@ -280,11 +311,18 @@ class Pipeline(ABC):
 
     def save(self, step: int) -> None:
         """Write checkpoint ``step`` (see :mod:`roll.pipelines.checkpoint`)."""
-        state = {"seed": self.cfg.seed, "kl_ctl": self.kl_ctl.state_dict(), "tracker_run_id": self.tracker.run_id,
-                 "train_seconds": self.train_seconds, "policy_version": self.policy_version, **self.driver_state()}
+        state = {
+            "seed": self.cfg.seed,
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "tracker_run_id": self.tracker.run_id,
+            "train_seconds": self.train_seconds,
+            "policy_version": self.policy_version,
+            **self.driver_state(),
+        }
         try:
-            path = ckpt.save_checkpoint(self.output_dir, step, self.roles, state,
-                                        int(self.cfg.checkpoint_config.get("max_to_keep", 0)))
+            path = ckpt.save_checkpoint(
+                self.output_dir, step, self.roles, state, int(self.cfg.checkpoint_config.get("max_to_keep", 0))
+            )
         finally:
             if self.producers is not None:  # drained by driver_state: admit again once the workers are saved
                 self.producers.buffer.release()
@@ -296,8 +334,10 @@ class Pipeline(ABC):
         """Restore checkpoint ``path`` into the workers and the driver, sync the actor; returns its step."""
         state = ckpt.load_checkpoint(path, self.roles)
         if state["seed"] != self.cfg.seed:
-            raise ValueError(f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
-                             f"resume with the same seed ({self.seed_determines} derive from it)")
+            raise ValueError(
+                f"seed={self.cfg.seed} but checkpoint {path} was written with seed={state['seed']}; "
+                f"resume with the same seed ({self.seed_determines} derive from it)"
+            )
         # the steps after the checkpoint are replayed: each log and dump keeps them once
         self.tracker.rewind(int(state["step"]))
         self.prune_dumps(int(state["step"]))

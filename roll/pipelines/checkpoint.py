@@ -61,14 +61,17 @@ def resolve_resume(resume_from_checkpoint: Any, output_dir: str | Path) -> Path 
         return found[-1][1] if found else None
     path = Path(str(resume_from_checkpoint))
     if not is_complete(path):
-        raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: not a complete checkpoint (no "
-                         f"{COMPLETE} marker; an interrupted save is never resumed from). Complete ones in "
-                         f"{checkpoints_root(output_dir)}: {[str(p) for _, p in list_checkpoints(output_dir)]}")
+        raise ValueError(
+            f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: not a complete checkpoint (no "
+            f"{COMPLETE} marker; an interrupted save is never resumed from). Complete ones in "
+            f"{checkpoints_root(output_dir)}: {[str(p) for _, p in list_checkpoints(output_dir)]}"
+        )
     return path
 
 
-def save_checkpoint(output_dir: str | Path, step: int, roles: Roles, state: dict[str, Any],
-                    max_to_keep: int = 0) -> Path:
+def save_checkpoint(
+    output_dir: str | Path, step: int, roles: Roles, state: dict[str, Any], max_to_keep: int = 0
+) -> Path:
     """Write checkpoint ``step`` atomically; ``state`` is the driver's (picklable) state. Keeps the newest
     ``max_to_keep`` complete checkpoints (0 = all). Returns the final directory."""
     start = time.perf_counter()
@@ -84,8 +87,9 @@ def save_checkpoint(output_dir: str | Path, step: int, roles: Roles, state: dict
     for role, proxy in roles.items():
         torch.save(proxy.rng_states(), tmp / f"rng_{role}.pt")
     torch.save({**state, "step": step, "driver_rng": get_rng_state()}, tmp / "pipeline.pt")
-    (tmp / COMPLETE).write_text(json.dumps({"step": step, "saved_at": time.time(),
-                                            "seconds": time.perf_counter() - start}))
+    (tmp / COMPLETE).write_text(
+        json.dumps({"step": step, "saved_at": time.time(), "seconds": time.perf_counter() - start})
+    )
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)  # atomic on one filesystem: the step_N name only ever holds a complete checkpoint
@@ -113,12 +117,15 @@ def load_checkpoint(path: str | Path, roles: Roles) -> dict[str, Any]:
     for role, proxy in roles.items():
         rng_file = path / f"rng_{role}.pt"
         if not rng_file.is_file():
-            raise ValueError(f"{path} has no RNG states of role {role!r}; the checkpoint was written by a run with "
-                             f"other roles")
+            raise ValueError(
+                f"{path} has no RNG states of role {role!r}; the checkpoint was written by a run with other roles"
+            )
         states = torch.load(rng_file, weights_only=False)
         if len(states) != proxy.world_size:
-            raise ValueError(f"{path}: role {role!r} was saved with {len(states)} workers, now {proxy.world_size}; "
-                             f"resume with the same world_size / device_mapping")
+            raise ValueError(
+                f"{path}: role {role!r} was saved with {len(states)} workers, now {proxy.world_size}; "
+                f"resume with the same world_size / device_mapping"
+            )
         proxy.set_rng_states(states)
     state = read_state(path)
     set_rng_state(state["driver_rng"])

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Protocol, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from roll.config.rlvr import DynamicSamplingConfig
 
@@ -45,7 +46,7 @@ class PromptSampler:
                 self.epoch, self.position = self.epoch + 1, 0
                 self._order = self._permutation(self.epoch)
             take = min(k - len(out), self.n - self.position)
-            out += self._order[self.position:self.position + take]
+            out += self._order[self.position : self.position + take]
             self.position += take
         return out
 
@@ -94,8 +95,13 @@ class ScoredGroup(Protocol):
 G = TypeVar("G", bound=ScoredGroup)
 
 
-def collect_groups(need: int, run_round: Callable[[int], list[G]], cfg: DynamicSamplingConfig,
-                   use_additional: bool, max_additional: int) -> tuple[list[G], dict[str, float]]:
+def collect_groups(
+    need: int,
+    run_round: Callable[[int], list[G]],
+    cfg: DynamicSamplingConfig,
+    use_additional: bool,
+    max_additional: int,
+) -> tuple[list[G], dict[str, float]]:
     """Collect ``need`` groups for one step, filtering and refilling when ``cfg.enabled``.
 
     Args:
@@ -137,13 +143,16 @@ def collect_groups(need: int, run_round: Callable[[int], list[G]], cfg: DynamicS
     spare = sorted((g for _, g in dropped), key=lambda g: -group_stats(g.scores)[1])  # stable: draw order on ties
     filled = max(0, min(need - len(kept), len(spare)))
     kept += spare[:filled]
-    metrics = {"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/prompts_drawn": float(drawn),
-               "dynamic_sampling/additional_prompts": float(drawn - need),
-               "dynamic_sampling/groups_filtered": float(len(dropped)),
-               "dynamic_sampling/kept_ratio": passed / drawn,
-               "dynamic_sampling/surplus_discarded": float(max(0, passed - need)),
-               "dynamic_sampling/filled_with_filtered": float(filled),
-               "dynamic_sampling/batch_groups": float(len(kept))}
+    metrics = {
+        "dynamic_sampling/rounds": float(rounds),
+        "dynamic_sampling/prompts_drawn": float(drawn),
+        "dynamic_sampling/additional_prompts": float(drawn - need),
+        "dynamic_sampling/groups_filtered": float(len(dropped)),
+        "dynamic_sampling/kept_ratio": passed / drawn,
+        "dynamic_sampling/surplus_discarded": float(max(0, passed - need)),
+        "dynamic_sampling/filled_with_filtered": float(filled),
+        "dynamic_sampling/batch_groups": float(len(kept)),
+    }
     for reason in FILTER_REASONS:
         metrics[f"dynamic_sampling/filtered_{reason}"] = float(sum(r == reason for r, _ in dropped))
     return kept, metrics

@@ -22,12 +22,20 @@ from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
     """The actor loss settings from the config's PPO keys; ``seq-mean-token-sum-norm`` divides by the fixed
     ``sequence_length`` (never by a micro-batch's padded width, which varies)."""
-    return ActorLossConfig(pg_clip=cfg.pg_clip, pg_clip_low=cfg.pg_clip_low, pg_clip_high=cfg.pg_clip_high,
-                           dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
-                           loss_agg_mode=cfg.loss_agg_mode, norm_len=cfg.sequence_length,
-                           entropy_loss_coef=cfg.entropy_loss_coef,
-                           use_kl_loss=cfg.use_kl_loss, kl_loss_coef=cfg.kl_loss_coef,
-                           kl_loss_type=cfg.kl_loss_type, policy_loss=cfg.policy_loss)
+    return ActorLossConfig(
+        pg_clip=cfg.pg_clip,
+        pg_clip_low=cfg.pg_clip_low,
+        pg_clip_high=cfg.pg_clip_high,
+        dual_clip_loss=cfg.dual_clip_loss,
+        dual_clip_c=cfg.dual_clip_c,
+        loss_agg_mode=cfg.loss_agg_mode,
+        norm_len=cfg.sequence_length,
+        entropy_loss_coef=cfg.entropy_loss_coef,
+        use_kl_loss=cfg.use_kl_loss,
+        kl_loss_coef=cfg.kl_loss_coef,
+        kl_loss_type=cfg.kl_loss_type,
+        policy_loss=cfg.policy_loss,
+    )
 
 
 def actor_mini_batch(cfg: BaseConfig) -> int:
@@ -43,10 +51,16 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
     no KL penalty in the reward and no train/inference correction (both need the old log-probs first), and neither
     ``enable_old_logprobs_recompute`` nor ``async_generation_ratio >= 1`` (the proximal policy of decoupled PPO is
     recomputed by the trainer before it updates)."""
-    return (cfg.skip_old_log_probs and step > cfg.critic_warmup and cfg.ppo_epochs == 1
-            and batch_size == actor_mini_batch(cfg) and not cfg.add_token_level_kl
-            and not cfg.train_infer_correction.on() and not cfg.enable_old_logprobs_recompute
-            and not cfg.async_generation_ratio)
+    return (
+        cfg.skip_old_log_probs
+        and step > cfg.critic_warmup
+        and cfg.ppo_epochs == 1
+        and batch_size == actor_mini_batch(cfg)
+        and not cfg.add_token_level_kl
+        and not cfg.train_infer_correction.on()
+        and not cfg.enable_old_logprobs_recompute
+        and not cfg.async_generation_ratio
+    )
 
 
 def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> dict[str, float]:
@@ -57,8 +71,16 @@ def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> 
     check_batch_if(cfg.strict_data_check, batch, "train_step", required=required)
     loss_fn = PPOActorLoss(actor_loss_config(cfg))
     add_episode_loss_weights(batch, cfg.loss_agg_mode, cfg.sequence_length)
-    return _train_epochs(cfg.ppo_epochs, train, batch, actor_mini_batch(cfg), seed, loss_fn=loss_fn,
-                         with_entropy=True, keep_log_probs=skipped)
+    return _train_epochs(
+        cfg.ppo_epochs,
+        train,
+        batch,
+        actor_mini_batch(cfg),
+        seed,
+        loss_fn=loss_fn,
+        with_entropy=True,
+        keep_log_probs=skipped,
+    )
 
 
 def add_episode_loss_weights(batch: Batch, loss_agg_mode: str, norm_len: int | None) -> None:
@@ -78,8 +100,9 @@ def train_critic(cfg: BaseConfig, critic: CriticProxy, batch: Batch, seed: int) 
     return _train_epochs(cfg.ppo_epochs, critic, batch, mini, seed, loss_fn=CriticValueLoss(cfg.value_clip))
 
 
-def _train_epochs(epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False,
-                  **train_kwargs: Any) -> dict[str, float]:
+def _train_epochs(
+    epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: int, keep_log_probs: bool = False, **train_kwargs: Any
+) -> dict[str, float]:
     """``epochs`` passes over shuffled mini-batches of ``mini`` samples (one ``train_step`` each); mean metrics.
     Where episodes have several samples (``trajectory_mode: step``, template breaks), a mini-batch is ``mini``
     episodes with all their samples, trained as one optimizer step, so the learning-rate schedule counts batches
@@ -95,7 +118,7 @@ def _train_epochs(epochs: int, role: TrainProxy, batch: Batch, mini: int, seed: 
     for _ in range(epochs):
         order = torch.randperm(units, generator=gen)
         for start in range(0, units, mini):
-            index = order[start:start + mini]
+            index = order[start : start + mini]
             if episodes is not None:  # mini episodes with all their samples
                 index = torch.tensor([i for e in index.tolist() for i in episodes[e]], dtype=torch.long)
             mini_batch = batch.select(index)

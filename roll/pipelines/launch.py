@@ -13,7 +13,8 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.pipelines.preflight import preflight, visible_gpus
@@ -22,10 +23,20 @@ from roll.pipelines.preflight import preflight, visible_gpus
 def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Namespace:
     """``--config-name``, ``--config-path`` (either spelling) and the remaining ``key=value`` overrides."""
     parser = argparse.ArgumentParser(description="Run a roll pipeline from a YAML config.")
-    parser.add_argument("--config-name", "--config_name", dest="config_name", default=default_config,
-                        help="config file name in the config path (without .yaml)")
-    parser.add_argument("--config-path", "--config_path", dest="config_path", default=None,
-                        help="config directory (default: examples/config)")
+    parser.add_argument(
+        "--config-name",
+        "--config_name",
+        dest="config_name",
+        default=default_config,
+        help="config file name in the config path (without .yaml)",
+    )
+    parser.add_argument(
+        "--config-path",
+        "--config_path",
+        dest="config_path",
+        default=None,
+        help="config directory (default: examples/config)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides: key=value, +key=value, ++key=value, ~key")
     args = parser.parse_args(argv)
     for ov in args.overrides:
@@ -34,8 +45,13 @@ def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Name
     return args
 
 
-def load_checked(config_name: str, config_path: str | None = None, overrides: Sequence[str] | None = None,
-                 schema: type | None = None, gpus: int | None = None) -> Any:
+def load_checked(
+    config_name: str,
+    config_path: str | None = None,
+    overrides: Sequence[str] | None = None,
+    schema: type | None = None,
+    gpus: int | None = None,
+) -> Any:
     """:func:`roll.config.loader.load_config` (the config's own rules), then the :func:`preflight` (registries,
     packages, envs, data files; device mappings against ``gpus`` GPUs when given): everything a launch checks
     before any worker starts."""

@@ -56,8 +56,7 @@ def probe_batch(vocab_size: int, samples: int = 8, width: int = 24, prompt: int 
     ids = ids * attention
     sign = torch.tensor([1.0, -1.0]).repeat((samples + 1) // 2)[:samples]
     advantages = sign[:, None].expand(samples, width - 1).contiguous()
-    return Batch({"input_ids": ids, "attention_mask": attention, "response_mask": response,
-                  "advantages": advantages})
+    return Batch({"input_ids": ids, "attention_mask": attention, "response_mask": response, "advantages": advantages})
 
 
 def _weights(strategy) -> dict[str, torch.Tensor]:
@@ -68,14 +67,22 @@ def _update(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> 
     return {name: after[name] - before[name] for name in before} if after else {}
 
 
-def probe_actor(strategy, batch: Batch, loss_cfg: ActorLossConfig | None = None,
-                offload_cycle: bool = True) -> ProbeResult:
+def probe_actor(
+    strategy, batch: Batch, loss_cfg: ActorLossConfig | None = None, offload_cycle: bool = True
+) -> ProbeResult:
     """One PPO step of an initialized training ``strategy`` on ``batch`` (see the module docstring). Every rank of
     a multi-rank role calls it; results are complete on the rank that exports weights (rank 0)."""
     batch = batch.to("cpu")  # a copy: the probe adds keys
     batch["old_log_probs"] = _everywhere(strategy.compute_log_probs(batch)["log_probs"], len(batch))
-    return _step(strategy, batch, PPOActorLoss(loss_cfg or ActorLossConfig()), "old_log_probs",
-                 lambda: strategy.compute_log_probs(batch)["log_probs"], offload_cycle, with_entropy=True)
+    return _step(
+        strategy,
+        batch,
+        PPOActorLoss(loss_cfg or ActorLossConfig()),
+        "old_log_probs",
+        lambda: strategy.compute_log_probs(batch)["log_probs"],
+        offload_cycle,
+        with_entropy=True,
+    )
 
 
 def probe_critic(strategy, batch: Batch, value_clip: float | None = None) -> ProbeResult:
@@ -84,12 +91,19 @@ def probe_critic(strategy, batch: Batch, value_clip: float | None = None) -> Pro
     batch = batch.to("cpu")  # a copy: the probe adds keys
     batch["returns"] = batch["advantages"]
     batch["values"] = _everywhere(strategy.compute_values(batch)["values"], len(batch))
-    return _step(strategy, batch, CriticValueLoss(value_clip), "values",
-                 lambda: strategy.compute_values(batch)["values"], offload_cycle=True)
+    return _step(
+        strategy,
+        batch,
+        CriticValueLoss(value_clip),
+        "values",
+        lambda: strategy.compute_values(batch)["values"],
+        offload_cycle=True,
+    )
 
 
-def _step(strategy, batch: Batch, loss_fn, before_key: str, outputs_after, offload_cycle: bool,
-          **train_kwargs) -> ProbeResult:
+def _step(
+    strategy, batch: Batch, loss_fn, before_key: str, outputs_after, offload_cycle: bool, **train_kwargs
+) -> ProbeResult:
     """The measured step: weights before, the offload / reload cycle, ``train_step``, the loss on ``batch`` from
     ``batch[before_key]`` and from ``outputs_after()``, weights after."""
     before = _weights(strategy)
@@ -99,9 +113,13 @@ def _step(strategy, batch: Batch, loss_fn, before_key: str, outputs_after, offlo
     metrics = strategy.train_step(batch, loss_fn, **train_kwargs)
     after_outputs = outputs_after()
     after = _weights(strategy)
-    return ProbeResult(grad_norm=_grad_norm(metrics), loss_before=_loss(loss_fn, batch, batch[before_key]),
-                       loss_after=_loss(loss_fn, batch, after_outputs), update=_update(before, after),
-                       metrics=dict(metrics))
+    return ProbeResult(
+        grad_norm=_grad_norm(metrics),
+        loss_before=_loss(loss_fn, batch, batch[before_key]),
+        loss_after=_loss(loss_fn, batch, after_outputs),
+        update=_update(before, after),
+        metrics=dict(metrics),
+    )
 
 
 def _everywhere(outputs: torch.Tensor, samples: int) -> torch.Tensor:
@@ -148,6 +166,7 @@ def check_learned(result: ProbeResult, name: str = "backend") -> list[str]:
     if not result.update_norm > 0:
         problems.append(f"{name}: the weights did not change")
     if not result.loss_after < result.loss_before:
-        problems.append(f"{name}: the loss on the same batch did not go down "
-                        f"({result.loss_before:.6g} -> {result.loss_after:.6g})")
+        problems.append(
+            f"{name}: the loss on the same batch did not go down ({result.loss_before:.6g} -> {result.loss_after:.6g})"
+        )
     return problems

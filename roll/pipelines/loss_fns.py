@@ -36,8 +36,9 @@ def sft_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch) -
     return loss, {"sft/loss": loss.item()}
 
 
-def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch,
-                   cfg: ActorLossConfig) -> tuple[torch.Tensor, dict]:
+def ppo_actor_loss(
+    log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch, cfg: ActorLossConfig
+) -> tuple[torch.Tensor, dict]:
     """The actor objective of :func:`roll.algorithms.losses.actor_loss` on one micro-batch.
 
     Samples of episodes (``loss_weights`` from :func:`~roll.algorithms.aggregation.episode_token_weights`, set
@@ -54,9 +55,15 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
     weights = mb.tensors.get("loss_weights")
     mask = actor_mask(mb) if weights is None else weights
     run_cfg = cfg if weights is None else replace(cfg, loss_agg_mode="token-mean")
-    loss, metrics = actor_loss(log_probs, old.to(log_probs.device), advantages.to(log_probs.device),
-                               mask.to(log_probs.device), run_cfg, entropy=entropy,
-                               ref_log_probs=None if ref is None else ref.to(log_probs.device))
+    loss, metrics = actor_loss(
+        log_probs,
+        old.to(log_probs.device),
+        advantages.to(log_probs.device),
+        mask.to(log_probs.device),
+        run_cfg,
+        entropy=entropy,
+        ref_log_probs=None if ref is None else ref.to(log_probs.device),
+    )
     if weights is not None:  # sum_it l_it W_it / sum_i f_i: episodes weigh as in one-sample-per-episode layouts
         scale = float(weights.sum()) / float(mb["episode_fraction"].sum())
         loss = loss * scale
@@ -66,12 +73,19 @@ def ppo_actor_loss(log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Ba
     return loss, metrics
 
 
-def critic_value_loss(values: torch.Tensor, entropy: torch.Tensor | None, mb: Batch,
-                      value_clip: float | None) -> tuple[torch.Tensor, dict]:
+def critic_value_loss(
+    values: torch.Tensor, entropy: torch.Tensor | None, mb: Batch, value_clip: float | None
+) -> tuple[torch.Tensor, dict]:
     """The critic objective of :func:`roll.algorithms.losses.value_loss` (token mean) on one micro-batch:
     ``values`` (B, L-1) from the critic, old values ``mb["values"]``, targets ``mb["returns"]``."""
-    return value_loss(values, mb["values"].to(values.device), mb["returns"].to(values.device),
-                      loss_mask(mb).to(values.device), value_clip=value_clip, loss_agg_mode="token-mean")
+    return value_loss(
+        values,
+        mb["values"].to(values.device),
+        mb["returns"].to(values.device),
+        loss_mask(mb).to(values.device),
+        value_clip=value_clip,
+        loss_agg_mode="token-mean",
+    )
 
 
 @dataclass(frozen=True)

@@ -17,23 +17,28 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
-from roll.algorithms.advantages import (ADVANTAGES, AdvantageInputs, TurnInputs, compute_advantage,
-                                        whiten_and_clip_advantages)
+from roll.algorithms.advantages import (
+    ADVANTAGES,
+    AdvantageInputs,
+    TurnInputs,
+    compute_advantage,
+    whiten_and_clip_advantages,
+)
 from roll.algorithms.kl import apply_kl_penalty, make_kl_controller
 from roll.algorithms.losses import explained_variance
-from roll.algorithms.offpolicy import importance_weights, prob_diff_band_mask, ratio_band_mask
 from roll.algorithms.masking import masked_mean, masked_whiten
+from roll.algorithms.offpolicy import importance_weights, prob_diff_band_mask, ratio_band_mask
 from roll.algorithms.reward_norm import RunningMeanStd, normalize_scores, postprocess_rlvr_rewards
 from roll.config.agentic import AgenticConfig
 from roll.config.base import BaseConfig, TrainInferCorrectionConfig
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
-from roll.data.layout import (episode_rows, episode_view, from_episode_frame, place_at_last_response,
-                              several_samples)
+from roll.data.layout import episode_rows, episode_view, from_episode_frame, place_at_last_response, several_samples
 from roll.distributed.roles import Roles
 from roll.pipelines.epochs import skip_old_log_probs, train_actor, train_critic
 from roll.pipelines.errors import RunStopped
@@ -53,8 +58,9 @@ class ScoreNormalizer(Protocol):
 
 
 #: The score normalization of each pipeline, named by its config's ``score_normalizer``.
-SCORE_NORMALIZERS: Registry[Callable[[Any], ScoreNormalizer]] = Registry("score normalizer",
-                                                                          "register_score_normalizer")
+SCORE_NORMALIZERS: Registry[Callable[[Any], ScoreNormalizer]] = Registry(
+    "score normalizer", "register_score_normalizer"
+)
 register_score_normalizer = SCORE_NORMALIZERS.register
 
 
@@ -89,10 +95,15 @@ class RLVRScoreNorm:
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         cfg = self.cfg
-        return postprocess_rlvr_rewards(batch["scores"], torch.tensor(batch["group_id"], dtype=torch.long),
-                                        reward_norm=cfg.reward_norm, reward_shift=cfg.reward_shift,
-                                        reward_scale=cfg.reward_scale, reward_clip=cfg.reward_clip,
-                                        running=self.running)
+        return postprocess_rlvr_rewards(
+            batch["scores"],
+            torch.tensor(batch["group_id"], dtype=torch.long),
+            reward_norm=cfg.reward_norm,
+            reward_shift=cfg.reward_shift,
+            reward_scale=cfg.reward_scale,
+            reward_clip=cfg.reward_clip,
+            running=self.running,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return self.running.state_dict()
@@ -118,23 +129,31 @@ def turn_inputs(batch: Batch) -> TurnInputs:
     numbered in first-seen order) and ``step_rewards``; only multi-turn (agentic) batches have them."""
     missing = [k for k in ("step_rewards", "turn_states", "turn_spans") if k not in batch]
     if missing:
-        raise ValueError(f"adv_estimator needs per-turn batch metadata {missing}; only the agentic pipeline "
-                         "provides turns (use grpo for single-turn data)")
+        raise ValueError(
+            f"adv_estimator needs per-turn batch metadata {missing}; only the agentic pipeline "
+            "provides turns (use grpo for single-turn data)"
+        )
     state_index: dict[str, int] = {}
     rows: list[tuple[int, int, int, float, int]] = []  # (sample, start, end, reward, state) per turn
     for i in range(len(batch)):
-        for reward, state, (start, end) in zip(batch["step_rewards"][i], batch["turn_states"][i],
-                                               batch["turn_spans"][i]):
+        for reward, state, (start, end) in zip(
+            batch["step_rewards"][i], batch["turn_states"][i], batch["turn_spans"][i]
+        ):
             rows.append((i, start, end, float(reward), state_index.setdefault(state, len(state_index))))
     sample, start, end, rewards, states = zip(*rows) if rows else ((), (), (), (), ())
     long = torch.long
-    return TurnInputs(torch.tensor(sample, dtype=long), torch.tensor(start, dtype=long),
-                      torch.tensor(end, dtype=long), torch.tensor(rewards, dtype=torch.float32),
-                      torch.tensor(states, dtype=long))
+    return TurnInputs(
+        torch.tensor(sample, dtype=long),
+        torch.tensor(start, dtype=long),
+        torch.tensor(end, dtype=long),
+        torch.tensor(rewards, dtype=torch.float32),
+        torch.tensor(states, dtype=long),
+    )
 
 
-def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, group_ids: torch.Tensor | None,
-                       kl_coef: float) -> dict[str, float]:
+def compute_advantages(
+    cfg: BaseConfig, batch: Batch, scores: torch.Tensor, group_ids: torch.Tensor | None, kl_coef: float
+) -> dict[str, float]:
     """(Normalized) scores (B,) -> token rewards (+ KL penalty) -> ``cfg.adv_estimator`` -> whitened / clipped
     ``advantages`` and ``returns`` (B, L-1) stored in ``batch``; returns ``critic/*`` and ``actor/reward_kl*``
     metrics."""
@@ -142,27 +161,36 @@ def compute_advantages(cfg: BaseConfig, batch: Batch, scores: torch.Tensor, grou
     mask = loss_mask(batch)
     rewards = place_at_last_response(scores, mask)  # each (normalized) score on its last response token
     if cfg.add_token_level_kl:
-        rewards, kl_metrics = apply_kl_penalty(rewards, batch["old_log_probs"], batch["ref_log_probs"], mask,
-                                               kl_coef, cfg.kl_penalty)
+        rewards, kl_metrics = apply_kl_penalty(
+            rewards, batch["old_log_probs"], batch["ref_log_probs"], mask, kl_coef, cfg.kl_penalty
+        )
         metrics.update(kl_metrics)
     if cfg.whiten_rewards:
         rewards = masked_whiten(rewards, mask, shift_mean=False)
     values = batch.tensors.get("values")
     turns = turn_inputs(batch) if ADVANTAGES.capabilities(cfg.adv_estimator)["needs_turns"] else None
-    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(
-        rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns),
-        **cfg.estimator_args())
+    out = compute_advantage(
+        cfg.adv_estimator,
+        AdvantageInputs(
+            rewards, mask, values=values, group_ids=group_ids, gamma=cfg.gamma, lambd=cfg.lambd, turns=turns
+        ),
+        **cfg.estimator_args(),
+    )
     batch["advantages"] = whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip)
     batch["returns"] = out.returns
     metrics.update(value_metrics(values, out.returns, mask))
     check_batch_if(cfg.strict_data_check, batch, "advantages", required=("advantages", "returns"))
-    metrics.update({"critic/advantages_mean": float(masked_mean(batch["advantages"], mask)),
-                    "critic/advantages_max": float(batch["advantages"][mask.bool()].max()) if mask.any() else 0.0,
-                    "critic/advantages_min": float(batch["advantages"][mask.bool()].min()) if mask.any() else 0.0,
-                    "critic/returns_mean": float(masked_mean(out.returns, mask)),
-                    "critic/returns_max": float(out.returns[mask.bool()].max()) if mask.any() else 0.0,
-                    "critic/returns_min": float(out.returns[mask.bool()].min()) if mask.any() else 0.0,
-                    "critic/score_mean": float(scores.mean())})
+    metrics.update(
+        {
+            "critic/advantages_mean": float(masked_mean(batch["advantages"], mask)),
+            "critic/advantages_max": float(batch["advantages"][mask.bool()].max()) if mask.any() else 0.0,
+            "critic/advantages_min": float(batch["advantages"][mask.bool()].min()) if mask.any() else 0.0,
+            "critic/returns_mean": float(masked_mean(out.returns, mask)),
+            "critic/returns_max": float(out.returns[mask.bool()].max()) if mask.any() else 0.0,
+            "critic/returns_min": float(out.returns[mask.bool()].min()) if mask.any() else 0.0,
+            "critic/score_mean": float(scores.mean()),
+        }
+    )
     return metrics
 
 
@@ -171,8 +199,10 @@ def value_metrics(values: torch.Tensor | None, returns: torch.Tensor, mask: torc
     (``1 - Var[R - V] / Var[R]`` over response tokens); empty without a critic."""
     if values is None:
         return {}
-    return {"critic/values_mean": float(masked_mean(values, mask)),
-            "critic/explained_variance": float(explained_variance(values, returns, mask))}
+    return {
+        "critic/values_mean": float(masked_mean(values, mask)),
+        "critic/explained_variance": float(explained_variance(values, returns, mask)),
+    }
 
 
 def score_normalizer(cfg: BaseConfig) -> ScoreNormalizer:
@@ -181,8 +211,9 @@ def score_normalizer(cfg: BaseConfig) -> ScoreNormalizer:
     return SCORE_NORMALIZERS.get(cfg.score_normalizer)(cfg)
 
 
-def advantage_step(cfg: BaseConfig, batch: Batch, kl_coef: float,
-                   normalizer: ScoreNormalizer | None = None) -> dict[str, float]:
+def advantage_step(
+    cfg: BaseConfig, batch: Batch, kl_coef: float, normalizer: ScoreNormalizer | None = None
+) -> dict[str, float]:
     """Scores -> ``normalizer`` (default: :func:`score_normalizer`) -> :func:`compute_advantages`, with the same-group
     ids (:func:`group_keys`) as the estimator's groups; writes ``advantages``/``returns`` into ``batch``.
 
@@ -211,8 +242,9 @@ def apply_train_infer_correction(cfg: TrainInferCorrectionConfig, batch: Batch) 
     old, behaviour = batch["old_log_probs"].float(), batch["rollout_log_probs"].float()
     metrics: dict[str, float] = {}
     if cfg.is_weight.enabled:
-        batch["train_infer_is_weight"], metrics = importance_weights(old, behaviour, mask, cfg.is_weight.weight_type,
-                                                                     cfg.is_weight.upper_bound)
+        batch["train_infer_is_weight"], metrics = importance_weights(
+            old, behaviour, mask, cfg.is_weight.weight_type, cfg.is_weight.upper_bound
+        )
     keep = torch.ones_like(mask)
     for f in (f for f in cfg.filters if f.enabled):
         if f.ratio_enabled:
@@ -243,13 +275,19 @@ def dead_signal_cause(batch: Batch) -> str:
     """The likely reason a step's advantages are all zero, from its scores and groups."""
     scores, groups = batch["scores"].float(), batch["group_id"]
     if len(set(groups)) == len(groups):
-        return ("every group has one sample, and group-normalized advantages of a single sample are 0: use "
-                "group_size / num_return_sequences_in_group >= 2")
+        return (
+            "every group has one sample, and group-normalized advantages of a single sample are 0: use "
+            "group_size / num_return_sequences_in_group >= 2"
+        )
     if bool((scores == scores[0]).all()):
-        return (f"every sample scored {float(scores[0]):g}: the policy solves all or none of the tasks (make them "
-                f"easier or harder, or warm-start longer), or the reward function returns a constant")
-    return ("within each group every sample scored the same (groups solved all-or-none): more samples per group "
-            "or more varied tasks give contrast")
+        return (
+            f"every sample scored {float(scores[0]):g}: the policy solves all or none of the tasks (make them "
+            f"easier or harder, or warm-start longer), or the reward function returns a constant"
+        )
+    return (
+        "within each group every sample scored the same (groups solved all-or-none): more samples per group "
+        "or more varied tasks give contrast"
+    )
 
 
 class SignalWatch:
@@ -269,13 +307,19 @@ class SignalWatch:
         cause = dead_signal_cause(batch)
         if not self.warned:
             self.warned = True
-            print(f"[roll] warning: step {step}: every advantage is zero, so this step does not train the actor: "
-                  f"{cause} (the run stops after zero_signal_patience={self.patience} such steps in a row; 0 = "
-                  f"never)", file=sys.stderr, flush=True)
+            print(
+                f"[roll] warning: step {step}: every advantage is zero, so this step does not train the actor: "
+                f"{cause} (the run stops after zero_signal_patience={self.patience} such steps in a row; 0 = "
+                f"never)",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.patience and self.dead_in_row >= self.patience:
-            raise NoLearningSignal(f"{self.dead_in_row} steps in a row (up to step {step}) had only zero "
-                                   f"advantages, so nothing was trained: {cause}; zero_signal_patience="
-                                   f"{self.patience} (0 = never stop)")
+            raise NoLearningSignal(
+                f"{self.dead_in_row} steps in a row (up to step {step}) had only zero "
+                f"advantages, so nothing was trained: {cause}; zero_signal_patience="
+                f"{self.patience} (0 = never stop)"
+            )
         return {"rollout/zero_signal_groups": float(zero)}
 
 
@@ -290,8 +334,13 @@ class PPOTrainer:
         infer_released: whether actor_infer released its memory (it then needs a sync even when none is due).
     """
 
-    def __init__(self, cfg: BaseConfig, roles: Roles, sync_infer: Callable[[], dict[str, float]],
-                 infer_released: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        cfg: BaseConfig,
+        roles: Roles,
+        sync_infer: Callable[[], dict[str, float]],
+        infer_released: Callable[[], bool] = lambda: False,
+    ):
         self.cfg, self.roles, self.sync_infer, self.infer_released = cfg, roles, sync_infer, infer_released
         self.normalizer = score_normalizer(cfg)
         self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)

@@ -88,8 +88,11 @@ def check_gpus(cfg: Any, gpus: int) -> None:
     where = f"this machine has {gpus} visible GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
     for role, worker in _roles(cfg).items():
         if worker.device_mapping and max(worker.device_mapping) >= gpus:
-            fix = (f"use ids 0..{gpus - 1}" if gpus else
-                   "clear the device mappings and set num_gpus_per_node: 0 for a CPU run")
+            fix = (
+                f"use ids 0..{gpus - 1}"
+                if gpus
+                else "clear the device mappings and set num_gpus_per_node: 0 for a CPU run"
+            )
             raise ConfigError(f"{role}.device_mapping", worker.device_mapping, f"{where}; {fix}")
     if cfg.num_gpus_per_node > gpus:
         raise ConfigError("num_gpus_per_node", cfg.num_gpus_per_node, f"{where}; set it to at most {gpus}")
@@ -113,9 +116,13 @@ def check_strategies(cfg: Any) -> None:
         except ValueError as exc:
             raise ConfigError(key, name, str(exc)) from None
         if spec.module and not cfg.ray_address and not _importable(spec.module):
-            raise ConfigError(key, name, f"the {name} backend (python module {spec.module}) is not installed; "
-                                         f"install it with `pip install '{spec.requires or spec.module}'`, or pick "
-                                         f"another strategy")
+            raise ConfigError(
+                key,
+                name,
+                f"the {name} backend (python module {spec.module}) is not installed; "
+                f"install it with `pip install '{spec.requires or spec.module}'`, or pick "
+                f"another strategy",
+            )
         if role not in spec.roles:
             valid = [n for n in list_strategies() if role in strategy_spec(n).roles]
             raise ConfigError(key, name, f"{name} cannot serve {role}; valid for {role}: {', '.join(valid)}")
@@ -123,9 +130,13 @@ def check_strategies(cfg: Any) -> None:
             from roll.strategies.registry import PREFIX_SHARING
 
             able = [n for n in list_strategies() if strategy_spec(n).prefix_sharing == "roll"]
-            raise ConfigError(f"{role}.use_prefix_sharing", True, f"{name} {PREFIX_SHARING[spec.prefix_sharing]}; "
-                                                                  f"prefix sharing is for {', '.join(able)}: remove "
-                                                                  f"the key")
+            raise ConfigError(
+                f"{role}.use_prefix_sharing",
+                True,
+                f"{name} {PREFIX_SHARING[spec.prefix_sharing]}; "
+                f"prefix sharing is for {', '.join(able)}: remove "
+                f"the key",
+            )
 
 
 def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
@@ -141,9 +152,11 @@ def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
     threads = sum(int(max(1, w.num_cpus_per_worker)) * w.world_size for w in cpu_roles)
     if threads <= cores:
         return []
-    return [f"async_generation_ratio={cfg.async_generation_ratio:g}: actor_train and actor_infer generate and train at the same time on CPU with "
-            f"{threads} threads on {cores} cores; oversubscribed OpenMP threads spin and slow both down: give them "
-            f"num_cpus_per_worker summing to <= {cores}"]
+    return [
+        f"async_generation_ratio={cfg.async_generation_ratio:g}: actor_train and actor_infer generate and train at "
+        f"the same time on CPU with {threads} threads on {cores} cores; oversubscribed OpenMP threads spin and "
+        f"slow both down: give them num_cpus_per_worker summing to <= {cores}"
+    ]
 
 
 def check_kernels(cfg: Any) -> None:
@@ -154,11 +167,18 @@ def check_kernels(cfg: Any) -> None:
             continue
         key = f"{role}.model_args.use_liger_kernel"
         if not worker.device_mapping:
-            raise ConfigError(key, True, f"Liger's kernels run on CUDA GPUs; give {role} a device_mapping or set "
-                                         f"use_liger_kernel: false")
+            raise ConfigError(
+                key,
+                True,
+                f"Liger's kernels run on CUDA GPUs; give {role} a device_mapping or set use_liger_kernel: false",
+            )
         if not cfg.ray_address and not _importable("liger_kernel"):
-            raise ConfigError(key, True, "the liger-kernel package is not installed; pip install liger-kernel (or "
-                                         "pip install 'roll[gpu]'), or set use_liger_kernel: false")
+            raise ConfigError(
+                key,
+                True,
+                "the liger-kernel package is not installed; pip install liger-kernel (or "
+                "pip install 'roll[gpu]'), or set use_liger_kernel: false",
+            )
 
 
 def _importable(module: str) -> bool:
@@ -189,7 +209,8 @@ def check_strategy_options(cfg: Any) -> list[str]:
 
 def check_weight_sync(cfg: Any) -> None:
     """actor_infer's ``weight_sync`` option fits the placement, and on GPU an engine's TP size equals its worker's
-    ``num_gpus_per_worker`` (its TP ranks run on those GPUs); see :func:`roll.distributed.placement.weight_sync_mode`."""
+    ``num_gpus_per_worker`` (its TP ranks run on those GPUs); see
+    :func:`roll.distributed.placement.weight_sync_mode`."""
     from roll.distributed.placement import ipc_sync_blocker, nccl_sync_blocker, role_mappings
     from roll.strategies.registry import get_strategy_class, strategy_options, strategy_spec
 
@@ -208,13 +229,18 @@ def check_weight_sync(cfg: Any) -> None:
         raise ConfigError(f"{key}.weight_sync", requested, f"NCCL sync is impossible: {blocker}; use auto or copy")
     ipc_blocker = ipc_sync_blocker(mappings, cfg.distributed, spec.can("ipc_weights"), receives)
     if requested == "cuda_ipc" and ipc_blocker:
-        raise ConfigError(f"{key}.weight_sync", requested, f"CUDA IPC sync is impossible: {ipc_blocker}; use auto "
-                                                           f"or copy")
+        raise ConfigError(
+            f"{key}.weight_sync", requested, f"CUDA IPC sync is impossible: {ipc_blocker}; use auto or copy"
+        )
     ranks = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(infer)
     if infer.device_mapping and ranks != infer.num_gpus_per_worker:
-        raise ConfigError(f"{key}.tp_size", ranks, f"must equal actor_infer.num_gpus_per_worker "
-                                                   f"({infer.num_gpus_per_worker}): an engine's TP ranks run on its "
-                                                   f"worker's GPUs")
+        raise ConfigError(
+            f"{key}.tp_size",
+            ranks,
+            f"must equal actor_infer.num_gpus_per_worker "
+            f"({infer.num_gpus_per_worker}): an engine's TP ranks run on its "
+            f"worker's GPUs",
+        )
 
 
 def check_tracker(cfg: Any) -> None:
@@ -236,9 +262,7 @@ def check_algorithms(cfg: Any) -> None:
     from roll.algorithms.aggregation import AGG_MODES
     from roll.algorithms.kl import KL_TYPES
     from roll.algorithms.policy_losses import POLICY_LOSSES
-    from roll.algorithms.reward_norm import SCORE_NORMS
-
-    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES
+    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES, SCORE_NORMS
 
     if cfg.reward_norm is not None:
         _lookup(REWARD_NORM_SCOPES, "reward_norm", cfg.reward_norm)
@@ -248,25 +272,45 @@ def check_algorithms(cfg: Any) -> None:
     for key, value in cfg.estimator_args().items():  # the estimator's keyword parameters are its hyperparameters
         if key not in known:
             where = f"adv_estimator_args.{key}" if key in cfg.adv_estimator_args else key
-            raise ConfigError(where, value, f"not a hyperparameter of adv_estimator {name}; it has "
-                                            f"{', '.join(known) or 'none'}")
+            raise ConfigError(
+                where, value, f"not a hyperparameter of adv_estimator {name}; it has {', '.join(known) or 'none'}"
+            )
     if needs["needs_critic"] and cfg.critic is None:
-        raise ConfigError("adv_estimator", name, f"{name} needs a critic (its values): add a `critic:` worker block, "
-                                                 f"or use a critic-free estimator such as grpo")
+        raise ConfigError(
+            "adv_estimator",
+            name,
+            f"{name} needs a critic (its values): add a `critic:` worker block, "
+            f"or use a critic-free estimator such as grpo",
+        )
     if cfg.critic is not None and not needs["needs_critic"]:
-        raise ConfigError("critic", "<worker block>", f"adv_estimator={name} does not use critic values; remove the "
-                                                      f"`critic:` block or use an estimator that needs one (gae)")
+        raise ConfigError(
+            "critic",
+            "<worker block>",
+            f"adv_estimator={name} does not use critic values; remove the "
+            f"`critic:` block or use an estimator that needs one (gae)",
+        )
     if needs["needs_turns"] and not isinstance(cfg, AgenticConfig):
-        raise ConfigError("adv_estimator", name, f"{name} compares turns that act in the same env state and needs "
-                                                 f"multi-turn trajectories (agentic pipeline); use grpo here")
+        raise ConfigError(
+            "adv_estimator",
+            name,
+            f"{name} compares turns that act in the same env state and needs "
+            f"multi-turn trajectories (agentic pipeline); use grpo here",
+        )
     if needs["needs_groups"] and isinstance(cfg, RLVRConfig) and cfg.num_return_sequences_in_group < 2:
-        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group,
-                          f"{name} compares responses of one prompt: use >= 2 (e.g. 8)")
+        raise ConfigError(
+            "num_return_sequences_in_group",
+            cfg.num_return_sequences_in_group,
+            f"{name} compares responses of one prompt: use >= 2 (e.g. 8)",
+        )
     for key in ("kl_penalty", "kl_loss_type"):
         if _lookup(KL_TYPES, key, getattr(cfg, key))["needs_logits"]:
-            raise ConfigError(key, getattr(cfg, key), "this KL type needs the actor's and the reference's full "
-                                                      "logits (B x L x V) in one process, which roll's workers do "
-                                                      "not exchange; use low_var_kl (k3), kl, abs or mse")
+            raise ConfigError(
+                key,
+                getattr(cfg, key),
+                "this KL type needs the actor's and the reference's full "
+                "logits (B x L x V) in one process, which roll's workers do "
+                "not exchange; use low_var_kl (k3), kl, abs or mse",
+            )
     _lookup(POLICY_LOSSES, "policy_loss", cfg.policy_loss)
     _lookup(AGG_MODES, "loss_agg_mode", cfg.loss_agg_mode)
     if isinstance(cfg, AgenticConfig):
@@ -281,14 +325,22 @@ def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool]) -> None:
     if size != 1 or needs["needs_turns"]:
         return
     if needs["needs_groups"]:
-        raise ConfigError("train_env_manager.group_size", size, f"adv_estimator={cfg.adv_estimator} compares the "
-                                                                f"episodes of a group, and a group of one gives "
-                                                                f"advantage 0 on every step: use >= 2 (e.g. 8)")
+        raise ConfigError(
+            "train_env_manager.group_size",
+            size,
+            f"adv_estimator={cfg.adv_estimator} compares the "
+            f"episodes of a group, and a group of one gives "
+            f"advantage 0 on every step: use >= 2 (e.g. 8)",
+        )
     if norm.grouping == "state" and norm.method != "identity":
-        raise ConfigError("train_env_manager.group_size", size, f"reward_normalization (grouping state, method "
-                                                                f"{norm.method}) normalizes within groups, and a group "
-                                                                f"of one becomes 0 on every step: use >= 2, or grouping "
-                                                                f"batch / method identity")
+        raise ConfigError(
+            "train_env_manager.group_size",
+            size,
+            f"reward_normalization (grouping state, method "
+            f"{norm.method}) normalizes within groups, and a group "
+            f"of one becomes 0 on every step: use >= 2, or grouping "
+            f"batch / method identity",
+        )
 
 
 # ---------------------------------------------------------------------------- envs (agentic)
@@ -306,13 +358,18 @@ def check_envs(cfg: AgenticConfig) -> None:
         try:
             get_env_class(spec.env_type)
         except (ValueError, ImportError) as exc:
-            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
-                              f"unknown env ({exc}); registered: {', '.join(list_envs())}") from None
+            raise ConfigError(
+                f"custom_envs.{tag}.env_type",
+                spec.env_type,
+                f"unknown env ({exc}); registered: {', '.join(list_envs())}",
+            ) from None
         built = pool.run_all([lambda spec=spec: make_env(spec.env_type, dict(spec.env_config))], timeout)[0]
         if built.timed_out:
-            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type,
-                              f"building the env did not return within env_step_timeout={timeout}s; its "
-                              f"constructor hangs")
+            raise ConfigError(
+                f"custom_envs.{tag}.env_type",
+                spec.env_type,
+                f"building the env did not return within env_step_timeout={timeout}s; its constructor hangs",
+            )
         if isinstance(built.error, (TypeError, ValueError)):
             raise ConfigError(f"custom_envs.{tag}.env_config", dict(spec.env_config), str(built.error)) from None
         if built.error is not None:
@@ -331,8 +388,11 @@ def check_agents(cfg: AgenticConfig) -> None:
 
     missing = [p for p in ("fastapi", "uvicorn") if not _importable(p)]
     if missing:
-        raise ConfigError(f"custom_envs.{tags[0]}.env_manager_cls", cfg.custom_envs[tags[0]].env_manager_cls,
-                          f"the gateway needs {', '.join(missing)}: pip install 'roll[agents]'")
+        raise ConfigError(
+            f"custom_envs.{tags[0]}.env_manager_cls",
+            cfg.custom_envs[tags[0]].env_manager_cls,
+            f"the gateway needs {', '.join(missing)}: pip install 'roll[agents]'",
+        )
     for tag in tags:
         spec = cfg.custom_envs[tag]
         try:
@@ -351,8 +411,10 @@ def data_files(cfg: RLVRConfig) -> dict[str, list[str]]:
     from roll.data.files import resolve_data_files
 
     out = {}
-    for what, key, files in (("train", "actor_train.data_args.file_name", cfg.actor_train.data_args.file_name),
-                             ("validation", "validation.file_name", cfg.validation.file_name)):
+    for what, key, files in (
+        ("train", "actor_train.data_args.file_name", cfg.actor_train.data_args.file_name),
+        ("validation", "validation.file_name", cfg.validation.file_name),
+    ):
         try:
             out[what] = resolve_data_files(list(files or []))
         except ValueError as exc:
@@ -371,9 +433,14 @@ def check_data(cfg: RLVRConfig) -> set[str]:
         if not files:
             continue
         try:
-            examples = load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                                         ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key,
-                                         default_tag=cfg.default_tag)
+            examples = load_rlvr_dataset(
+                files,
+                prompt_key=args.prompt or "prompt",
+                messages_key=args.messages,
+                ground_truth_key=cfg.ground_truth_key,
+                tag_key=cfg.tag_key,
+                default_tag=cfg.default_tag,
+            )
         except DatasetValidationError as exc:
             key = "actor_train.data_args.file_name" if what == "train" else "validation.file_name"
             raise ConfigError(key, files, str(exc)) from None
@@ -394,13 +461,19 @@ def check_rewards(cfg: RLVRConfig, tags: set[str]) -> None:
         accepted = reward_option_names(REWARDS.resolve(name))
         unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
         if unknown:
-            raise ConfigError(f"rewards.reward_options.{name}.{unknown[0]}", options[unknown[0]],
-                              f"not an option of reward {name!r}; it accepts {accepted}")
+            raise ConfigError(
+                f"rewards.reward_options.{name}.{unknown[0]}",
+                options[unknown[0]],
+                f"not an option of reward {name!r}; it accepts {accepted}",
+            )
     for tag in sorted(tags):
         name = rewards.tag_to_reward.get(tag, tag)
         try:
             REWARDS.get(name)
         except (KeyError, ImportError):
-            raise ConfigError("rewards.tag_to_reward", dict(rewards.tag_to_reward),
-                              f"data tag {tag!r} has no reward: map it to one of {REWARDS.names()} (e.g. "
-                              f"{{{tag}: math}}), or register a reward named {tag!r}") from None
+            raise ConfigError(
+                "rewards.tag_to_reward",
+                dict(rewards.tag_to_reward),
+                f"data tag {tag!r} has no reward: map it to one of {REWARDS.names()} (e.g. "
+                f"{{{tag}: math}}), or register a reward named {tag!r}",
+            ) from None

@@ -25,9 +25,9 @@ from roll.data.files import resolve_data_files
 from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
 from roll.pipelines.base import Pipeline
+from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.pipelines.errors import RunStopped
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
-from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
 from roll.rewards.workers import NonFiniteReward, RewardTimeout
 from roll.tracking.dumps import TrajectoryDumps
 
@@ -60,8 +60,9 @@ def engine_log_probs(groups: list[PromptGroup], width: int) -> tuple[torch.Tenso
 def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_id: int) -> Batch:
     """The training batch of a step; ``group_id`` (meta) = position of the prompt in the step (0..G-1)."""
     prompts = [g.prompt_ids for g in groups for _ in g.response_ids]
-    batch = prompt_response_batch(prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores],
-                        pad_id)
+    batch = prompt_response_batch(
+        prompts, [r for g in groups for r in g.response_ids], [s for g in groups for s in g.scores], pad_id
+    )
     batch["group_id"] = [k for k, g in enumerate(groups) for _ in g.response_ids]
     batch["tag"] = [examples[g.index].tag for g in groups for _ in g.response_ids]
     batch["prompt_index"] = [g.index for g in groups for _ in g.response_ids]
@@ -70,14 +71,20 @@ def groups_to_batch(groups: list[PromptGroup], examples: list[RLVRExample], pad_
 
 def rollout_metrics(groups: list[PromptGroup], examples: list[RLVRExample], prefix: str) -> dict[str, float]:
     """Accuracy (overall and per tag), mean reward, format rate, response length, truncation, no-signal groups."""
-    flat = [(examples[g.index].tag, c, s, f, len(r), t) for g in groups
-            for c, s, f, r, t in zip(g.correct, g.scores, g.format_ok, g.response_ids, g.truncated)]
+    flat = [
+        (examples[g.index].tag, c, s, f, len(r), t)
+        for g in groups
+        for c, s, f, r, t in zip(g.correct, g.scores, g.format_ok, g.response_ids, g.truncated)
+    ]
     n = max(1, len(flat))
-    metrics = {f"{prefix}/accuracy": sum(x[1] for x in flat) / n, f"{prefix}/mean_reward": sum(x[2] for x in flat) / n,
-               f"{prefix}/format_rate": sum(x[3] for x in flat) / n,
-               f"{prefix}/response_length": sum(x[4] for x in flat) / n,
-               f"{prefix}/truncated_rate": sum(x[5] for x in flat) / n,
-               f"{prefix}/generated_tokens": float(sum(x[4] for x in flat))}
+    metrics = {
+        f"{prefix}/accuracy": sum(x[1] for x in flat) / n,
+        f"{prefix}/mean_reward": sum(x[2] for x in flat) / n,
+        f"{prefix}/format_rate": sum(x[3] for x in flat) / n,
+        f"{prefix}/response_length": sum(x[4] for x in flat) / n,
+        f"{prefix}/truncated_rate": sum(x[5] for x in flat) / n,
+        f"{prefix}/generated_tokens": float(sum(x[4] for x in flat)),
+    }
     if len(groups[0].scores) > 1:
         metrics[f"{prefix}/zero_std_groups"] = sum(group_stats(g.scores)[1] < 1e-6 for g in groups) / len(groups)
     by_tag: dict[str, list[bool]] = defaultdict(list)
@@ -116,18 +123,31 @@ class RLVRPipeline(Pipeline):
     # ------------------------------------------------------------------ setup
     def _load(self, files: list[str]) -> list[RLVRExample]:
         args, cfg = self.cfg.actor_train.data_args, self.cfg
-        return load_rlvr_dataset(files, prompt_key=args.prompt or "prompt", messages_key=args.messages,
-                                 ground_truth_key=cfg.ground_truth_key, tag_key=cfg.tag_key,
-                                 default_tag=cfg.default_tag)
+        return load_rlvr_dataset(
+            files,
+            prompt_key=args.prompt or "prompt",
+            messages_key=args.messages,
+            ground_truth_key=cfg.ground_truth_key,
+            tag_key=cfg.tag_key,
+            default_tag=cfg.default_tag,
+        )
 
     def _encode(self, examples: list[RLVRExample], what: str) -> tuple[list[RLVRExample], list[list[int]]]:
         cfg = self.cfg
-        ids, report = encode_prompts(examples, self.tokenizer, prompt_length=cfg.prompt_length,
-                                     truncation=cfg.truncation, filter_overlong_prompts=cfg.filter_overlong_prompts,
-                                     system_prompt=cfg.system_prompt)
+        ids, report = encode_prompts(
+            examples,
+            self.tokenizer,
+            prompt_length=cfg.prompt_length,
+            truncation=cfg.truncation,
+            filter_overlong_prompts=cfg.filter_overlong_prompts,
+            system_prompt=cfg.system_prompt,
+        )
         if report.filtered_rows or report.truncated_rows:
-            print(f"[rlvr] {what}: {len(report.filtered_rows)} overlong prompts filtered, "
-                  f"{len(report.truncated_rows)} truncated (longest {report.max_length} tokens)", flush=True)
+            print(
+                f"[rlvr] {what}: {len(report.filtered_rows)} overlong prompts filtered, "
+                f"{len(report.truncated_rows)} truncated (longest {report.max_length} tokens)",
+                flush=True,
+            )
         if not ids:
             raise ValueError(f"{what}: every prompt is longer than prompt_length={cfg.prompt_length}; raise it")
         return [examples[i] for i in report.kept], ids
@@ -143,30 +163,39 @@ class RLVRPipeline(Pipeline):
         train = self._load(resolve_data_files(cfg.actor_train.data_args.file_name))
         val = self._load(resolve_data_files(cfg.validation.file_name)) if cfg.validation.file_name else []
         if cfg.validation.max_samples:
-            val = val[:cfg.validation.max_samples]
+            val = val[: cfg.validation.max_samples]
         model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
         if cfg.tiny_model is not None:
             self.build_tiny_model(corpus=data_corpus(train + val, cfg))
         self.tokenizer = load_tokenizer(model_path)
-        self.dumps = TrajectoryDumps(self.log_dir, cfg.rollout_dump_steps, cfg.rollout_dump_max, self.tokenizer,
-                                     "rlvr")
+        self.dumps = TrajectoryDumps(self.log_dir, cfg.rollout_dump_steps, cfg.rollout_dump_max, self.tokenizer, "rlvr")
         self.train_examples, self.train_prompts = self._encode(train, "train data")
         self.val_examples, self.val_prompts = self._encode(val, "validation data") if val else ([], [])
         self.start_roles(extra_cpus=cfg.rewards.num_workers * cfg.rewards.num_cpus_per_worker)
         self.generator = generation_client(self.roles.actor_infer)
         self.round_stats: list[tuple[dict[str, float], dict[str, float]]] = []  # async: rounds since the last take
         self.round_lock = threading.Lock()
-        self.rewards = RewardWorkerPool(cfg.rewards.num_workers, use_ray=cfg.distributed == "ray",
-                                        num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
-                                        reward_options=dict(cfg.rewards.reward_options),
-                                        tag_to_reward=dict(cfg.rewards.tag_to_reward),
-                                        timeout_s=cfg.rewards.timeout_s)
+        self.rewards = RewardWorkerPool(
+            cfg.rewards.num_workers,
+            use_ray=cfg.distributed == "ray",
+            num_cpus_per_worker=cfg.rewards.num_cpus_per_worker,
+            reward_options=dict(cfg.rewards.reward_options),
+            tag_to_reward=dict(cfg.rewards.tag_to_reward),
+            timeout_s=cfg.rewards.timeout_s,
+        )
         self.sampler = PromptSampler(len(self.train_prompts), cfg.seed)
         self.start_tracker(run_id, headline_keys=HEADLINE_KEYS)
 
     # ------------------------------------------------------------------ phases
-    def generate_groups(self, indices: list[int], examples: list[RLVRExample], prompts: list[list[int]],
-                        n: int, args: GeneratingArgs, times: dict[str, float] | None = None) -> list[PromptGroup]:
+    def generate_groups(
+        self,
+        indices: list[int],
+        examples: list[RLVRExample],
+        prompts: list[list[int]],
+        n: int,
+        args: GeneratingArgs,
+        times: dict[str, float] | None = None,
+    ) -> list[PromptGroup]:
         """``n`` responses for each prompt in ``indices`` (one batched request), scored by the reward workers;
         ``times`` accumulates the seconds of phase switches (``switch``) and generate calls (``generate``)."""
         times = {} if times is None else times
@@ -178,18 +207,28 @@ class RLVRPipeline(Pipeline):
         outs = self.generator.generate(expanded, args)
         times["generate"] = times.get("generate", 0.0) + time.perf_counter() - start
         # the stop token is cut, other special tokens are kept: markup such as <answer> may be a special token
-        texts = self.tokenizer.batch_decode([o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids
-                                             for o in outs], skip_special_tokens=False)
+        texts = self.tokenizer.batch_decode(
+            [o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids for o in outs], skip_special_tokens=False
+        )
         exs = [examples[i] for i in indices for _ in range(n)]
         results = self.rewards.compute(texts, [e.ground_truth for e in exs], [e.tag for e in exs])
         groups = []
         for k, i in enumerate(indices):
             part = slice(k * n, (k + 1) * n)
-            groups.append(PromptGroup(
-                i, prompts[i], [o.token_ids for o in outs[part]], texts[part], [r.score for r in results[part]],
-                [r.correct for r in results[part]], [r.format_ok for r in results[part]],
-                [o.finish_reason == "length" for o in outs[part]], [o.log_probs for o in outs[part]],
-                min(o.policy_version for o in outs[part])))
+            groups.append(
+                PromptGroup(
+                    i,
+                    prompts[i],
+                    [o.token_ids for o in outs[part]],
+                    texts[part],
+                    [r.score for r in results[part]],
+                    [r.correct for r in results[part]],
+                    [r.format_ok for r in results[part]],
+                    [o.finish_reason == "length" for o in outs[part]],
+                    [o.log_probs for o in outs[part]],
+                    min(o.policy_version for o in outs[part]),
+                )
+            )
         return groups
 
     def collect(self) -> tuple[list[PromptGroup], dict[str, float], dict[str, float]]:
@@ -197,11 +236,22 @@ class RLVRPipeline(Pipeline):
         cfg, times = self.cfg, {"switch": 0.0, "generate": 0.0}
 
         def run_round(k: int) -> list[PromptGroup]:
-            return self.generate_groups(self.sampler.draw(k), self.train_examples, self.train_prompts,
-                                        cfg.num_return_sequences_in_group, cfg.actor_infer.generating_args, times)
+            return self.generate_groups(
+                self.sampler.draw(k),
+                self.train_examples,
+                self.train_prompts,
+                cfg.num_return_sequences_in_group,
+                cfg.actor_infer.generating_args,
+                times,
+            )
 
-        groups, metrics = collect_groups(cfg.rollout_batch_size, run_round, cfg.dynamic_sampling,
-                                         cfg.is_use_additional_prompts, cfg.max_additional_running_prompts)
+        groups, metrics = collect_groups(
+            cfg.rollout_batch_size,
+            run_round,
+            cfg.dynamic_sampling,
+            cfg.is_use_additional_prompts,
+            cfg.max_additional_running_prompts,
+        )
         return groups, metrics, times
 
     def warm_start(self) -> dict[str, float]:
@@ -209,7 +259,7 @@ class RLVRPipeline(Pipeline):
         sft = self.cfg.sft_warmup
         order = list(range(len(self.train_examples)))
         random.Random(sft.seed).shuffle(order)
-        order = order[:sft.max_examples or None]
+        order = order[: sft.max_examples or None]
         eos = [self.tokenizer.eos_token_id]
 
         def batches():
@@ -217,8 +267,9 @@ class RLVRPipeline(Pipeline):
                 picked = [order[(step * sft.batch_size + j) % len(order)] for j in range(sft.batch_size)]
                 answers = [sft.answer_template.format(answer=self.train_examples[i].ground_truth) for i in picked]
                 responses = [self.tokenizer.encode(a, add_special_tokens=False) + eos for a in answers]
-                yield prompt_response_batch([self.train_prompts[i] for i in picked], responses, [0.0] * len(picked),
-                                            self.tokenizer.pad_token_id)
+                yield prompt_response_batch(
+                    [self.train_prompts[i] for i in picked], responses, [0.0] * len(picked), self.tokenizer.pad_token_id
+                )
 
         return self.train_sft(batches(), sft.steps, sft.learning_rate, reset_optimizer=False)
 
@@ -226,8 +277,13 @@ class RLVRPipeline(Pipeline):
         """One greedy (by default) response per validation prompt; accuracy overall and per tag."""
         start = time.perf_counter()
         try:
-            groups = self.generate_groups(list(range(len(self.val_prompts))), self.val_examples, self.val_prompts,
-                                          1, self.cfg.validation.generating_args)
+            groups = self.generate_groups(
+                list(range(len(self.val_prompts))),
+                self.val_examples,
+                self.val_prompts,
+                1,
+                self.cfg.validation.generating_args,
+            )
         except (NonFiniteReward, RewardTimeout) as exc:
             raise reward_stop("val", step, exc) from exc
         self.dumps.rlvr("val", step, groups, self.val_examples)
@@ -247,8 +303,9 @@ class RLVRPipeline(Pipeline):
         """The oldest ``rollout_batch_size`` finished groups of the producers (started on first use), with the
         staleness metrics, the latest round's metrics and the rounds' summed times."""
         cfg = self.cfg
-        producers = self.start_producers(self.produce, [cfg.rollout_batch_size], cfg.rollout_batch_size,
-                                         lambda g: PromptGroup(**g))
+        producers = self.start_producers(
+            self.produce, [cfg.rollout_batch_size], cfg.rollout_batch_size, lambda g: PromptGroup(**g)
+        )
         taken, metrics = producers.buffer.take(cfg.rollout_batch_size)
         with self.round_lock:
             rounds, self.round_stats = self.round_stats, []
@@ -275,8 +332,9 @@ class RLVRPipeline(Pipeline):
             raise
         timings["time/rollout"] = time.perf_counter() - t0  # async: waiting for the oldest finished groups
         batch = groups_to_batch(prompt_groups, self.train_examples, self.tokenizer.pad_token_id)
-        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = engine_log_probs(prompt_groups,
-                                                                                      batch["input_ids"].shape[1])
+        batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = engine_log_probs(
+            prompt_groups, batch["input_ids"].shape[1]
+        )
         check_batch_if(cfg.strict_data_check, batch, "rollout")
         t = time.perf_counter()
         self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
@@ -310,6 +368,8 @@ class RLVRPipeline(Pipeline):
         self.async_state = state.get("async")
 
     def finish(self) -> None:
-        if self.producers is not None:  # its round (one generate call and its rewards) ends before the reward workers go
+        if (
+            self.producers is not None
+        ):  # its round (one generate call and its rewards) ends before the reward workers go
             self.producers.close()
         self.rewards.shutdown()

@@ -11,21 +11,21 @@ from collections import Counter
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
-from roll.data.layout import trajectories_to_batch
-from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
-
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 
 #: Why a seed gave no demonstration (counted in the error when none does).
 NO_PLAN = "solution() returned no plan"
 TOO_LONG = "the plan was longer than max_actions_per_traj"
-NO_SUCCESS = ("the plan did not reach success (no step reported info['success']=True before the episode ended or "
-              "the plan ran out)")
+NO_SUCCESS = (
+    "the plan did not reach success (no step reported info['success']=True before the episode ended or "
+    "the plan ran out)"
+)
 
 
-def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int,
-                    tag: str) -> Trajectory | str:
+def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str) -> Trajectory | str:
     """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
     action format (``env.parser.render``); the reason (:data:`NO_PLAN`, :data:`TOO_LONG`, :data:`NO_SUCCESS`) when
     it gives no demonstration.
@@ -48,8 +48,10 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
         traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
         obs, reward, terminated, truncated, info = env.step(written)
         if not info.get("action_is_valid", True):
-            raise ValueError(f"sft_warmup: env {spec.env_type!r} rejected its own solution action {action!r} written "
-                             f"as {written!r} (action_format={env.action_format!r})")
+            raise ValueError(
+                f"sft_warmup: env {spec.env_type!r} rejected its own solution action {action!r} written "
+                f"as {written!r} (action_format={env.action_format!r})"
+            )
         traj.turns[-1].reward = float(reward)
         if terminated or truncated:
             traj.success = bool(info.get("success"))
@@ -58,8 +60,9 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
     return traj if traj.success else NO_SUCCESS
 
 
-def make_demo_batches(spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int,
-                      batch_size: int, steps: int, seed: int) -> list[Batch]:
+def make_demo_batches(
+    spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int, batch_size: int, steps: int, seed: int
+) -> list[Batch]:
     """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them)."""
     from roll.envs import make_env
 
@@ -77,8 +80,10 @@ def make_demo_batches(spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: s
             demos.append(traj)
     if not demos:
         why = "; ".join(f"{n} of {index}: {reason}" for reason, n in missed.most_common())
-        raise RuntimeError(f"sft_warmup: env {spec.env_type!r} gave no demonstration from {index} seeds ({why}; "
-                           f"max_actions_per_traj={spec.max_actions_per_traj})")
+        raise RuntimeError(
+            f"sft_warmup: env {spec.env_type!r} gave no demonstration from {index} seeds ({why}; "
+            f"max_actions_per_traj={spec.max_actions_per_traj})"
+        )
     rng = random.Random(seed)
     batches = []
     order: list[int] = []

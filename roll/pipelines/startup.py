@@ -27,14 +27,19 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
             worker.model_args.model_name_or_path = cfg.pretrain
     if cfg.distributed == "local":
         groups: dict[str, WorkerGroup] = {
-            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in workers.items()}
+            r: LocalWorkerGroup(r, w, num_threads=max(1, int(w.num_cpus_per_worker))) for r, w in workers.items()
+        }
     else:
         from roll.distributed.cluster import start_ray
 
         needed = sum(w.num_cpus_per_worker * w.world_size for w in workers.values()) + extra_cpus + 1
-        start_ray(address=cfg.ray_address, num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
-                  num_gpus=cfg.num_gpus_per_node or None, include_dashboard=cfg.ray_include_dashboard,
-                  env_vars=dict(cfg.system_envs))
+        start_ray(
+            address=cfg.ray_address,
+            num_cpus=cfg.ray_num_cpus or max(os.cpu_count() or 1, math.ceil(needed)),
+            num_gpus=cfg.num_gpus_per_node or None,
+            include_dashboard=cfg.ray_include_dashboard,
+            env_vars=dict(cfg.system_envs),
+        )
         from roll.distributed.placement import check_feasible, create_placement_groups, plan_placement
 
         plan = plan_placement(workers, cfg.num_gpus_per_node)
@@ -42,14 +47,20 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
 
         check_feasible(plan, ray.cluster_resources())
         pgs = create_placement_groups(plan, timeout_s=min(cfg.rpc_timeout, 120))
-        groups = {r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r],
-                                    placement_groups=pgs) for r, w in workers.items()}
+        groups = {
+            r: RayWorkerGroup(r, w, cfg.rpc_timeout, w.device_mapping, slots=plan.roles[r], placement_groups=pgs)
+            for r, w in workers.items()
+        }
     samples = cfg.rollout_batch_size * max(1, getattr(cfg, "num_return_sequences_in_group", 1))
     per_rollout = optimizer_steps_per_rollout(cfg, "actor_train", samples)
     train_steps = cfg.max_steps * cfg.ppo_epochs * max(1, per_rollout)
-    ctx = StrategyContext(seed=cfg.seed, max_grad_norm=cfg.max_grad_norm, total_steps=train_steps,
-                          max_running_requests=cfg.max_running_requests,
-                          async_rollouts=bool(getattr(cfg, "async_generation_ratio", 0)))
+    ctx = StrategyContext(
+        seed=cfg.seed,
+        max_grad_norm=cfg.max_grad_norm,
+        total_steps=train_steps,
+        max_running_requests=cfg.max_running_requests,
+        async_rollouts=bool(getattr(cfg, "async_generation_ratio", 0)),
+    )
     roles = Roles.of(groups, cfg)
     for role, proxy in roles.items():
         with start_notice(role, cfg.rpc_timeout):
@@ -57,8 +68,11 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
         where = ""
         if cfg.distributed != "local":  # which node and GPUs each rank landed on (several nodes: see they spread)
             where = ": " + "; ".join(f"rank {r} on {loc}" for r, loc in enumerate(proxy.group.call(Worker.location)))
-        print(f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
-              f"worker(s){where}", flush=True)
+        print(
+            f"[roll] {role}: {workers[role].strategy_args.strategy_name} on {workers[role].world_size} "
+            f"worker(s){where}",
+            flush=True,
+        )
     return roles
 
 

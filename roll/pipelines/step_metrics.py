@@ -18,15 +18,17 @@ def logprob_mismatch(batch: Batch) -> dict[str, float]:
     return {"rollout/logprob_mismatch": float(diff.sum()) / count, "rollout/logprob_mismatch_max": float(diff.max())}
 
 
-def perf_metrics(roles: Roles, batch: Batch, timings: dict[str, float],
-                 ppo_epochs: int) -> dict[str, float]:
+def perf_metrics(roles: Roles, batch: Batch, timings: dict[str, float], ppo_epochs: int) -> dict[str, float]:
     """Throughput and memory of one step: ``perf/tokens`` (attention-mask tokens of the batch),
     ``perf/train_tokens_per_s`` = tokens x ppo_epochs / time/train, and on GPU
     ``perf/<role>_peak_{allocated,reserved}_gib`` (rank 0 of each role, peak since the worker started) and
     ``perf/gpu_used_gib`` (the GPU's use by all processes, seen from actor_train's rank 0, at the end of the step)."""
     tokens = float(batch["attention_mask"].sum())
-    out = {"perf/tokens": tokens, "perf/samples": float(len(batch)),
-           "perf/train_tokens_per_s": tokens * ppo_epochs / max(timings.get("time/train", 0.0), 1e-9)}
+    out = {
+        "perf/tokens": tokens,
+        "perf/samples": float(len(batch)),
+        "perf/train_tokens_per_s": tokens * ppo_epochs / max(timings.get("time/train", 0.0), 1e-9),
+    }
     for role, proxy in roles.items():
         stats = proxy.memory_stats()
         for key in ("peak_allocated_gib", "peak_reserved_gib"):

@@ -39,7 +39,7 @@ def _expand_fracs(text: str) -> str | None:
         den = _braced(text, num[1]) if num else None
         if num is None or den is None:
             return None
-        text = f"{text[:match.start()]}(({num[0]})/({den[0]})){text[den[1]:]}"
+        text = f"{text[: match.start()]}(({num[0]})/({den[0]})){text[den[1] :]}"
     return text
 
 

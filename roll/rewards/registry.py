@@ -5,9 +5,10 @@ Every entry shares the :class:`RewardFn` signature, so callers (the reward worke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import inspect
-from typing import Callable, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from roll.registry import Registry
 
@@ -71,5 +72,9 @@ def reward_option_names(name: str) -> list[str] | None:
     params = inspect.signature(get_reward_fn(name)).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params if p.kind is p.KEYWORD_ONLY or
-            (p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("response", "ground_truth"))]
+    return [
+        p.name
+        for p in params
+        if p.kind is p.KEYWORD_ONLY
+        or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("response", "ground_truth"))
+    ]

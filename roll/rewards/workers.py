@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import traceback
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from roll.calls import CallPool
 from roll.rewards import math_answer  # noqa: F401  (registers the built-in "math" reward)
-from roll.rewards.registry import (REWARDS, RewardFn, RewardResult, get_reward_fn, register_reward,
-                                   registered_rewards)
+from roll.rewards.registry import REWARDS, RewardFn, RewardResult, get_reward_fn, register_reward, registered_rewards
 
 __all__ = ["NonFiniteReward", "RewardTimeout", "RewardWorker", "RewardWorkerPool", "register_reward"]
 
@@ -48,8 +49,10 @@ def reward_failure_note(name: str, fn: Any, exc: BaseException, index: int, tag:
     own = [f for f in frames if code is not None and f.filename == code.co_filename]
     raised = (own or frames)[-1] if frames else None
     where = f" raised at {raised.filename}:{raised.lineno}" if raised else ""
-    return (f"reward function {name!r} ({getattr(fn, '__qualname__', fn)!s} defined at {defined}){where} while "
-            f"scoring sample {index} (tag {tag!r}, response {response[:80]!r})")
+    return (
+        f"reward function {name!r} ({getattr(fn, '__qualname__', fn)!s} defined at {defined}){where} while "
+        f"scoring sample {index} (tag {tag!r}, response {response[:80]!r})"
+    )
 
 
 class RewardWorker:
@@ -100,10 +103,12 @@ class RewardWorker:
             fn = get_reward_fn(name)
             options = self.reward_options.get(name, {})
             try:
-                result = self._call(lambda: fn(response, truth, **options))
+                result = self._call(functools.partial(fn, response, truth, **options))
             except TimeoutError:
-                raise RewardTimeout(f"{_named(name, fn)} did not return within rewards.timeout_s={self.timeout_s}s "
-                                    f"for sample {i} (tag {tag!r}, response {response[:80]!r})") from None
+                raise RewardTimeout(
+                    f"{_named(name, fn)} did not return within rewards.timeout_s={self.timeout_s}s "
+                    f"for sample {i} (tag {tag!r}, response {response[:80]!r})"
+                ) from None
             except Exception as exc:  # keep the user's exception and traceback; say which reward and sample
                 exc.add_note(reward_failure_note(name, fn, exc, i, tag, response))
                 raise
@@ -111,7 +116,8 @@ class RewardWorker:
             if not isinstance(score, (int, float)) or not math.isfinite(score):
                 raise NonFiniteReward(
                     f"{_named(name, fn)} returned score={score!r} for sample {i} (tag {tag!r}, response "
-                    f"{response[:80]!r}); a reward must return RewardResult with a finite float score")
+                    f"{response[:80]!r}); a reward must return RewardResult with a finite float score"
+                )
             results.append(result)
         return results
 

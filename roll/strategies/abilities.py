@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 class Submits(Protocol):
     """Ability ``submit``: takes generation requests one at a time and batches them itself."""
 
-    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> list[str]:
+    def submit(
+        self, requests: list[tuple[str, list[int]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests; returns the engine's request ids."""
 
     def poll(self, rids: list[str] | None = None, timeout: float | None = 0.05) -> dict[str, Any]:
@@ -38,8 +39,15 @@ class ReceivesWeightGroup(Protocol):
     def weight_group_ranks(cls, config: WorkerConfig) -> int:
         """Group ranks one worker of block ``config`` takes (its engine's TP size); read before it starts."""
 
-    def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                          group_name: str, backend: str = "nccl") -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str = "nccl",
+    ) -> None:
         """Join the group at ranks ``rank_offset ..``; blocks until all ``world_size`` members joined."""
 
     def update_weights_distributed(self, metas: list[dict[str, Any]], group_name: str) -> float:
@@ -55,12 +63,9 @@ class ReceivesIpcBuckets(Protocol):
 
 
 #: Abilities a strategy may declare: name -> the Protocol its class must satisfy.
-ABILITIES: dict[str, type] = {"submit": Submits, "weight_group": ReceivesWeightGroup,
-                              "ipc_weights": ReceivesIpcBuckets}
+ABILITIES: dict[str, type] = {"submit": Submits, "weight_group": ReceivesWeightGroup, "ipc_weights": ReceivesIpcBuckets}
 
 
 def protocol_members(protocol: type) -> list[str]:
     """The methods a Protocol declares, in definition order."""
     return [n for n, v in vars(protocol).items() if not n.startswith("_") and callable(getattr(protocol, n))]
-
-

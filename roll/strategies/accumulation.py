@@ -58,10 +58,15 @@ class BatchedForward:
 
     def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values)."""
-        return token_log_probs(self._model(), mb["input_ids"], mb["attention_mask"], with_entropy=with_entropy,
-                               pack=self.config.use_sequence_packing and self.supports_packing,
-                               share_prefix=self.config.shares_prefixes() and self.supports_packing,
-                               compiled=self.config.model_args.compile_log_probs)
+        return token_log_probs(
+            self._model(),
+            mb["input_ids"],
+            mb["attention_mask"],
+            with_entropy=with_entropy,
+            pack=self.config.use_sequence_packing and self.supports_packing,
+            share_prefix=self.config.shares_prefixes() and self.supports_packing,
+            compiled=self.config.model_args.compile_log_probs,
+        )
 
     # ------------------------------------------------------------------ helpers
     def _data_parallel_sum(self, value: float) -> float:
@@ -81,10 +86,11 @@ class BatchedForward:
     def _micro(self, batch: Batch, train: bool) -> list[tuple[list[int], Batch]]:
         cfg = self.config
         dynamic = cfg.use_dynamic_batching_in_train if train else cfg.use_dynamic_batching_in_infer
-        budget = (cfg.max_tokens_per_microbatch_in_train if train else cfg.max_tokens_per_microbatch_in_infer)
+        budget = cfg.max_tokens_per_microbatch_in_train if train else cfg.max_tokens_per_microbatch_in_infer
         samples = cfg.training_args.per_device_train_batch_size if train else cfg.infer_batch_size
-        return micro_batches(batch, samples, budget if dynamic else None,
-                             packed=cfg.use_sequence_packing and self.supports_packing)
+        return micro_batches(
+            batch, samples, budget if dynamic else None, packed=cfg.use_sequence_packing and self.supports_packing
+        )
 
     def _padded_to(self, micro: list[tuple[list[int], Batch]]) -> list[tuple[list[int], Batch]]:
         """Under collective forwards, dummy micro-batches (no sample, weight 0) so every rank runs as many."""
@@ -95,11 +101,16 @@ class BatchedForward:
             return micro
         if micro:
             dummy = micro[-1][1].select([0])
-            dummy = Batch({k: torch.zeros_like(v) for k, v in dummy.tensors.items()}, dict(dummy.meta),
-                          dict(dummy.info))
+            dummy = Batch(
+                {k: torch.zeros_like(v) for k, v in dummy.tensors.items()}, dict(dummy.meta), dict(dummy.info)
+            )
         else:  # this rank got no samples (a forward-only pass): two tokens are enough to join the gathers
-            dummy = Batch({"input_ids": torch.zeros((1, 2), dtype=torch.long),
-                           "attention_mask": torch.zeros((1, 2), dtype=torch.long)})
+            dummy = Batch(
+                {
+                    "input_ids": torch.zeros((1, 2), dtype=torch.long),
+                    "attention_mask": torch.zeros((1, 2), dtype=torch.long),
+                }
+            )
         dummy["attention_mask"][:, :2] = 1  # two tokens: one scored position
         return micro + [([], dummy)] * extra
 
@@ -129,7 +140,6 @@ class BatchedForward:
         return out
 
 
-
 class ForwardLogProbs:
     """``compute_log_probs`` as :meth:`BatchedForward.forward_batch` (the scoring side of a torch backend)."""
 
@@ -138,8 +148,9 @@ class ForwardLogProbs:
         return self.forward_batch(batch, "log_probs", with_entropy)  # type: ignore[attr-defined]
 
 
-def optimizer_steps(strategy: Any, batch: Batch, lr: float | None, return_log_probs: bool, name: str,
-                    one_step: Any) -> dict[str, Any]:
+def optimizer_steps(
+    strategy: Any, batch: Batch, lr: float | None, return_log_probs: bool, name: str, one_step: Any
+) -> dict[str, Any]:
     """The outer loop every training backend shares: ``batch`` cut into optimizer steps of
     ``per_device_train_batch_size x gradient_accumulation_steps`` samples (a ValueError otherwise), or, when
     ``batch.info["one_optimizer_step"]`` (the samples of a batch of episodes), one step of all of them; each run by
@@ -151,9 +162,11 @@ def optimizer_steps(strategy: Any, batch: Batch, lr: float | None, return_log_pr
     if batch.info.get("one_optimizer_step"):  # samples of a batch of whole episodes (trajectory_mode step): their
         per_step = max(1, len(batch))  # count varies with the turns; the schedule counts batches of episodes
     if len(batch) % per_step:
-        raise ValueError(f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
-                         f"per_device_train_batch_size x gradient_accumulation_steps = "
-                         f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}")
+        raise ValueError(
+            f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
+            f"per_device_train_batch_size x gradient_accumulation_steps = "
+            f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}"
+        )
     step_metrics, kept = [], []
     for start in range(0, len(batch), per_step):
         rate = lr if lr is not None else strategy._scheduled_lr()
@@ -193,8 +206,14 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
         """Called before each training micro-batch's forward; ``boundary``: it is the step's last."""
 
     # ------------------------------------------------------------------ the interface
-    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
-                   return_log_probs: bool = False) -> dict[str, Any]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        lr: float | None = None,
+        with_entropy: bool = False,
+        return_log_probs: bool = False,
+    ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples (see the
         module docstring and :func:`optimizer_steps`). ``return_log_probs``: also return ``"log_probs"`` (B, L-1),
         the detached log-probs of each sample's forward (CPU float32, in ``batch`` order)."""
@@ -208,8 +227,9 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
 
         return optimizer_steps(self, batch, lr, return_log_probs, self.metric_prefix, one_step)
 
-    def _accumulate(self, batch: Batch, loss_fn: LossFn, with_entropy: bool,
-                    keep: bool) -> tuple[dict[str, float], torch.Tensor | None]:
+    def _accumulate(
+        self, batch: Batch, loss_fn: LossFn, with_entropy: bool, keep: bool
+    ) -> tuple[dict[str, float], torch.Tensor | None]:
         """Forward/backward of one optimizer step's micro-batches, weighted exactly (the module docstring)."""
         micro = self._padded_to(self._micro(batch, train=True))
         normalizer = getattr(loss_fn, "normalizer", None)
@@ -239,8 +259,9 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
         from roll.strategies.schedule import lr_at
 
         targs = self.config.training_args
-        return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
-                     targs.lr_scheduler_type)
+        return lr_at(
+            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
+        )
 
 
 def move_module_and_optimizer(module: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:

@@ -19,8 +19,9 @@ declared nowhere. All calls are synchronous; batching and placement are the call
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -29,6 +30,7 @@ from roll.data.batch import Batch
 from roll.strategies.abilities import ABILITIES, protocol_members
 from roll.strategies.weight_buckets import BucketMeta
 
+
 class LossFn(Protocol):
     """``loss_fn(log_probs (B,T), entropy (B,T) | None, micro_batch) -> (loss, metrics)``; T = sequence - 1.
 
@@ -36,8 +38,9 @@ class LossFn(Protocol):
     (the count of that unit: tokens or sequences) is accumulated exactly over micro-batches of any size (see
     :mod:`roll.strategies.microbatch`); without it, micro-batches are weighted by their samples."""
 
-    def __call__(self, log_probs: torch.Tensor, entropy: "torch.Tensor | None",
-                 mb: Batch) -> "tuple[torch.Tensor, dict[str, float]]": ...
+    def __call__(
+        self, log_probs: torch.Tensor, entropy: torch.Tensor | None, mb: Batch
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,9 @@ class InferenceStrategy(Strategy):
     """A backend that generates (the ``actor_infer`` role)."""
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         """Sample one continuation per prompt (token ids in, token ids out)."""
 
 
@@ -109,8 +113,14 @@ class TrainingStrategy(Strategy):
     """What the two training roles share: optimizer steps, weights out, checkpoints."""
 
     @abstractmethod
-    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
-                   return_log_probs: bool = False) -> dict[str, Any]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        lr: float | None = None,
+        with_entropy: bool = False,
+        return_log_probs: bool = False,
+    ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples of
         ``batch`` (each split into micro-batches, gradients accumulated exactly); returns mean metrics.
 
@@ -168,8 +178,12 @@ class CriticStrategy(TrainingStrategy):
 
 
 #: The base class each role's strategy must derive from.
-ROLE_BASES: dict[str, type[Strategy]] = {"actor_infer": InferenceStrategy, "reference": ScoringStrategy,
-                                          "actor_train": TrainStrategy, "critic": CriticStrategy}
+ROLE_BASES: dict[str, type[Strategy]] = {
+    "actor_infer": InferenceStrategy,
+    "reference": ScoringStrategy,
+    "actor_train": TrainStrategy,
+    "critic": CriticStrategy,
+}
 
 
 def contract_gaps(cls: type, role: str, abilities: Iterable[str]) -> list[str]:
@@ -181,6 +195,9 @@ def contract_gaps(cls: type, role: str, abilities: Iterable[str]) -> list[str]:
         gaps.append(f"subclass {base.__name__}")
     gaps += [f"implement {m}" for m in sorted(getattr(cls, "__abstractmethods__", ()))]
     for ability in sorted(abilities):
-        gaps += [f"implement {m} (ability {ability})" for m in protocol_members(ABILITIES[ability])
-                 if not callable(getattr(cls, m, None))]
+        gaps += [
+            f"implement {m} (ability {ability})"
+            for m in protocol_members(ABILITIES[ability])
+            if not callable(getattr(cls, m, None))
+        ]
     return gaps

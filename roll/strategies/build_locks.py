@@ -57,11 +57,15 @@ class BuildLock:
     def message(self) -> str:
         """One line saying what the lock is and what to do about it."""
         if self.stale:
-            return (f"stale torch extension build lock {self.path} (no process holds it: a killed build left it); "
-                    f"any build of {self.path.parent.name!r} waits on it forever: remove it with: rm {self.path}")
+            return (
+                f"stale torch extension build lock {self.path} (no process holds it: a killed build left it); "
+                f"any build of {self.path.parent.name!r} waits on it forever: remove it with: rm {self.path}"
+            )
         if self.holders is None:
-            return (f"torch extension build lock {self.path}: its builder could not be checked (processes of other "
-                    f"users); if no build is running, remove it with: rm {self.path}")
+            return (
+                f"torch extension build lock {self.path}: its builder could not be checked (processes of other "
+                f"users); if no build is running, remove it with: rm {self.path}"
+            )
         return f"torch extension build lock {self.path}: a build is running (pid {', '.join(map(str, self.holders))})"
 
 

@@ -9,7 +9,7 @@ actor ``XTrainStrategy`` shares, with its own ``_load_model`` and the two hooks 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -44,6 +44,8 @@ class ValueHeadCritic:
         names = self._parameter_names()
         matched = [(n, t) for n, t in named_tensors if n in names]
         if not matched:
-            raise ValueError("critic.load_weights: none of the given weight names exist in the value model; "
-                             "the critic must share the policy's architecture")
+            raise ValueError(
+                "critic.load_weights: none of the given weight names exist in the value model; "
+                "the critic must share the policy's architecture"
+            )
         super().load_weights(matched)  # type: ignore[misc]

@@ -8,7 +8,8 @@ pass, so a reference larger than one device fits. ``strategy_config``:
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -20,18 +21,31 @@ from roll.strategies.base import ScoringStrategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
 from roll.strategies.registry import strategy_options
 
-def build_infer_ds_config(options: DeepSpeedInferOptions | dict[str, Any], *, micro_batch: int, world_size: int,
-                          dtype: str, key: str = "deepspeed_infer.strategy_config") -> dict[str, Any]:
+
+def build_infer_ds_config(
+    options: DeepSpeedInferOptions | dict[str, Any],
+    *,
+    micro_batch: int,
+    world_size: int,
+    dtype: str,
+    key: str = "deepspeed_infer.strategy_config",
+) -> dict[str, Any]:
     """The DeepSpeed config of an inference engine (:class:`~roll.config.strategies.DeepSpeedInferOptions`): batch
     sizes (required by DeepSpeed, unused without an optimizer), ZeRO stage 0 or 3, precision."""
     opts = parse_options(DeepSpeedInferOptions, options, key)
     zero: dict[str, Any] = {"stage": opts.zero_stage}
     if opts.offload_param == "cpu":
         zero["offload_param"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
-    return {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
-            "train_batch_size": micro_batch * world_size, "zero_optimization": zero,
-            "bf16": {"enabled": dtype == "bf16"}, "fp16": {"enabled": dtype == "fp16"},
-            "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": micro_batch * world_size,
+        "zero_optimization": zero,
+        "bf16": {"enabled": dtype == "bf16"},
+        "fp16": {"enabled": dtype == "fp16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
 
 
 class DeepSpeedInferStrategy(ScoringStrategy):
@@ -42,12 +56,16 @@ class DeepSpeedInferStrategy(ScoringStrategy):
 
         init_deepspeed_distributed(ctx.seed)
         margs = self.config.model_args
-        self.ds_config = build_infer_ds_config(strategy_options(self.config, cls=DeepSpeedInferOptions),
-                                               micro_batch=self.config.infer_batch_size,
-                                               world_size=self.world_size, dtype=margs.dtype)
+        self.ds_config = build_infer_ds_config(
+            strategy_options(self.config, cls=DeepSpeedInferOptions),
+            micro_batch=self.config.infer_batch_size,
+            world_size=self.world_size,
+            dtype=margs.dtype,
+        )
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
-        model = load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code,
-                               margs.use_liger_kernel)
+        model = load_causal_lm(
+            margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code, margs.use_liger_kernel
+        )
         model.requires_grad_(False)
         self.engine, *_ = deepspeed.initialize(model=model, config=self.ds_config)
         self.engine.eval()
@@ -80,10 +98,15 @@ class DeepSpeedInferStrategy(ScoringStrategy):
             else:  # padding pass that keeps this rank in step with the others' collective gathers
                 ids = torch.zeros((1, 2), dtype=torch.long, device=self.device)
                 mask = torch.ones_like(ids)
-            lp, ent = token_log_probs(self.engine, ids, mask, with_entropy=with_entropy,
-                                      pack=self.config.use_sequence_packing,
-                                      share_prefix=self.config.shares_prefixes(),
-                                      compiled=self.config.model_args.compile_log_probs)
+            lp, ent = token_log_probs(
+                self.engine,
+                ids,
+                mask,
+                with_entropy=with_entropy,
+                pack=self.config.use_sequence_packing,
+                share_prefix=self.config.shares_prefixes(),
+                compiled=self.config.model_args.compile_log_probs,
+            )
             if i < len(micro):
                 parts.append(lp.float().cpu())
                 if ent is not None:
@@ -103,8 +126,9 @@ class DeepSpeedInferStrategy(ScoringStrategy):
         unknown = [n for n, _ in named if n not in params]
         if unknown:
             raise KeyError(f"deepspeed_infer.load_weights: no parameters {unknown[:3]} in the model")
-        gathered = deepspeed.zero.GatheredParameters([params[n] for n, _ in named], modifier_rank=0,
-                                                     enabled=self.zero_stage == 3)
+        gathered = deepspeed.zero.GatheredParameters(
+            [params[n] for n, _ in named], modifier_rank=0, enabled=self.zero_stage == 3
+        )
         with gathered, torch.no_grad():
             for name, tensor in named:
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))

@@ -10,30 +10,42 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
 from roll.config.strategies import DeepSpeedTrainOptions, parse_options
-from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
-from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.build_locks import prepare_deepspeed_comm
+from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: DeepSpeed config keys roll passes through when they are set (None / empty means: DeepSpeed's default).
-PASSTHROUGH = ("zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer", "activation_checkpointing",
-               "communication_data_type", "prescale_gradients")
+PASSTHROUGH = (
+    "zero_force_ds_cpu_optimizer",
+    "zero_allow_untested_optimizer",
+    "activation_checkpointing",
+    "communication_data_type",
+    "prescale_gradients",
+)
 
 
-def build_ds_config(options: DeepSpeedTrainOptions | dict[str, Any], *, micro_batch: int, grad_accum: int,
-                    world_size: int, max_grad_norm: float, dtype: str,
-                    key: str = "deepspeed_train.strategy_config") -> dict[str, Any]:
+def build_ds_config(
+    options: DeepSpeedTrainOptions | dict[str, Any],
+    *,
+    micro_batch: int,
+    grad_accum: int,
+    world_size: int,
+    max_grad_norm: float,
+    dtype: str,
+    key: str = "deepspeed_train.strategy_config",
+) -> dict[str, Any]:
     """A complete DeepSpeed config from the typed options: shorthands folded into ``zero_optimization``, ``auto``
     values resolved from the worker block, precision from ``dtype``."""
     opts = parse_options(DeepSpeedTrainOptions, options, key)
@@ -45,19 +57,27 @@ def build_ds_config(options: DeepSpeedTrainOptions | dict[str, Any], *, micro_ba
             zero[name] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     zero.setdefault("stage", 0)
     cfg: dict[str, Any] = {"zero_optimization": {k: v for k, v in zero.items() if v != "auto"}}
-    resolved = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-                "train_batch_size": micro_batch * grad_accum * world_size, "gradient_clipping": max_grad_norm}
+    resolved = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "train_batch_size": micro_batch * grad_accum * world_size,
+        "gradient_clipping": max_grad_norm,
+    }
     for name, value in resolved.items():
         given = getattr(opts, name)
         if given != "auto" and given != value:
-            raise ValueError(f"deepspeed_train: {key}.{name}={given} disagrees with the worker block ({value}); "
-                             f"set it to 'auto' or remove it")
+            raise ValueError(
+                f"deepspeed_train: {key}.{name}={given} disagrees with the worker block ({value}); "
+                f"set it to 'auto' or remove it"
+            )
         cfg[name] = value
     for name, wanted in (("bf16", dtype == "bf16"), ("fp16", dtype == "fp16")):
         given = getattr(opts, name).get("enabled", "auto")
         if given != "auto" and bool(given) != wanted:
-            raise ValueError(f"deepspeed_train: {key}.{name}.enabled={given} disagrees with model_args.dtype "
-                             f"({dtype}); set it to 'auto' or remove it")
+            raise ValueError(
+                f"deepspeed_train: {key}.{name}.enabled={given} disagrees with model_args.dtype "
+                f"({dtype}); set it to 'auto' or remove it"
+            )
         cfg[name] = {"enabled": wanted}
     for name in PASSTHROUGH:
         value = getattr(opts, name)
@@ -89,8 +109,9 @@ class DeepSpeedTrainer(AccumulatingTrainer):
         """The model to train (a causal LM; the critic overrides this with a value model)."""
         margs = self.config.model_args
         attention = scoring_attention(margs.attn_implementation, margs.dtype, self.config.use_sequence_packing)
-        return load_causal_lm(margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code,
-                              margs.use_liger_kernel)
+        return load_causal_lm(
+            margs.model_name_or_path, margs.dtype, attention, margs.trust_remote_code, margs.use_liger_kernel
+        )
 
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
@@ -104,14 +125,24 @@ class DeepSpeedTrainer(AccumulatingTrainer):
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
         # foreach: one kernel per operation over all tensors (torch's default on CUDA only; on CPU the per-tensor
         # loop cost more than the rest of a small model's step), with the same results bit for bit
-        optimizer = torch.optim.AdamW(model.parameters(), lr=targs.learning_rate, foreach=True,
-                                      betas=(targs.adam_beta1, targs.adam_beta2), weight_decay=targs.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=targs.learning_rate,
+            foreach=True,
+            betas=(targs.adam_beta1, targs.adam_beta2),
+            weight_decay=targs.weight_decay,
+        )
         self.ds_config = build_ds_config(
-            strategy_options(self.config, cls=DeepSpeedTrainOptions), micro_batch=targs.per_device_train_batch_size,
-            grad_accum=targs.gradient_accumulation_steps, world_size=self.world_size,
-            max_grad_norm=ctx.max_grad_norm, dtype=margs.dtype)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
-                                                                 config=self.ds_config)
+            strategy_options(self.config, cls=DeepSpeedTrainOptions),
+            micro_batch=targs.per_device_train_batch_size,
+            grad_accum=targs.gradient_accumulation_steps,
+            world_size=self.world_size,
+            max_grad_norm=ctx.max_grad_norm,
+            dtype=margs.dtype,
+        )
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.ds_config
+        )
         self.torch_optimizer = optimizer  # ZeRO wraps it; its per-parameter state is the Adam moments
         self.device = self.engine.device
         self.total_steps = targs.max_steps or ctx.total_steps
@@ -192,8 +223,10 @@ class DeepSpeedTrainer(AccumulatingTrainer):
                 tensors = [p.data for p in bucket]
                 for name, shape, t in zip(meta.names, meta.shapes, tensors):
                     if list(t.shape) != shape:
-                        raise RuntimeError(f"deepspeed_train: weight {name} has shape {list(t.shape)} after the "
-                                           f"gather, its bucket plan says {shape}")
+                        raise RuntimeError(
+                            f"deepspeed_train: weight {name} has shape {list(t.shape)} after the "
+                            f"gather, its bucket plan says {shape}"
+                        )
                 yield list(zip(meta.names, tensors))
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -268,8 +301,9 @@ class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainer, CriticStrategy)
         from roll.models.value_model import load_value_model
 
         margs = self.config.model_args
-        return load_value_model(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
-                                margs.trust_remote_code)
+        return load_value_model(
+            margs.model_name_or_path, margs.dtype, margs.attn_implementation, margs.trust_remote_code
+        )
 
     def _value_module(self) -> torch.nn.Module:
         return self.engine

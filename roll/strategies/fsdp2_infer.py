@@ -10,33 +10,43 @@ gathers are collective). ``strategy_config``: :class:`roll.config.fsdp2.FSDP2Opt
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
 from roll.config.fsdp2 import FSDP2Options, fsdp2_options
+from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.strategies.accumulation import BatchedForward, ForwardLogProbs
 from roll.strategies.base import ScoringStrategy, StrategyContext
+from roll.strategies.fsdp2_shard import (
+    compute_dtype_of,
+    device_mesh,
+    init_fsdp2_distributed,
+    load_full,
+    reshard_all,
+    shard_model,
+)
 from roll.strategies.registry import strategy_options
-from roll.data.batch import Batch
-from roll.strategies.fsdp2_shard import (compute_dtype_of, device_mesh, init_fsdp2_distributed, load_full, reshard_all,
-                                         shard_model)
 
 
 class FSDP2InferStrategy(ForwardLogProbs, BatchedForward, ScoringStrategy):
     """A causal LM sharded by FSDP2 that scores sequences."""
 
     def initialize(self, ctx: StrategyContext) -> None:
-        self.options = fsdp2_options(self.config, "reference", self.world_size,
-                                     strategy_options(self.config, "reference.strategy_args.strategy_config",
-                                                      FSDP2Options))
+        self.options = fsdp2_options(
+            self.config,
+            "reference",
+            self.world_size,
+            strategy_options(self.config, "reference.strategy_args.strategy_config", FSDP2Options),
+        )
         self.device = init_fsdp2_distributed(ctx.seed)
         margs = self.config.model_args
         dtype = compute_dtype_of(self.options, margs.dtype)
         attention = scoring_attention(margs.attn_implementation, dtype, self.config.use_sequence_packing)
-        model = load_causal_lm(margs.model_name_or_path, dtype, attention, margs.trust_remote_code,
-                               margs.use_liger_kernel)
+        model = load_causal_lm(
+            margs.model_name_or_path, dtype, attention, margs.trust_remote_code, margs.use_liger_kernel
+        )
         model.requires_grad_(False)
         self.mesh = device_mesh(self.device, self.world_size, self.options.fsdp_size)
         self.model = shard_model(model, self.mesh, self.options, dtype)

@@ -53,22 +53,27 @@ def wrap_units(model: torch.nn.Module, options: FSDP2Options) -> list[torch.nn.M
     units = [m for m in model.modules() if type(m).__name__ in names and m is not model]
     if not units:
         found = sorted({type(m).__name__ for m in model.modules()})
-        raise ValueError(f"fsdp2: wrap_policy.transformer_layer_cls_to_wrap={sorted(names)} matches no module of "
-                         f"{type(model).__name__}; its module classes: {', '.join(found)}")
+        raise ValueError(
+            f"fsdp2: wrap_policy.transformer_layer_cls_to_wrap={sorted(names)} matches no module of "
+            f"{type(model).__name__}; its module classes: {', '.join(found)}"
+        )
     extra = []
     if policy.wrap_embeddings or policy.wrap_lm_output:
         embed, head = model.get_input_embeddings(), model.get_output_embeddings()
         if head is not None and embed is not None and head.weight is embed.weight:
-            raise ValueError("fsdp2: wrap_policy.wrap_embeddings / wrap_lm_output shard a weight of their own, but "
-                             f"{type(model).__name__} ties its LM head to the input embeddings; leave both false")
+            raise ValueError(
+                "fsdp2: wrap_policy.wrap_embeddings / wrap_lm_output shard a weight of their own, but "
+                f"{type(model).__name__} ties its LM head to the input embeddings; leave both false"
+            )
         if policy.wrap_lm_output and head is None:
             raise ValueError(f"fsdp2: wrap_policy.wrap_lm_output=true, but {type(model).__name__} has no LM head")
         extra = ([embed] if policy.wrap_embeddings else []) + ([head] if policy.wrap_lm_output else [])
     return units + extra
 
 
-def shard_model(model: torch.nn.Module, mesh: Any, options: FSDP2Options, compute_dtype: str,
-                reduce_dtype: str | None = None) -> torch.nn.Module:
+def shard_model(
+    model: torch.nn.Module, mesh: Any, options: FSDP2Options, compute_dtype: str, reduce_dtype: str | None = None
+) -> torch.nn.Module:
     """``fully_shard`` the units of :func:`wrap_units`, then the root. Parameters keep the dtype they were loaded
     in (the sharded master copy); ``compute_dtype`` is what forward and backward run in (cast on gathering);
     ``reduce_dtype`` that of gradient accumulation and reduction. ``offload_policy`` keeps shards on CPU.
@@ -78,8 +83,9 @@ def shard_model(model: torch.nn.Module, mesh: Any, options: FSDP2Options, comput
 
     storage = next(model.parameters()).dtype
     compute = DTYPES[compute_dtype]
-    mp = MixedPrecisionPolicy(param_dtype=None if compute == storage else compute,
-                              reduce_dtype=DTYPES[reduce_dtype] if reduce_dtype else None)
+    mp = MixedPrecisionPolicy(
+        param_dtype=None if compute == storage else compute, reduce_dtype=DTYPES[reduce_dtype] if reduce_dtype else None
+    )
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if options.offload_policy else OffloadPolicy()
     kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
     for unit in reversed(wrap_units(model, options)):  # inner units first: a unit manages what is left to it
@@ -145,8 +151,9 @@ def full_tensor(param: torch.Tensor, device: torch.device, dtype: torch.dtype | 
     if not isinstance(param, DTensor):
         return param.detach().to(device, dtype or param.dtype)
     local = param.to_local().detach().to(device, dtype or param.dtype)  # a CPU-offloaded shard goes to the device
-    gathered = DTensor.from_local(local, param.device_mesh, param.placements, run_check=False, shape=param.shape,
-                                  stride=param.stride())
+    gathered = DTensor.from_local(
+        local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+    )
     return gathered.full_tensor()
 
 
@@ -162,6 +169,7 @@ def load_full(param: torch.Tensor, tensor: torch.Tensor) -> None:
         param.copy_(tensor.to(param.device, param.dtype))
         return
     local = param.to_local()
-    shard = distribute_tensor(tensor.to(local.device, param.dtype), param.device_mesh, param.placements,
-                              src_data_rank=None)
+    shard = distribute_tensor(
+        tensor.to(local.device, param.dtype), param.device_mesh, param.placements, src_data_rank=None
+    )
     local.copy_(shard.to_local())

@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 
@@ -31,8 +31,17 @@ from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
-from roll.strategies.fsdp2_shard import (clip_grad_norm, compute_dtype_of, device_mesh, enable_activation_checkpointing,
-                                         full_tensor, init_fsdp2_distributed, load_full, reshard_all, shard_model)
+from roll.strategies.fsdp2_shard import (
+    clip_grad_norm,
+    compute_dtype_of,
+    device_mesh,
+    enable_activation_checkpointing,
+    full_tensor,
+    init_fsdp2_distributed,
+    load_full,
+    reshard_all,
+    shard_model,
+)
 from roll.strategies.registry import strategy_options
 from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
@@ -50,26 +59,35 @@ class FSDP2Trainer(AccumulatingTrainer):
     def _load_model(self, attention: str | None) -> torch.nn.Module:
         """The model to train, in fp32 (the master weights; the critic overrides this with a value model)."""
         margs = self.config.model_args
-        return load_causal_lm(margs.model_name_or_path, "fp32", attention, margs.trust_remote_code,
-                              margs.use_liger_kernel)
+        return load_causal_lm(
+            margs.model_name_or_path, "fp32", attention, margs.trust_remote_code, margs.use_liger_kernel
+        )
 
     def initialize(self, ctx: StrategyContext) -> None:
         key = f"{self.role}.strategy_args.strategy_config"
-        self.options: FSDP2Options = fsdp2_options(self.config, self.role, self.world_size,
-                                                   strategy_options(self.config, key, FSDP2Options))
+        self.options: FSDP2Options = fsdp2_options(
+            self.config, self.role, self.world_size, strategy_options(self.config, key, FSDP2Options)
+        )
         self.device = init_fsdp2_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
         self.compute_dtype = compute_dtype_of(self.options, margs.dtype)
-        model = self._load_model(scoring_attention(margs.attn_implementation, self.compute_dtype,
-                                                   self.config.use_sequence_packing))
+        model = self._load_model(
+            scoring_attention(margs.attn_implementation, self.compute_dtype, self.config.use_sequence_packing)
+        )
         if not margs.disable_gradient_checkpointing:
             enable_activation_checkpointing(model)
         self.mesh = device_mesh(self.device, self.world_size, self.options.fsdp_size)
-        self.model = shard_model(model, self.mesh, self.options, self.compute_dtype,
-                                 reduce_dtype=self.options.reduce_dtype)
+        self.model = shard_model(
+            model, self.mesh, self.options, self.compute_dtype, reduce_dtype=self.options.reduce_dtype
+        )
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=targs.learning_rate, foreach=True,
-                                           betas=(targs.adam_beta1, targs.adam_beta2), weight_decay=targs.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=targs.learning_rate,
+            foreach=True,
+            betas=(targs.adam_beta1, targs.adam_beta2),
+            weight_decay=targs.weight_decay,
+        )
         self.max_grad_norm = ctx.max_grad_norm
         self.total_steps = targs.max_steps or ctx.total_steps
         self.optimizer_steps = 0
@@ -176,15 +194,20 @@ class FSDP2Trainer(AccumulatingTrainer):
             state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.save(state, checkpoint_id=path)
         if self.rank == 0:
-            (Path(path) / STATE_FILE).write_text(json.dumps({"optimizer_steps": self.optimizer_steps,
-                                                             "optimizer_state": has_moments}))
+            (Path(path) / STATE_FILE).write_text(
+                json.dumps({"optimizer_steps": self.optimizer_steps, "optimizer_state": has_moments})
+            )
         if torch.distributed.is_initialized():
             torch.distributed.barrier()  # rank 0's file exists before anyone reports the save done
 
     def load_checkpoint(self, path: str) -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
-                                                             set_model_state_dict, set_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         info = json.loads((Path(path) / STATE_FILE).read_text())
         reshard_all(self.model)

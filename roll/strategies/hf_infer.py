@@ -6,14 +6,16 @@ each sequence's keys and values for its next turn, see :mod:`roll.strategies.tur
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from roll.config.strategies import HFInferOptions
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
-from roll.models.decode import decode, unsupported as decode_unsupported
+from roll.models.decode import decode
+from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
@@ -32,24 +34,30 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         options = strategy_options(self.config, cls=HFInferOptions)
         margs = self.config.model_args
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation,
-                                    margs.trust_remote_code).to(self.device).eval()
+        self.model = (
+            load_causal_lm(margs.model_name_or_path, margs.dtype, margs.attn_implementation, margs.trust_remote_code)
+            .to(self.device)
+            .eval()
+        )
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
-        self.generate_batch_size = min(options.generate_batch_size, ctx.max_running_requests or 2 ** 31)
+        self.generate_batch_size = min(options.generate_batch_size, ctx.max_running_requests or 2**31)
         self.turn_cache = TurnCache(int(options.kv_cache_mb * 2**20)) if options.reuse_kv_cache else None
         torch.manual_seed(ctx.seed + 7919 * self.rank)  # sampling draws from the global generator
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.generate_batch_size):
-            outputs += self._generate_chunk(prompts[start:start + self.generate_batch_size], args,
-                                            max_new_tokens or args.max_new_tokens)
+            outputs += self._generate_chunk(
+                prompts[start : start + self.generate_batch_size], args, max_new_tokens or args.max_new_tokens
+            )
         return outputs
 
-    def _generate_chunk(self, prompts: list[list[int]], args: GeneratingArgs,
-                        max_new_tokens: int) -> list[GenerationOutput]:
+    def _generate_chunk(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int
+    ) -> list[GenerationOutput]:
         """Prompts that continue a kept sequence and those that do not go in separate calls (mixed, the new ones
         would be padded to the cached width plus their whole length)."""
         hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
@@ -77,16 +85,22 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         heads = [list(p[:-1]) for p in shared]
         input_ids, attention_mask, _ = batch_layout(heads, [0] * len(heads), self.tokenizer.pad_token_id)
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
         hits = list(hits)
         for prompt, kv in zip(shared, split_cache(out.past_key_values, attention_mask, [0] * len(heads))):
             for i in rows[prompt]:
                 hits[i] = (len(prompt) - 1, kv)
         return hits
 
-    def _generate_part(self, prompts: list[list[int]], hits: list[tuple[int, Any]], args: GeneratingArgs,
-                       max_new_tokens: int) -> list[GenerationOutput]:
+    def _generate_part(
+        self, prompts: list[list[int]], hits: list[tuple[int, Any]], args: GeneratingArgs, max_new_tokens: int
+    ) -> list[GenerationOutput]:
         pad = self.tokenizer.pad_token_id
         cached = [c for c, _ in hits]
         input_ids, attention_mask, width_cached = batch_layout(prompts, cached, pad)  # left padding
@@ -97,23 +111,44 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             extra["past_key_values"] = batch_cache([kv for _, kv in hits], cached, width_cached, like)
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
-        if (self.device.type == "cpu" and max_new_tokens >= 1
-                and decode_unsupported(self.model, args.repetition_penalty) is None):
-            out = decode(self.model, input_ids, attention_mask, max_new_tokens, past=extra.get("past_key_values"),
-                         past_width=width_cached, do_sample=sample, temperature=args.temperature if sample else 1.0,
-                         top_k=args.top_k if sample and args.top_k > 0 else 0,
-                         top_p=args.top_p if sample else 1.0, min_new_tokens=max_new_tokens if args.ignore_eos else 0,
-                         stop_ids=stop_ids, pad_id=pad, keep_cache=self.turn_cache is not None)
+        if (
+            self.device.type == "cpu"
+            and max_new_tokens >= 1
+            and decode_unsupported(self.model, args.repetition_penalty) is None
+        ):
+            out = decode(
+                self.model,
+                input_ids,
+                attention_mask,
+                max_new_tokens,
+                past=extra.get("past_key_values"),
+                past_width=width_cached,
+                do_sample=sample,
+                temperature=args.temperature if sample else 1.0,
+                top_k=args.top_k if sample and args.top_k > 0 else 0,
+                top_p=args.top_p if sample else 1.0,
+                min_new_tokens=max_new_tokens if args.ignore_eos else 0,
+                stop_ids=stop_ids,
+                pad_id=pad,
+                keep_cache=self.turn_cache is not None,
+            )
             new, logps, cache = out.tokens, out.log_probs, out.cache  # CPU tensors
         else:
             out = self.model.generate(
-                input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-                max_new_tokens=max_new_tokens, do_sample=sample,
-                temperature=args.temperature if sample else None, top_p=args.top_p if sample else None,
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=sample,
+                temperature=args.temperature if sample else None,
+                top_p=args.top_p if sample else None,
                 top_k=args.top_k if sample and args.top_k > 0 else None,
-                repetition_penalty=args.repetition_penalty, eos_token_id=stop_ids, pad_token_id=pad,
+                repetition_penalty=args.repetition_penalty,
+                eos_token_id=stop_ids,
+                pad_token_id=pad,
                 min_new_tokens=max_new_tokens if args.ignore_eos else None,
-                return_dict_in_generate=True, output_scores=True, **extra,
+                return_dict_in_generate=True,
+                output_scores=True,
+                **extra,
             )
             new = out.sequences[:, width:].cpu()  # (B, N)
             # log-probs of the sampled tokens under the distribution actually sampled from (after warpers)
@@ -141,10 +176,15 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         parts, ents = [], []
         for mb in batch.split(self.config.infer_batch_size):
-            lp, ent = token_log_probs(self.model, mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
-                                      with_entropy=with_entropy, pack=self.config.use_sequence_packing,
-                                      share_prefix=self.config.shares_prefixes(),
-                                      compiled=self.config.model_args.compile_log_probs)
+            lp, ent = token_log_probs(
+                self.model,
+                mb["input_ids"].to(self.device),
+                mb["attention_mask"].to(self.device),
+                with_entropy=with_entropy,
+                pack=self.config.use_sequence_packing,
+                share_prefix=self.config.shares_prefixes(),
+                compiled=self.config.model_args.compile_log_probs,
+            )
             parts.append(lp.cpu())
             if ent is not None:
                 ents.append(ent.cpu())

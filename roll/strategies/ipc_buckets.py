@@ -51,7 +51,7 @@ def flatten_bucket(named: NamedTensors) -> tuple[torch.Tensor, list[Slot]]:
     slots, offset = [], 0
     for name, tensor in named:
         size = tensor_nbytes(tensor)
-        buffer[offset:offset + size].copy_(tensor.detach().contiguous().view(-1).view(torch.uint8))
+        buffer[offset : offset + size].copy_(tensor.detach().contiguous().view(-1).view(torch.uint8))
         slots.append(Slot(name, tuple(tensor.shape), tensor.dtype, offset, offset + size, size))
         offset += size
     return buffer, slots
@@ -60,7 +60,7 @@ def flatten_bucket(named: NamedTensors) -> tuple[torch.Tensor, list[Slot]]:
 def unflatten_bucket(buffer: torch.Tensor, slots: list[Any]) -> NamedTensors:
     """Views of ``buffer`` as the bucket's tensors (no copy): the inverse of :func:`flatten_bucket`. ``slots`` may
     be any objects with the :class:`Slot` attributes."""
-    return [(s.name, buffer[s.start_idx:s.end_idx].view(s.dtype).view(tuple(s.shape))) for s in slots]
+    return [(s.name, buffer[s.start_idx : s.end_idx].view(s.dtype).view(tuple(s.shape))) for s in slots]
 
 
 class _SharedCudaTensor:
@@ -84,8 +84,17 @@ def share_bucket(named: NamedTensors) -> tuple[bytes, torch.Tensor]:
     buffer, slots = flatten_bucket(named)
     if buffer.device.type != "cuda":
         raise ValueError(f"share_bucket: tensors are on {buffer.device}; CUDA IPC needs GPU tensors")
-    meta = [types.SimpleNamespace(name=s.name, shape=torch.Size(s.shape), dtype=s.dtype, start_idx=s.start_idx,
-                                  end_idx=s.end_idx, numel=s.numel) for s in slots]
+    meta = [
+        types.SimpleNamespace(
+            name=s.name,
+            shape=torch.Size(s.shape),
+            dtype=s.dtype,
+            start_idx=s.start_idx,
+            end_idx=s.end_idx,
+            numel=s.numel,
+        )
+        for s in slots
+    ]
     out = io.BytesIO()
     ForkingPickler(out).dump({"flattened_tensor": _SharedCudaTensor(buffer), "metadata": meta})
     return out.getvalue(), buffer
@@ -100,8 +109,10 @@ def _rebuild_by_uuid(*args: Any) -> torch.Tensor:
     if isinstance(device, str):
         uuids = {str(torch.cuda.get_device_properties(i).uuid): i for i in range(torch.cuda.device_count())}
         if device not in uuids:
-            raise RuntimeError(f"open_bucket: GPU {device} is not visible in this process (CUDA_VISIBLE_DEVICES); "
-                               f"CUDA IPC needs sender and receiver on the same GPU")
+            raise RuntimeError(
+                f"open_bucket: GPU {device} is not visible in this process (CUDA_VISIBLE_DEVICES); "
+                f"CUDA IPC needs sender and receiver on the same GPU"
+            )
         args[_DEVICE_ARG] = uuids[device]
     return reductions.rebuild_cuda_tensor(*args)
 

@@ -15,9 +15,9 @@ megatron RNG tracker state and the step count.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from functools import partial
-from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -26,8 +26,15 @@ from roll.data.batch import Batch
 from roll.models.loading import load_tokenizer
 from roll.models.mcore.vocab_parallel import vocab_parallel_log_probs
 from roll.strategies.accumulation import merge_metrics, optimizer_steps
-from roll.strategies.base import (CriticStrategy, LossFn, ScoringStrategy, Strategy, StrategyContext, TrainingStrategy,
-                                  TrainStrategy)
+from roll.strategies.base import (
+    CriticStrategy,
+    LossFn,
+    ScoringStrategy,
+    Strategy,
+    StrategyContext,
+    TrainingStrategy,
+    TrainStrategy,
+)
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
 from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at
@@ -51,12 +58,17 @@ def init_megatron(opts, seed: int) -> None:
     if mpu.model_parallel_is_initialized():
         have = (mpu.get_tensor_model_parallel_world_size(), mpu.get_pipeline_model_parallel_world_size())
         if have != sizes:
-            raise RuntimeError(f"megatron: this process already has TP x PP = {have}; a second megatron role in "
-                               f"it asks for {sizes} (use distributed=ray, or the same sizes)")
+            raise RuntimeError(
+                f"megatron: this process already has TP x PP = {have}; a second megatron role in "
+                f"it asks for {sizes} (use distributed=ray, or the same sizes)"
+            )
         return
-    mpu.initialize_model_parallel(tensor_model_parallel_size=sizes[0], pipeline_model_parallel_size=sizes[1],
-                                  virtual_pipeline_model_parallel_size=opts.virtual_pipeline_model_parallel_size,
-                                  context_parallel_size=opts.context_parallel_size)
+    mpu.initialize_model_parallel(
+        tensor_model_parallel_size=sizes[0],
+        pipeline_model_parallel_size=sizes[1],
+        virtual_pipeline_model_parallel_size=opts.virtual_pipeline_model_parallel_size,
+        context_parallel_size=opts.context_parallel_size,
+    )
     if on_gpu:
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
@@ -99,8 +111,7 @@ class MegatronModel(Strategy):
         margs = self.config.model_args
         key = "strategy_args.strategy_config"  # parsed (and errors named by role) at launch
         self.opts = strategy_options(self.config, key, MegatronOptions)
-        check_megatron_options(self.opts, key, self.world_size, margs.dtype,
-                               read_hf_config(margs.model_name_or_path))
+        check_megatron_options(self.opts, key, self.world_size, margs.dtype, read_hf_config(margs.model_name_or_path))
         init_megatron(self.opts, ctx.seed)
         self.hf = build.load_hf_config(margs.model_name_or_path, margs.trust_remote_code)
         self.chunks = build.build_chunks(self.hf, self.opts, margs.dtype, value_head=self.value_head)
@@ -171,10 +182,14 @@ class MegatronModel(Strategy):
         step = partial(self._forward_step, loss_fn, with_entropy)
         iterators = [iter(micro) for _ in self.model]
         return get_forward_backward_func()(
-            forward_step_func=step, data_iterator=iterators if len(self.model) > 1 else iterators[0],
-            model=self.model if len(self.model) > 1 else self.model[0], num_microbatches=len(micro),
-            seq_length=micro[0]["input_ids"].shape[1], micro_batch_size=len(micro[0]),
-            forward_only=loss_fn is None)
+            forward_step_func=step,
+            data_iterator=iterators if len(self.model) > 1 else iterators[0],
+            model=self.model if len(self.model) > 1 else self.model[0],
+            num_microbatches=len(micro),
+            seq_length=micro[0]["input_ids"].shape[1],
+            micro_batch_size=len(micro[0]),
+            forward_only=loss_fn is None,
+        )
 
     def _padded(self, batch: Batch) -> Batch:
         return pad_width(batch, self.tp_size if self.opts.sequence_parallel else 1)
@@ -242,11 +257,20 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
         targs, bf16 = self.config.training_args, self.config.model_args.dtype == "bf16"
-        self.optimizer = get_megatron_optimizer(OptimizerConfig(
-            optimizer="adam", lr=targs.learning_rate, weight_decay=targs.weight_decay, adam_beta1=targs.adam_beta1,
-            adam_beta2=targs.adam_beta2, bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32,
-            clip_grad=ctx.max_grad_norm, use_distributed_optimizer=self.opts.use_distributed_optimizer),
-            self.model)
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam",
+                lr=targs.learning_rate,
+                weight_decay=targs.weight_decay,
+                adam_beta1=targs.adam_beta1,
+                adam_beta2=targs.adam_beta2,
+                bf16=bf16,
+                params_dtype=torch.bfloat16 if bf16 else torch.float32,
+                clip_grad=ctx.max_grad_norm,
+                use_distributed_optimizer=self.opts.use_distributed_optimizer,
+            ),
+            self.model,
+        )
         config = self.chunks[0].config
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
@@ -263,14 +287,25 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
         """Float16Module (bf16) inside megatron's DDP (gradient buffers, data-parallel reduce)."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
-        ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=self.opts.overlap_grad_reduce,
-                                            use_distributed_optimizer=self.opts.use_distributed_optimizer,
-                                            overlap_param_gather=self.opts.overlap_param_gather)
-        return [DistributedDataParallel(chunk.config, ddp, module, disable_bucketing=i > 0)
-                for i, (chunk, module) in enumerate(zip(chunks, super()._wrap(chunks)))]
+        ddp = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=self.opts.overlap_grad_reduce,
+            use_distributed_optimizer=self.opts.use_distributed_optimizer,
+            overlap_param_gather=self.opts.overlap_param_gather,
+        )
+        return [
+            DistributedDataParallel(chunk.config, ddp, module, disable_bucketing=i > 0)
+            for i, (chunk, module) in enumerate(zip(chunks, super()._wrap(chunks)))
+        ]
 
-    def train_step(self, batch: Batch, loss_fn: LossFn, lr: float | None = None, with_entropy: bool = False,
-                   return_log_probs: bool = False) -> dict[str, Any]:
+    def train_step(
+        self,
+        batch: Batch,
+        loss_fn: LossFn,
+        lr: float | None = None,
+        with_entropy: bool = False,
+        return_log_probs: bool = False,
+    ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples
         (:func:`~roll.strategies.accumulation.optimizer_steps`, the loop the torch backends share), each through
         megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch weighted by its
@@ -289,8 +324,14 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
             outs = self._schedule(micro, loss_fn, with_entropy)
             kept = None
             if return_log_probs and outs:
-                kept = scatter_rows([(list(range(i * len(micro[0]), (i + 1) * len(micro[0]))),
-                                      o.pop("log_probs")[:, :width]) for i, o in enumerate(outs)], len(step), width)
+                kept = scatter_rows(
+                    [
+                        (list(range(i * len(micro[0]), (i + 1) * len(micro[0]))), o.pop("log_probs")[:, :width])
+                        for i, o in enumerate(outs)
+                    ],
+                    len(step),
+                    width,
+                )
             metrics = merge_metrics([(m.info["local_weight"], o) for m, o in zip(micro, outs)])
             _, grad_norm, _ = self.optimizer.step()
             metrics[f"{self.metric_prefix}/grad_norm"] = float(grad_norm or 0.0)
@@ -300,8 +341,9 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
 
     def _scheduled_lr(self) -> float:
         targs = self.config.training_args
-        return lr_at(self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps,
-                     targs.lr_scheduler_type)
+        return lr_at(
+            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
+        )
 
     def _weighted(self, batch: Batch, loss_fn: LossFn, keep: bool) -> list[Batch]:
         """Micro-batches of ``per_device_train_batch_size`` carrying their accumulation weight

@@ -19,7 +19,7 @@ packed). Metrics are averaged with the same weights.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -68,13 +68,14 @@ def trim_right(batch: Batch) -> Batch:
         if value.dim() >= 2 and value.shape[1] == full:
             value = value[:, :width]
         elif value.dim() >= 2 and value.shape[1] == full - 1:
-            value = value[:, :max(width - 1, 0)]
+            value = value[:, : max(width - 1, 0)]
         tensors[key] = value
     return Batch(tensors, dict(batch.meta), dict(batch.info))
 
 
-def micro_batches(batch: Batch, samples: int, max_tokens: int | None = None,
-                  packed: bool = False) -> list[tuple[list[int], Batch]]:
+def micro_batches(
+    batch: Batch, samples: int, max_tokens: int | None = None, packed: bool = False
+) -> list[tuple[list[int], Batch]]:
     """``(sample indices, trimmed micro-batch)`` pairs covering ``batch``: fixed chunks of ``samples``, or, with
     ``max_tokens``, a token-budget plan (:func:`plan_by_tokens`)."""
     n = len(batch)
@@ -101,5 +102,5 @@ def scatter_rows(parts: list[tuple[list[int], torch.Tensor]], batch_size: int, w
     first = parts[0][1]
     out = first.new_zeros(batch_size, width)
     for idx, values in parts:
-        out[torch.as_tensor(idx, dtype=torch.long), :values.shape[1]] = values
+        out[torch.as_tensor(idx, dtype=torch.long), : values.shape[1]] = values
     return out

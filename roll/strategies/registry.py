@@ -89,8 +89,10 @@ def check_contract(spec: StrategySpec, role: str, cls: type) -> None:
 
     gaps = contract_gaps(cls, role, spec.abilities)
     if gaps:
-        raise TypeError(f"strategy {spec.name!r} ({cls.__name__}) cannot serve {role} with abilities "
-                        f"{sorted(spec.abilities) or 'none'}: {'; '.join(gaps)}")
+        raise TypeError(
+            f"strategy {spec.name!r} ({cls.__name__}) cannot serve {role} with abilities "
+            f"{sorted(spec.abilities) or 'none'}: {'; '.join(gaps)}"
+        )
 
 
 def _already_imported(path: str) -> Any:
@@ -99,10 +101,20 @@ def _already_imported(path: str) -> Any:
     return getattr(sys.modules.get(module), attr, None)
 
 
-def register_strategy(name: str, import_path: str, roles: set[str] | frozenset[str], requires: str = "",
-                      role_paths: dict[str, str] | None = None, *, options: str,
-                      abilities: set[str] | frozenset[str] = frozenset(), module: str = "",
-                      packages: tuple[str, ...] = (), needs_gpu: bool = False, prefix_sharing: str = "roll") -> None:
+def register_strategy(
+    name: str,
+    import_path: str,
+    roles: set[str] | frozenset[str],
+    requires: str = "",
+    role_paths: dict[str, str] | None = None,
+    *,
+    options: str,
+    abilities: set[str] | frozenset[str] = frozenset(),
+    module: str = "",
+    packages: tuple[str, ...] = (),
+    needs_gpu: bool = False,
+    prefix_sharing: str = "roll",
+) -> None:
     """Register a backend (fields: :class:`StrategySpec`). Raises a ValueError for a duplicate name, an unknown
     role, ability or ``prefix_sharing`` value, or a role path outside ``roles``; a TypeError when a class already
     imported does not fulfil its roles and abilities."""
@@ -119,8 +131,19 @@ def register_strategy(name: str, import_path: str, roles: set[str] | frozenset[s
         raise ValueError(f"strategy {name!r}: unknown abilities {sorted(unknown)}; known: {sorted(ABILITIES)}")
     if prefix_sharing not in PREFIX_SHARING:
         raise ValueError(f"strategy {name!r}: prefix_sharing={prefix_sharing!r}; known: {sorted(PREFIX_SHARING)}")
-    spec = StrategySpec(name, import_path, frozenset(roles), options, frozenset(abilities), requires, module,
-                        tuple(sorted((role_paths or {}).items())), tuple(packages), needs_gpu, prefix_sharing)
+    spec = StrategySpec(
+        name,
+        import_path,
+        frozenset(roles),
+        options,
+        frozenset(abilities),
+        requires,
+        module,
+        tuple(sorted((role_paths or {}).items())),
+        tuple(packages),
+        needs_gpu,
+        prefix_sharing,
+    )
     for role in sorted(spec.roles):
         cls = _already_imported(spec.class_path(role))
         if cls is not None:
@@ -192,35 +215,91 @@ def get_strategy_class(name: str, role: str | None = None) -> type:
     except ImportError as exc:
         hint = f" Install it with: pip install '{spec.requires}'" if spec.requires else ""
         raise ImportError(f"strategy {name!r} needs a backend that failed to import: {exc}.{hint}") from exc
-    for served in ([role] if role else sorted(r for r in spec.roles if spec.class_path(r) == path)):
+    for served in [role] if role else sorted(r for r in spec.roles if spec.class_path(r) == path):
         check_contract(spec, served, cls)
     return cls
 
 
-register_strategy("hf_infer", "roll.strategies.hf_infer:HFInferStrategy", {"actor_infer", "reference"},
-                  requires="transformers", module="transformers", packages=("transformers",), abilities={"ipc_weights"},
-                  options="roll.config.strategies:HFInferOptions")
-register_strategy("deepspeed_train", "roll.strategies.deepspeed_train:DeepSpeedTrainStrategy",
-                  {"actor_train", "critic"}, requires="deepspeed", module="deepspeed", packages=("deepspeed",),
-                  role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"},
-                  options="roll.config.strategies:DeepSpeedTrainOptions")
-register_strategy("deepspeed_infer", "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy", {"reference"},
-                  requires="deepspeed", module="deepspeed", packages=("deepspeed",),
-                  options="roll.config.strategies:DeepSpeedInferOptions")
-register_strategy("fsdp2_train", "roll.strategies.fsdp2_train:FSDP2TrainStrategy", {"actor_train", "critic"},
-                  requires="torch>=2.6", module="torch", packages=("torch",),
-                  role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"},
-                  options="roll.config.fsdp2:FSDP2Options")
-register_strategy("fsdp2_infer", "roll.strategies.fsdp2_infer:FSDP2InferStrategy", {"reference"},
-                  requires="torch>=2.6", module="torch", packages=("torch",), options="roll.config.fsdp2:FSDP2Options")
-register_strategy("megatron_train", "roll.strategies.megatron_train:MegatronTrainStrategy",
-                  {"actor_train", "critic"}, requires="roll[megatron]", module="megatron.core",
-                  packages=("megatron-core",), needs_gpu=True, prefix_sharing="none", role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},
-                  options="roll.config.megatron:MegatronOptions")
-register_strategy("megatron_infer", "roll.strategies.megatron_train:MegatronInferStrategy", {"reference"},
-                  requires="roll[megatron]", module="megatron.core", packages=("megatron-core",), needs_gpu=True,
-                  prefix_sharing="none", options="roll.config.megatron:MegatronOptions")
-register_strategy("sglang", "roll.strategies.sglang:SGLangStrategy", {"actor_infer"}, requires="roll[gpu]",
-                  module="sglang", packages=("sglang",), needs_gpu=True, prefix_sharing="engine",
-                  abilities={"submit", "weight_group", "ipc_weights"},
-                  options="roll.config.strategies:SGLangOptions")
+register_strategy(
+    "hf_infer",
+    "roll.strategies.hf_infer:HFInferStrategy",
+    {"actor_infer", "reference"},
+    requires="transformers",
+    module="transformers",
+    packages=("transformers",),
+    abilities={"ipc_weights"},
+    options="roll.config.strategies:HFInferOptions",
+)
+register_strategy(
+    "deepspeed_train",
+    "roll.strategies.deepspeed_train:DeepSpeedTrainStrategy",
+    {"actor_train", "critic"},
+    requires="deepspeed",
+    module="deepspeed",
+    packages=("deepspeed",),
+    role_paths={"critic": "roll.strategies.deepspeed_train:DeepSpeedCriticStrategy"},
+    options="roll.config.strategies:DeepSpeedTrainOptions",
+)
+register_strategy(
+    "deepspeed_infer",
+    "roll.strategies.deepspeed_infer:DeepSpeedInferStrategy",
+    {"reference"},
+    requires="deepspeed",
+    module="deepspeed",
+    packages=("deepspeed",),
+    options="roll.config.strategies:DeepSpeedInferOptions",
+)
+register_strategy(
+    "fsdp2_train",
+    "roll.strategies.fsdp2_train:FSDP2TrainStrategy",
+    {"actor_train", "critic"},
+    requires="torch>=2.6",
+    module="torch",
+    packages=("torch",),
+    role_paths={"critic": "roll.strategies.fsdp2_train:FSDP2CriticStrategy"},
+    options="roll.config.fsdp2:FSDP2Options",
+)
+register_strategy(
+    "fsdp2_infer",
+    "roll.strategies.fsdp2_infer:FSDP2InferStrategy",
+    {"reference"},
+    requires="torch>=2.6",
+    module="torch",
+    packages=("torch",),
+    options="roll.config.fsdp2:FSDP2Options",
+)
+register_strategy(
+    "megatron_train",
+    "roll.strategies.megatron_train:MegatronTrainStrategy",
+    {"actor_train", "critic"},
+    requires="roll[megatron]",
+    module="megatron.core",
+    packages=("megatron-core",),
+    needs_gpu=True,
+    prefix_sharing="none",
+    role_paths={"critic": "roll.strategies.megatron_train:MegatronCriticStrategy"},
+    options="roll.config.megatron:MegatronOptions",
+)
+register_strategy(
+    "megatron_infer",
+    "roll.strategies.megatron_train:MegatronInferStrategy",
+    {"reference"},
+    requires="roll[megatron]",
+    module="megatron.core",
+    packages=("megatron-core",),
+    needs_gpu=True,
+    prefix_sharing="none",
+    options="roll.config.megatron:MegatronOptions",
+)
+register_strategy(
+    "sglang",
+    "roll.strategies.sglang:SGLangStrategy",
+    {"actor_infer"},
+    requires="roll[gpu]",
+    module="sglang",
+    packages=("sglang",),
+    needs_gpu=True,
+    prefix_sharing="engine",
+    abilities={"submit", "weight_group", "ipc_weights"},
+    options="roll.config.strategies:SGLangOptions",
+)

@@ -24,7 +24,8 @@ weights, their KV recomputed; no token is thrown away. SGLang's default pause mo
 every request, is never used. SGLang cannot flush its cache while retracted requests wait (its scheduler asserts
 on a failed flush after a weight update), so an update with requests in flight does not flush, and an
 asynchronous run (``StrategyContext.async_rollouts``) starts the engine with ``disable_radix_cache`` (unless
-``engine_args`` sets it): no prefix KV computed under older weights outlives an update. Each request keeps the policy version it was submitted under (the oldest of its
+``engine_args`` sets it): no prefix KV computed under older weights outlives an update. Each request keeps the policy
+version it was submitted under (the oldest of its
 tokens; :meth:`roll.distributed.worker.Worker.poll`).
 Nothing here imports SGLang until :meth:`initialize`, so the module loads on CPU machines.
 """
@@ -34,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -46,16 +48,32 @@ from roll.strategies.weight_buckets import bucket_meta, iter_buckets
 
 #: Typed engine arguments of :class:`SGLangOptions` (roll's own keys are not passed to the Engine). The defaults
 #: (``mem_fraction_static``, ``attention_backend="triton"``, ...) work on the lent H100/H200 bundles.
-ENGINE_FIELDS = ("mem_fraction_static", "attention_backend", "sampling_backend", "enable_memory_saver",
-                 "disable_prefill_cuda_graph", "log_level", "context_length", "max_running_requests",
-                 "chunked_prefill_size", "disable_cuda_graph", "load_format")
+ENGINE_FIELDS = (
+    "mem_fraction_static",
+    "attention_backend",
+    "sampling_backend",
+    "enable_memory_saver",
+    "disable_prefill_cuda_graph",
+    "log_level",
+    "context_length",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "disable_cuda_graph",
+    "load_format",
+)
 DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: Request id separator: sample k of request ``rid`` is ``f"{rid}#{k}"``.
 SAMPLE_SEP = "#"
 
 
-def engine_kwargs(model_path: str, dtype: str, options: SGLangOptions | dict[str, Any], seed: int,
-                  tp_size: int = 1, key: str = "sglang.strategy_config") -> dict[str, Any]:
+def engine_kwargs(
+    model_path: str,
+    dtype: str,
+    options: SGLangOptions | dict[str, Any],
+    seed: int,
+    tp_size: int = 1,
+    key: str = "sglang.strategy_config",
+) -> dict[str, Any]:
     """``sglang.Engine`` keyword arguments: the typed engine fields that are set, then ``engine_args``, then roll's
     own (``model_path``, ``skip_tokenizer_init``, ``random_seed``); ``dtype`` from the options or the model's."""
     opts = parse_options(SGLangOptions, options, key)
@@ -84,13 +102,17 @@ def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_
     if args.num_beams != 1:
         raise ValueError(f"sglang: generating_args.num_beams={args.num_beams}; SGLang samples, set num_beams: 1")
     stop = sorted({*([eos_token_id] if eos_token_id is not None else []), *args.stop_token_ids})
-    return {"max_new_tokens": int(max_new_tokens or args.max_new_tokens),
-            "temperature": 0.0 if greedy else float(args.temperature),
-            "top_p": 1.0 if greedy else float(args.top_p),
-            "top_k": -1 if greedy or args.top_k <= 0 else int(args.top_k),
-            "repetition_penalty": float(args.repetition_penalty),
-            "stop_token_ids": [] if args.ignore_eos else stop, "ignore_eos": bool(args.ignore_eos),
-            "skip_special_tokens": False, "no_stop_trim": True}
+    return {
+        "max_new_tokens": int(max_new_tokens or args.max_new_tokens),
+        "temperature": 0.0 if greedy else float(args.temperature),
+        "top_p": 1.0 if greedy else float(args.top_p),
+        "top_k": -1 if greedy or args.top_k <= 0 else int(args.top_k),
+        "repetition_penalty": float(args.repetition_penalty),
+        "stop_token_ids": [] if args.ignore_eos else stop,
+        "ignore_eos": bool(args.ignore_eos),
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
 
 
 def parse_output(out: dict[str, Any]) -> GenerationOutput:
@@ -101,8 +123,10 @@ def parse_output(out: dict[str, Any]) -> GenerationOutput:
     ids = list(out.get("output_ids") or [])
     log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
     if len(log_probs) != len(ids):
-        raise ValueError(f"sglang: {len(ids)} output ids but {len(log_probs)} log-probs in request "
-                         f"{meta.get('id')!r}; was return_logprob set?")
+        raise ValueError(
+            f"sglang: {len(ids)} output ids but {len(log_probs)} log-probs in request "
+            f"{meta.get('id')!r}; was return_logprob set?"
+        )
     return GenerationOutput(ids, log_probs, {"stop": "stop", "length": "length"}.get(kind, "abort"))
 
 
@@ -121,8 +145,7 @@ class RequestTracker:
         """Queue request ``rid``; a duplicate id in flight raises."""
         if rid in self.tasks:
             raise ValueError(f"sglang: request id {rid!r} is already in flight; ids must be unique")
-        coro = self.engine.async_generate(input_ids=list(prompt), sampling_params=params, return_logprob=True,
-                                          rid=rid)
+        coro = self.engine.async_generate(input_ids=list(prompt), sampling_params=params, return_logprob=True, rid=rid)
         self.tasks[rid] = self.loop.create_task(coro)
 
     def poll(self, rids: Iterable[str] | None = None, timeout: float | None = None) -> dict[str, GenerationOutput]:
@@ -131,13 +154,14 @@ class RequestTracker:
         if not wanted:
             return {}
         if not any(t.done() for t in wanted.values()):
-            self.loop.run_until_complete(asyncio.wait(wanted.values(), timeout=timeout,
-                                                      return_when=asyncio.FIRST_COMPLETED))
+            self.loop.run_until_complete(
+                asyncio.wait(wanted.values(), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            )
         done: dict[str, GenerationOutput] = {}
         for rid, task in wanted.items():
             if task.done():
                 del self.tasks[rid]
-                done[rid] = (GenerationOutput([], [], "abort") if task.cancelled() else parse_output(task.result()))
+                done[rid] = GenerationOutput([], [], "abort") if task.cancelled() else parse_output(task.result())
         return done
 
     def wait_all(self, rids: list[str]) -> dict[str, GenerationOutput]:
@@ -181,8 +205,10 @@ class SGLangStrategy(InferenceStrategy):
         try:
             import sglang
         except ImportError as exc:
-            raise ImportError(f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
-                              f"machine, or use strategy_name: hf_infer") from exc
+            raise ImportError(
+                f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
+                f"machine, or use strategy_name: hf_infer"
+            ) from exc
         from roll.strategies.registry import strategy_options
 
         options = strategy_options(self.config, cls=SGLangOptions)
@@ -190,8 +216,9 @@ class SGLangStrategy(InferenceStrategy):
         self.bucket_bytes = options.weight_bucket_bytes
         self.release_tags = options.release_tags
         self.model_path = margs.model_name_or_path
-        kwargs = engine_kwargs(self.model_path, margs.dtype, options, ctx.seed + 7919 * self.rank,
-                               tp_size=engine_tp_size(self.config))
+        kwargs = engine_kwargs(
+            self.model_path, margs.dtype, options, ctx.seed + 7919 * self.rank, tp_size=engine_tp_size(self.config)
+        )
         if options.max_running_requests is None and ctx.max_running_requests is not None:
             kwargs["max_running_requests"] = ctx.max_running_requests
         if ctx.async_rollouts and "disable_radix_cache" not in options.engine_args:
@@ -212,8 +239,9 @@ class SGLangStrategy(InferenceStrategy):
         self.last_sync: dict[str, float] = {}
 
     # ------------------------------------------------------------------ requests
-    def submit(self, requests: list[tuple[str, list[int]]], args: GeneratingArgs,
-               max_new_tokens: int | None = None) -> list[str]:
+    def submit(
+        self, requests: list[tuple[str, list[int]]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[str]:
         """Queue ``(rid, prompt ids)`` requests; returns the SGLang ids (``rid#k`` for each of ``n`` samples)."""
         params = sampling_params(args, max_new_tokens, self.eos_token_id)
         n = max(1, args.num_return_sequences)
@@ -233,8 +261,9 @@ class SGLangStrategy(InferenceStrategy):
         """Abort requests in flight (``None``: all of them)."""
         return self.tracker.abort(rids)
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         base = f"gen-{time.monotonic_ns()}"
         rids = self.submit([(f"{base}-{i}", p) for i, p in enumerate(prompts)], args, max_new_tokens)
         done = self.tracker.wait_all(rids)
@@ -247,8 +276,12 @@ class SGLangStrategy(InferenceStrategy):
             raise ValueError("sglang: compute_log_probs has no entropy; compute it with the training strategy")
         ids, mask = batch["input_ids"], batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
-        outs = self.engine.generate(input_ids=prompts, sampling_params={"max_new_tokens": 1, "temperature": 0.0},
-                                    return_logprob=True, logprob_start_len=0)
+        outs = self.engine.generate(
+            input_ids=prompts,
+            sampling_params={"max_new_tokens": 1, "temperature": 0.0},
+            return_logprob=True,
+            logprob_start_len=0,
+        )
         out = torch.zeros(ids.shape[0], ids.shape[1] - 1)
         for i, (o, m) in enumerate(zip(outs, mask)):
             lps = [x[0] for x in o["meta_info"]["input_token_logprobs"]][1:]  # the first token has no log-prob
@@ -270,9 +303,11 @@ class SGLangStrategy(InferenceStrategy):
         try:
             pause = PauseGenerationReqInput(mode="retract")
         except TypeError as exc:  # sglang <= 0.5.5: pause_generation has no mode and would abort
-            raise RuntimeError(f"sglang: this SGLang has no pause_generation(mode='retract') ({exc}); a weight "
-                               f"update with requests in flight would abort them: install roll[gpu]'s sglang (>= 0.5.16), or "
-                               f"set async_generation_ratio: 0") from exc
+            raise RuntimeError(
+                f"sglang: this SGLang has no pause_generation(mode='retract') ({exc}); a weight "
+                f"update with requests in flight would abort them: install roll[gpu]'s sglang (>= 0.5.16), or "
+                f"set async_generation_ratio: 0"
+            ) from exc
         self.engine.loop.run_until_complete(manager.pause_generation(pause))
         try:
             yield True
@@ -300,14 +335,20 @@ class SGLangStrategy(InferenceStrategy):
         trainer rank on that rank's GPU) with SGLang's ``flattened_bucket`` format: no host copy. While released,
         the engine's weight memory is resumed first (its KV cache stays released until :meth:`reload_states`)."""
         if len(payloads) != engine_tp_size(self.config):
-            raise ValueError(f"sglang: {len(payloads)} IPC payloads for an engine of TP size "
-                             f"{engine_tp_size(self.config)}; one per TP rank is needed")
+            raise ValueError(
+                f"sglang: {len(payloads)} IPC payloads for an engine of TP size "
+                f"{engine_tp_size(self.config)}; one per TP rank is needed"
+            )
         if self.released and self._weights_released:
             self.engine.resume_memory_occupation(tags=["weights"])
             self._weights_released = False
         with self.paused() as in_flight:
-            _check_result("update_weights_from_tensor", self.engine.update_weights_from_tensor(
-                named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush and not in_flight))
+            _check_result(
+                "update_weights_from_tensor",
+                self.engine.update_weights_from_tensor(
+                    named_tensors=list(payloads), load_format="flattened_bucket", flush_cache=flush and not in_flight
+                ),
+            )
         self._host_weights = None  # the engine holds the newest weights; no host copy is kept
         self._weights_fresh = self._synced = True
 
@@ -337,17 +378,34 @@ class SGLangStrategy(InferenceStrategy):
             elif not self._synced:
                 self.engine.update_weights_from_disk(self.model_path)  # nothing trained yet: the initial weights
             else:
-                raise RuntimeError("sglang: the engine's weights were released and no weight sync reloaded them "
-                                   "before generation; sync after every phase that releases the engine")
+                raise RuntimeError(
+                    "sglang: the engine's weights were released and no weight sync reloaded them "
+                    "before generation; sync after every phase that releases the engine"
+                )
         self._weights_released = False
 
-    def init_weight_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                          group_name: str = "roll_weights", backend: str = "nccl") -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str = "roll_weights",
+        backend: str = "nccl",
+    ) -> None:
         """Join the trainer's weight group (disaggregated): the trainer is rank 0, this engine's TP ranks are
         ``rank_offset .. rank_offset + tp_size - 1``. Blocks until every member has joined."""
-        _check_result("init_weights_update_group", self.engine.init_weights_update_group(
-            master_address=master_address, master_port=master_port, rank_offset=rank_offset,
-            world_size=world_size, group_name=group_name, backend=backend))
+        _check_result(
+            "init_weights_update_group",
+            self.engine.init_weights_update_group(
+                master_address=master_address,
+                master_port=master_port,
+                rank_offset=rank_offset,
+                world_size=world_size,
+                group_name=group_name,
+                backend=backend,
+            ),
+        )
 
     def update_weights_distributed(self, metas: list[dict[str, Any]], group_name: str = "roll_weights") -> float:
         """Receive buckets (``BucketMeta`` fields as dicts) that the trainer broadcasts in the same order; only the
@@ -355,9 +413,16 @@ class SGLangStrategy(InferenceStrategy):
         start = time.perf_counter()
         with self.paused() as in_flight:
             for i, meta in enumerate(metas):
-                _check_result("update_weights_from_distributed", self.engine.update_weights_from_distributed(
-                    names=meta["names"], dtypes=meta["dtypes"], shapes=meta["shapes"], group_name=group_name,
-                    flush_cache=not in_flight and i == len(metas) - 1))
+                _check_result(
+                    "update_weights_from_distributed",
+                    self.engine.update_weights_from_distributed(
+                        names=meta["names"],
+                        dtypes=meta["dtypes"],
+                        shapes=meta["shapes"],
+                        group_name=group_name,
+                        flush_cache=not in_flight and i == len(metas) - 1,
+                    ),
+                )
         return time.perf_counter() - start
 
     def shutdown(self) -> None:

@@ -71,7 +71,7 @@ class TurnCache:
         self.lookups += 1
         best = None
         for key in self._index.get(tuple(prompt[:INDEX_TOKENS]), ()):
-            if len(key) < len(prompt) and (best is None or len(key) > len(best)) and prompt[:len(key)] == list(key):
+            if len(key) < len(prompt) and (best is None or len(key) > len(best)) and prompt[: len(key)] == list(key):
                 best = key
         if best is None:
             return 0, None
@@ -102,8 +102,8 @@ def batch_layout(prompts: list[list[int]], cached: list[int], pad_id: int) -> tu
     input_ids = torch.full((len(prompts), C + S), pad_id, dtype=torch.long)
     mask = torch.zeros_like(input_ids)
     for i, (p, c) in enumerate(zip(prompts, cached)):
-        input_ids[i, C - c:C], mask[i, C - c:C] = torch.tensor(p[:c], dtype=torch.long), 1
-        input_ids[i, C + S - (len(p) - c):], mask[i, C + S - (len(p) - c):] = torch.tensor(p[c:], dtype=torch.long), 1
+        input_ids[i, C - c : C], mask[i, C - c : C] = torch.tensor(p[:c], dtype=torch.long), 1
+        input_ids[i, C + S - (len(p) - c) :], mask[i, C + S - (len(p) - c) :] = torch.tensor(p[c:], dtype=torch.long), 1
     return input_ids, mask, C
 
 
@@ -118,7 +118,7 @@ def batch_cache(kvs: list[SequenceKV | None], cached: list[int], width: int, lik
         values = v0.new_zeros((len(kvs), heads, width, dim))
         for i, (kv, c) in enumerate(zip(kvs, cached)):
             if kv is not None and c:
-                keys[i, :, width - c:], values[i, :, width - c:] = kv[layer]
+                keys[i, :, width - c :], values[i, :, width - c :] = kv[layer]
         layers.append((keys, values))
     return DynamicCache(layers)
 
@@ -129,6 +129,10 @@ def split_cache(cache, mask: torch.Tensor, kept: list[int]) -> list[SequenceKV]:
     out = []
     for i, n in enumerate(kept):
         idx = torch.cat([mask[i].nonzero().flatten(), torch.arange(width, width + n)]).to(cache.layers[0].keys.device)
-        out.append([(layer.keys[i].index_select(1, idx).clone(), layer.values[i].index_select(1, idx).clone())
-                    for layer in cache.layers])
+        out.append(
+            [
+                (layer.keys[i].index_select(1, idx).clone(), layer.values[i].index_select(1, idx).clone())
+                for layer in cache.layers
+            ]
+        )
     return out

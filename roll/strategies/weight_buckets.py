@@ -16,8 +16,8 @@ tensors of each bucket in the same order, so names, dtypes and shapes agree by c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterable, Iterator
 
 import torch
 
@@ -53,8 +53,9 @@ def plan_buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     return buckets
 
 
-def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int,
-                 skip: frozenset[str] | set[str] = frozenset()) -> Iterator[NamedTensors]:
+def iter_buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, skip: frozenset[str] | set[str] = frozenset()
+) -> Iterator[NamedTensors]:
     """Yield ``(name, tensor)`` buckets of at most ``bucket_bytes`` (see :func:`plan_buckets`).
 
     Streams: only the current bucket is held, so a generator of gathered tensors is never materialised whole.
@@ -103,16 +104,20 @@ class BucketMeta:
 
 def bucket_meta(bucket: NamedTensors) -> BucketMeta:
     """The :class:`BucketMeta` of a bucket (dtype names as SGLang's ``update_weights_from_distributed`` wants)."""
-    return BucketMeta(names=[n for n, _ in bucket], dtypes=[dtype_name(t.dtype) for _, t in bucket],
-                      shapes=[list(t.shape) for _, t in bucket])
+    return BucketMeta(
+        names=[n for n, _ in bucket],
+        dtypes=[dtype_name(t.dtype) for _, t in bucket],
+        shapes=[list(t.shape) for _, t in bucket],
+    )
 
 
 #: ``(name, full shape, dtype)`` of one weight, as the receiver allocates it.
 WeightSpec = tuple[str, "list[int] | torch.Size", torch.dtype]
 
 
-def plan_bucket_metas(specs: Iterable[WeightSpec], bucket_bytes: int,
-                      skip: frozenset[str] | set[str] = frozenset()) -> list[BucketMeta]:
+def plan_bucket_metas(
+    specs: Iterable[WeightSpec], bucket_bytes: int, skip: frozenset[str] | set[str] = frozenset()
+) -> list[BucketMeta]:
     """Buckets of weights described by ``specs`` (no tensor needed: ZeRO-3 shards report their full shape), by the
     same greedy rule as :func:`iter_buckets`, so ``iter_buckets`` over the tensors gives the same buckets.
 
@@ -121,8 +126,14 @@ def plan_bucket_metas(specs: Iterable[WeightSpec], bucket_bytes: int,
     """
     kept = [(n, [int(d) for d in shape], dtype) for n, shape, dtype in specs if n not in skip]
     sizes = [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for _, shape, dtype in kept]
-    return [BucketMeta(names=[kept[i][0] for i in idx], dtypes=[dtype_name(kept[i][2]) for i in idx],
-                       shapes=[kept[i][1] for i in idx]) for idx in plan_buckets(sizes, bucket_bytes)]
+    return [
+        BucketMeta(
+            names=[kept[i][0] for i in idx],
+            dtypes=[dtype_name(kept[i][2]) for i in idx],
+            shapes=[kept[i][1] for i in idx],
+        )
+        for idx in plan_buckets(sizes, bucket_bytes)
+    ]
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -40,8 +40,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 FORMAT_VERSION = 1
 DUMP_DIR = "trajectories"
@@ -140,9 +141,9 @@ class TokenLayout:
         out: dict[str, list] = {}
         k = self.index[row]
         if self.mask is not None:
-            out["mask"] = [int(m) for m in self.mask[k][start:start + n]]
+            out["mask"] = [int(m) for m in self.mask[k][start : start + n]]
         if self.adv is not None:
-            out["adv"] = [num(a, 4) for a in self.adv[k][start - 1:start - 1 + n]]
+            out["adv"] = [num(a, 4) for a in self.adv[k][start - 1 : start - 1 + n]]
         return out
 
 
@@ -180,14 +181,24 @@ class TrajectoryDumps:
         envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}`` (agentic).
     """
 
-    def __init__(self, log_dir: str | Path, every: int, cap: int, tokenizer: TokenizerLike, pipeline: str,
-                 envs: Mapping[str, Mapping[str, Any]] | None = None):
+    def __init__(
+        self,
+        log_dir: str | Path,
+        every: int,
+        cap: int,
+        tokenizer: TokenizerLike,
+        pipeline: str,
+        envs: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
         if every < 0 or cap < 0:
             raise ValueError(f"dump every={every}, cap={cap}: both must be >= 0 (0 = never / no limit)")
         self.root = Path(log_dir) / DUMP_DIR
         self.every, self.cap, self.tokenizer = every, cap, tokenizer
-        self.meta = {"format": FORMAT_VERSION, "pipeline": pipeline, "envs": {k: dict(v) for k, v in
-                                                                            (envs or {}).items()}}
+        self.meta = {
+            "format": FORMAT_VERSION,
+            "pipeline": pipeline,
+            "envs": {k: dict(v) for k, v in (envs or {}).items()},
+        }
 
     def due(self, phase: str, step: int) -> bool:
         """Whether ``phase`` at ``step`` is dumped: train every ``every`` steps, val whenever dumps are on."""
@@ -195,8 +206,14 @@ class TrajectoryDumps:
             raise ValueError(f"phase={phase!r}: expected one of {PHASES}")
         return self.every > 0 and (phase == "val" or step % self.every == 0)
 
-    def agentic(self, phase: str, step: int, trajectories: Sequence[TrajectoryLike],
-                batch: BatchLike | None = None, failed: Sequence[TrajectoryLike] = ()) -> Path | None:
+    def agentic(
+        self,
+        phase: str,
+        step: int,
+        trajectories: Sequence[TrajectoryLike],
+        batch: BatchLike | None = None,
+        failed: Sequence[TrajectoryLike] = (),
+    ) -> Path | None:
         """Dump multi-turn ``trajectories`` (rows of ``batch`` in the same order, when given), then the ``failed``
         ones (each capped at ``cap``); returns the file written, or None when ``phase`` at ``step`` is not due."""
         if not self.due(phase, step):
@@ -208,8 +225,14 @@ class TrajectoryDumps:
         records = [self._episode(trajectories[i], i, layout) for i in keep]
         return self._write(phase, step, records + [self._episode(failed[i], i, no_rows) for i in errors])
 
-    def rlvr(self, phase: str, step: int, groups: Sequence[PromptGroupLike], examples: Sequence[ExampleLike],
-             batch: BatchLike | None = None) -> Path | None:
+    def rlvr(
+        self,
+        phase: str,
+        step: int,
+        groups: Sequence[PromptGroupLike],
+        examples: Sequence[ExampleLike],
+        batch: BatchLike | None = None,
+    ) -> Path | None:
         """Dump the responses of prompt ``groups`` (``examples[g.index]`` is a group's record; rows of ``batch``
         are the responses in group order); returns the file written, or None when not due."""
         if not self.due(phase, step):
@@ -217,8 +240,9 @@ class TrajectoryDumps:
         flat = [(k, j) for k, g in enumerate(groups) for j in range(len(g.response_ids))]
         keep = pick_whole_groups([k for k, _ in flat], self.cap)
         layout = TokenLayout(batch, keep)
-        records = (self._response(phase, step, groups[flat[i][0]], flat[i][0], flat[i][1], examples, i, layout)
-                   for i in keep)
+        records = (
+            self._response(phase, step, groups[flat[i][0]], flat[i][0], flat[i][1], examples, i, layout) for i in keep
+        )
         return self._write(phase, step, records)
 
     # ------------------------------------------------------------------ records
@@ -230,11 +254,16 @@ class TrajectoryDumps:
         for turn in traj.turns:
             pos += len(turn.prompt_ids)
             n = len(turn.response_ids)
-            entry = {"prompt": self.tokenizer.decode(turn.prompt_ids, skip_special_tokens=False),
-                     "observation": turn.observation, "response": turn.response_text,
-                     "action": turn.parsed_action, "valid": bool(turn.action_is_valid),
-                     "reward": num(turn.reward, 6), "finish": turn.finish_reason,
-                     "tokens": self._tokens(turn.response_ids)}
+            entry = {
+                "prompt": self.tokenizer.decode(turn.prompt_ids, skip_special_tokens=False),
+                "observation": turn.observation,
+                "response": turn.response_text,
+                "action": turn.parsed_action,
+                "valid": bool(turn.action_is_valid),
+                "reward": num(turn.reward, 6),
+                "finish": turn.finish_reason,
+                "tokens": self._tokens(turn.response_ids),
+            }
             if layout.mask is None:  # no batch: the mask follows the token layout of the batch
                 entry["mask"] = [1] * (n - int(turn.appended_eos)) + [0] * int(turn.appended_eos)
             entry.update(layout.span(row, pos, n))
@@ -242,30 +271,76 @@ class TrajectoryDumps:
                 entry["logp"] = [num(x, 3) for x in turn.response_log_probs[:n]]
             turns.append(entry)
             pos += n
-        return {"id": traj.traj_id, "group": traj.group_id, "env": traj.env_id, "tag": traj.tag,
-                "case": f"{traj.tag}/{traj.seed}", "seed": traj.seed, "score": num(traj.score, 6),
-                "success": bool(traj.success), "failure": traj.failure, "truncated": bool(traj.truncated_by_length),
-                "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()}, "turns": turns,
-                "final_observation": traj.final_observation,
-                **({"error": {"kind": traj.failure_kind, "type": traj.failure_type, "at": traj.failure_at,
-                              "turn": traj.failure_turn}} if traj.failure else {})}
+        return {
+            "id": traj.traj_id,
+            "group": traj.group_id,
+            "env": traj.env_id,
+            "tag": traj.tag,
+            "case": f"{traj.tag}/{traj.seed}",
+            "seed": traj.seed,
+            "score": num(traj.score, 6),
+            "success": bool(traj.success),
+            "failure": traj.failure,
+            "truncated": bool(traj.truncated_by_length),
+            "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()},
+            "turns": turns,
+            "final_observation": traj.final_observation,
+            **(
+                {
+                    "error": {
+                        "kind": traj.failure_kind,
+                        "type": traj.failure_type,
+                        "at": traj.failure_at,
+                        "turn": traj.failure_turn,
+                    }
+                }
+                if traj.failure
+                else {}
+            ),
+        }
 
-    def _response(self, phase: str, step: int, group: PromptGroupLike, k: int, j: int,
-                  examples: Sequence[ExampleLike], row: int, layout: TokenLayout) -> dict[str, Any]:
+    def _response(
+        self,
+        phase: str,
+        step: int,
+        group: PromptGroupLike,
+        k: int,
+        j: int,
+        examples: Sequence[ExampleLike],
+        row: int,
+        layout: TokenLayout,
+    ) -> dict[str, Any]:
         ex = examples[group.index]
         ids = group.response_ids[j]
-        turn = {"prompt": self.tokenizer.decode(group.prompt_ids, skip_special_tokens=False), "observation": None,
-                "response": group.texts[j], "action": None, "valid": bool(group.format_ok[j]),
-                "reward": num(group.scores[j], 6), "finish": "length" if group.truncated[j] else "stop",
-                "tokens": self._tokens(ids)}
+        turn = {
+            "prompt": self.tokenizer.decode(group.prompt_ids, skip_special_tokens=False),
+            "observation": None,
+            "response": group.texts[j],
+            "action": None,
+            "valid": bool(group.format_ok[j]),
+            "reward": num(group.scores[j], 6),
+            "finish": "length" if group.truncated[j] else "stop",
+            "tokens": self._tokens(ids),
+        }
         if layout.mask is None:
             turn["mask"] = [1] * len(ids)
         turn.update(layout.span(row, len(group.prompt_ids), len(ids)))
-        return {"id": f"{phase}-{step}-p{k}-r{j}", "group": k, "tag": ex.tag,
-                "case": f"{os.path.basename(ex.source)}:{ex.row}",
-                "seed": group.index, "score": num(group.scores[j], 6), "success": bool(group.correct[j]),
-                "failure": None, "truncated": bool(group.truncated[j]), "ground_truth": ex.ground_truth,
-                "source": ex.source, "row": ex.row, "format_ok": bool(group.format_ok[j]), "turns": [turn]}
+        return {
+            "id": f"{phase}-{step}-p{k}-r{j}",
+            "group": k,
+            "tag": ex.tag,
+            "case": f"{os.path.basename(ex.source)}:{ex.row}",
+            "seed": group.index,
+            "score": num(group.scores[j], 6),
+            "success": bool(group.correct[j]),
+            "failure": None,
+            "truncated": bool(group.truncated[j]),
+            "ground_truth": ex.ground_truth,
+            "source": ex.source,
+            "row": ex.row,
+            "format_ok": bool(group.format_ok[j]),
+            "turns": [turn],
+        }
 
     def _write(self, phase: str, step: int, records: Iterable[dict[str, Any]]) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ Command line::
 Without keys the figure is a dashboard (:data:`DASHBOARD`): success (training, smoothed, with validation points on
 top), reward, invalid actions, episode length, entropy, approximate KL and the step time stacked by phase. Panels
 whose metrics a run does not log are absent; panels whose series never change are left out and their series named
-in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is drawn with
+in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is
+drawn with
 matplotlib's Agg canvas directly (no pyplot, no global backend change), so it works on headless machines and inside
 a notebook session alike.
 """
@@ -61,8 +62,9 @@ STEP_PHASES: tuple[tuple[str, str], ...] = (
 
 #: The default figure, in panel order (agentic and RLVR keys side by side: a run has one or the other).
 DASHBOARD: tuple[Panel, ...] = (
-    Panel("success rate", ("rollout/success_rate", "rollout/accuracy"), ("val/success_rate", "val/accuracy"),
-          percent=True),
+    Panel(
+        "success rate", ("rollout/success_rate", "rollout/accuracy"), ("val/success_rate", "val/accuracy"), percent=True
+    ),
     Panel("mean reward", ("rollout/mean_reward",), ("val/mean_reward",)),
     Panel("invalid-action rate", ("rollout/invalid_action_rate",), ("val/invalid_action_rate",), percent=True),
     Panel("format rate", ("rollout/format_rate",), ("val/format_rate",), percent=True),
@@ -182,16 +184,39 @@ def _draw_series(ax: Axes, frame: pd.DataFrame, key: str, val: bool, label: str 
     series: the raw values faint, the smoothed curve on top."""
     series = frame[key].dropna()
     if val:
-        ax.plot(series.index, series.to_numpy(), color=VAL_COLOR, marker="o", markersize=5, linewidth=1.2,
-                label="validation", zorder=3)
+        ax.plot(
+            series.index,
+            series.to_numpy(),
+            color=VAL_COLOR,
+            marker="o",
+            markersize=5,
+            linewidth=1.2,
+            label="validation",
+            zorder=3,
+        )
         if len(series) <= 12:
             for x, y in series.items():
-                ax.annotate(_format(y, ax), (x, y), textcoords="offset points", xytext=(0, 7), ha="center",
-                            fontsize=8, color=VAL_COLOR)
+                ax.annotate(
+                    _format(y, ax),
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, 7),
+                    ha="center",
+                    fontsize=8,
+                    color=VAL_COLOR,
+                )
         return
     many = len(series) > 12
-    ax.plot(series.index, series.to_numpy(), color=TRAIN_COLOR, alpha=0.3 if many else 1.0, linewidth=1,
-            marker=None if many else "o", markersize=3, label="training" if many else label)
+    ax.plot(
+        series.index,
+        series.to_numpy(),
+        color=TRAIN_COLOR,
+        alpha=0.3 if many else 1.0,
+        linewidth=1,
+        marker=None if many else "o",
+        markersize=3,
+        label="training" if many else label,
+    )
     if many:
         smoothed, span = smooth(series)
         ax.plot(smoothed.index, smoothed.to_numpy(), color=TRAIN_COLOR, linewidth=2, label=f"smoothed (EMA {span})")
@@ -240,8 +265,9 @@ def _style(ax: Axes, title: str, percent: bool) -> None:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
 
 
-def draw_dashboard(frame: pd.DataFrame, title: str = "",
-                   panels: Sequence[Panel] = DASHBOARD) -> tuple[Figure, list[str]]:
+def draw_dashboard(
+    frame: pd.DataFrame, title: str = "", panels: Sequence[Panel] = DASHBOARD
+) -> tuple[Figure, list[str]]:
     """The dashboard figure of a metrics frame (see :func:`load_metrics`) and the metric keys it draws.
 
     Raises:
@@ -251,8 +277,7 @@ def draw_dashboard(frame: pd.DataFrame, title: str = "",
     if not plans:
         raise ValueError(f"no dashboard metric varies in this run; pass keys (--keys) from: {sorted(frame.columns)}.")
     cols = 4 if len(plans) >= 7 else 3
-    fig = Figure(figsize=(3.7 * min(cols, len(plans)), 2.9 * math.ceil(len(plans) / cols) + 0.4),
-                 layout="constrained")
+    fig = Figure(figsize=(3.7 * min(cols, len(plans)), 2.9 * math.ceil(len(plans) / cols) + 0.4), layout="constrained")
     drawn: list[str] = []
     for ax, plan in zip(_axes_grid(fig, len(plans), cols), plans):
         _style(ax, plan.panel.title, plan.panel.percent)

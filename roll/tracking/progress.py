@@ -28,7 +28,8 @@ from roll.tracking.stdout import format_value
 def short_names(keys: Iterable[str]) -> dict[str, str]:
     """Display names for postfix keys: the part after the last ``/`` unless two keys share it.
 
-    ``["rollout/success_rate", "actor/pg_loss"] -> {"rollout/success_rate": "success_rate", "actor/pg_loss": "pg_loss"}``;
+    ``["rollout/success_rate", "actor/pg_loss"]`` ->
+    ``{"rollout/success_rate": "success_rate", "actor/pg_loss": "pg_loss"}``;
     ``rollout/success_rate`` and ``val/success_rate`` together keep their full names.
     """
     keys = list(keys)

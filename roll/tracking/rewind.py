@@ -15,8 +15,8 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from roll.tracking.dumps import DUMP_DIR, PHASES
 

@@ -67,8 +67,9 @@ class TensorboardTracker(Tracker):
         self._stdout = StdoutTracker(exp_name=exp_name, log_dir=log_dir, config=config, options=options, run_id=run_id)
         self.event_dir = options.log_dir or log_dir
         self._summary_writer = SummaryWriter
-        self._writer = SummaryWriter(log_dir=self.event_dir, flush_secs=options.flush_secs,
-                                     purge_step=0 if run_id is None else None)
+        self._writer = SummaryWriter(
+            log_dir=self.event_dir, flush_secs=options.flush_secs, purge_step=0 if run_id is None else None
+        )
         if run_id is None and config:
             self._writer.add_text("config", _as_code_block(json.dumps(dict(config), indent=2, default=str)), 0)
 
@@ -94,8 +95,9 @@ class TensorboardTracker(Tracker):
         ``purge_step=step + 1``: TensorBoard then discards the events of later steps in the older event files."""
         self._stdout.rewind(step)
         self._writer.close()
-        self._writer = self._summary_writer(log_dir=self.event_dir, flush_secs=self.options.flush_secs,
-                                            purge_step=step + 1)
+        self._writer = self._summary_writer(
+            log_dir=self.event_dir, flush_secs=self.options.flush_secs, purge_step=step + 1
+        )
 
     def finish(self) -> None:
         """Flush and close the event writer and the stdout tracker."""

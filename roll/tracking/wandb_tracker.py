@@ -18,7 +18,6 @@ from typing import Any, Literal, get_args
 from roll.tracking.base import Tracker, TrackerOptions, register_tracker, to_float_metrics
 from roll.tracking.stdout import StdoutTracker
 
-
 WandbMode = Literal["online", "offline", "disabled"]
 
 
@@ -101,7 +100,11 @@ class WandbTracker(Tracker):
         self._finished = False
         # The stdout part prints W&B's run id, the one to resume with.
         self._stdout = StdoutTracker(
-            exp_name=exp_name, log_dir=log_dir, config=config, options=options, run_id=self._run.id,
+            exp_name=exp_name,
+            log_dir=log_dir,
+            config=config,
+            options=options,
+            run_id=self._run.id,
             resume=run_id is not None,
         )
 

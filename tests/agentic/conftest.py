@@ -39,21 +39,37 @@ def think_strip_tokenizer_dir(tmp_path_factory) -> str:
     return _tokenizer_dir(tmp_path_factory.mktemp("tok_think"), THINK_STRIP_TEMPLATE)
 
 
-def make_cfg(env_config: dict | None = None, *, group_size: int = 4, env_groups: int = 4, managers: int = 1,
-             max_actions: int = 3, max_tokens: int = 8, sequence_length: int = 2048, batch: int = 16, **manager_kw):
+def make_cfg(
+    env_config: dict | None = None,
+    *,
+    group_size: int = 4,
+    env_groups: int = 4,
+    managers: int = 1,
+    max_actions: int = 3,
+    max_tokens: int = 8,
+    sequence_length: int = 2048,
+    batch: int = 16,
+    **manager_kw,
+):
     """An AgenticConfig with one ``flaky_test`` tag, distributed=local."""
-    from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
-
     import tests.agentic.helpers  # noqa: F401  (registers flaky_test)
+    from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
 
     cfg = AgenticConfig()
     cfg.distributed = "local"
     cfg.sequence_length = sequence_length
     cfg.rollout_batch_size = batch
-    cfg.custom_envs = {"Flaky": CustomEnvConfig(env_type="flaky_test", env_config=dict(env_config or {}),
-                                                max_actions_per_traj=max_actions, max_tokens_per_step=max_tokens,
-                                                system_prompt="You play.")}
-    cfg.train_env_manager = EnvManagerConfig(tags=["Flaky"], env_groups=env_groups, group_size=group_size,
-                                             num_env_managers=managers, **manager_kw)
+    cfg.custom_envs = {
+        "Flaky": CustomEnvConfig(
+            env_type="flaky_test",
+            env_config=dict(env_config or {}),
+            max_actions_per_traj=max_actions,
+            max_tokens_per_step=max_tokens,
+            system_prompt="You play.",
+        )
+    }
+    cfg.train_env_manager = EnvManagerConfig(
+        tags=["Flaky"], env_groups=env_groups, group_size=group_size, num_env_managers=managers, **manager_kw
+    )
     cfg.actor_infer.generating_args.max_new_tokens = max_tokens
     return cfg

@@ -12,10 +12,20 @@ import os
 
 import openai
 
-TOOLS = [{"type": "function", "function": {
-    "name": "add", "description": "Add two integers.",
-    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                   "required": ["a", "b"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
 
 
 def first_messages(seed: int) -> list[dict]:
@@ -30,8 +40,13 @@ def play(base_url: str, api_key: str, seed: int, turns: int = 3, **create: objec
     for _ in range(turns):
         response = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS, **create)
         reply = response.choices[0].message.model_dump(exclude_none=True)
-        log.append({"messages": [dict(m) for m in messages], "reply": reply,
-                    "finish_reason": response.choices[0].finish_reason})
+        log.append(
+            {
+                "messages": [dict(m) for m in messages],
+                "reply": reply,
+                "finish_reason": response.choices[0].finish_reason,
+            }
+        )
         messages.append(reply)
         for call in reply.get("tool_calls", []):
             args = json.loads(call["function"]["arguments"])

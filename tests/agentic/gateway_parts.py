@@ -39,7 +39,8 @@ TOOLS_TEMPLATE = _HEAD + "{%- set content = m['content'] %}" + _TAIL
 THINK_STRIP_TOOLS_TEMPLATE = (
     _HEAD + "{%- set content = m['content'] %}"
     "{%- if not loop.last and '</think>' in content %}{%- set content = content.split('</think>')[-1] %}{%- endif %}"
-    + _TAIL)
+    + _TAIL
+)
 
 
 def model_dir_with_template(source: str, target: Path, template: str) -> str:
@@ -59,8 +60,9 @@ class StrategyBatches:
     def __init__(self, strategy: Any):
         self.strategy, self.prompts, self.lock = strategy, [], threading.Lock()
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         with self.lock:
             self.prompts += [list(p) for p in prompts]
         return self.strategy.generate(prompts, args, max_new_tokens)
@@ -82,8 +84,9 @@ class ScriptedEngine(BatchedClient):
         call = json.dumps({"name": "add", "arguments": {"a": k, "b": 2}})
         return (f"<think>t{k}</think>" if self.think else "") + f"<tool_call>{call}</tool_call>"
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         out = []
         for prompt in prompts:
             self.prompts.append(list(prompt))

@@ -1,7 +1,8 @@
 """A user tool that never returns, for the no-hang tests: ``hang`` blocks forever on every other instance.
 
 Importing this module registers the tool; the env type ``tests.agentic.hang_tool:tool_use`` (``tool_use`` reached
-through this module) makes Ray env managers import it too. The ``hang`` tool of an even-numbered instance never returns (it waits on an
+through this module) makes Ray env managers import it too. The ``hang`` tool of an even-numbered instance never returns
+(it waits on an
 event nobody sets); the others answer ``"ok"``. :data:`HANGING` holds the events, so a test can let them go.
 """
 

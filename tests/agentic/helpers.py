@@ -31,8 +31,17 @@ class FlakyEnv(TextEnv):
     active = 0
     max_active = 0
 
-    def __init__(self, fail_every: int = 0, hang_every: int = 0, hang_s: float = 3.0, step_sleep: float = 0.0,
-                 max_steps: int = 3, reward: float = 1.0, hang_init: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        fail_every: int = 0,
+        hang_every: int = 0,
+        hang_s: float = 3.0,
+        step_sleep: float = 0.0,
+        max_steps: int = 3,
+        reward: float = 1.0,
+        hang_init: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(max_steps=max_steps, **kwargs)
         self.reward = reward
         if hang_init:  # a constructor that never returns (it waits for a server that never answers)
@@ -48,8 +57,13 @@ class FlakyEnv(TextEnv):
     def _fault(self, where: str) -> None:
         with FlakyEnv.lock:
             k = next(FlakyEnv.counter)
-            kind = ("error" if self.fail_every and k % self.fail_every == self.fail_every - 1 else
-                    "timeout" if self.hang_every and k % self.hang_every == self.hang_every // 2 else None)
+            kind = (
+                "error"
+                if self.fail_every and k % self.fail_every == self.fail_every - 1
+                else "timeout"
+                if self.hang_every and k % self.hang_every == self.hang_every // 2
+                else None
+            )
             if kind:
                 FlakyEnv.faults.append(kind)
         if kind == "error":
@@ -101,8 +115,9 @@ class ScriptedGenerator(BatchedClient):
         self.cut_every = cut_every  # every n-th reply is cut by length (no end-of-turn token)
         self.calls: list[int] = []
 
-    def generate(self, prompts: list[list[int]], args: GeneratingArgs,
-                 max_new_tokens: int | None = None) -> list[GenerationOutput]:
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
         self.calls.append(len(prompts))
         out = []
         for i, _ in enumerate(prompts):

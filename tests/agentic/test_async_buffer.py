@@ -127,6 +127,9 @@ def test_a_producer_error_reaches_the_trainer():
 
 
 def test_a_unit_that_can_never_be_admitted_is_refused():
-    with pytest.raises(ValueError, match=r"async_generation_ratio=1: a producer starts 5 groups .* \(k \+ 1\) x the "
-                                         r"batch's 2 groups"):
+    with pytest.raises(
+        ValueError,
+        match=r"async_generation_ratio=1: a producer starts 5 groups .* \(k \+ 1\) x the "
+        r"batch's 2 groups",
+    ):
         Producers.start(1, 2, 0, lambda i, r, v: [], [5])

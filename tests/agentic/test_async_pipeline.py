@@ -17,17 +17,37 @@ STEPS = 5
 
 def _agentic(model_dir: str, out: Path, k: int, *extra: str, distributed: str = "local"):
     overrides = [
-        f"pretrain={model_dir}", "tiny_model=null", f"output_dir={out}", f"logging_dir={out}/logs",
-        f"distributed={distributed}", "track_with=stdout", f"max_steps={STEPS}", "save_steps=0", "eval_steps=0",
-        "trajectory_dump_steps=0", "sft_warmup.enabled=false", "rollout_batch_size=8", "sequence_length=256",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "val_env_manager=null",
+        f"pretrain={model_dir}",
+        "tiny_model=null",
+        f"output_dir={out}",
+        f"logging_dir={out}/logs",
+        f"distributed={distributed}",
+        "track_with=stdout",
+        f"max_steps={STEPS}",
+        "save_steps=0",
+        "eval_steps=0",
+        "trajectory_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=8",
+        "sequence_length=256",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "val_env_manager=null",
         "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.training_args.learning_rate=1e-3",
-        "actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "actor_infer.generating_args.max_new_tokens=6",
-        "custom_envs.SimpleSokoban.max_tokens_per_step=6", "zero_signal_patience=0",
-        "reward_normalization.grouping=batch", "reward_normalization.method=identity", "entropy_loss_coef=0.01",
-        f"async_generation_ratio={k}", *extra]
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.training_args.learning_rate=1e-3",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "actor_infer.generating_args.max_new_tokens=6",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6",
+        "zero_signal_patience=0",
+        "reward_normalization.grouping=batch",
+        "reward_normalization.method=identity",
+        "entropy_loss_coef=0.01",
+        f"async_generation_ratio={k}",
+        *extra,
+    ]
     return load_config("sokoban_tiny", overrides=overrides)
 
 
@@ -68,8 +88,9 @@ def test_agentic_async_under_ray(tiny_model_dir, tmp_path):
     """Ray mode: env managers are actors, the producers' rounds are remote calls (two managers, one group each)."""
     from roll.pipelines.agentic_pipeline import AgenticPipeline
 
-    AgenticPipeline(_agentic(tiny_model_dir, tmp_path, 1, "train_env_manager.num_env_managers=2",
-                             distributed="ray")).run()
+    AgenticPipeline(
+        _agentic(tiny_model_dir, tmp_path, 1, "train_env_manager.num_env_managers=2", distributed="ray")
+    ).run()
     _check_bound(_rows(tmp_path), 1, batch_groups=2)
 
 
@@ -92,11 +113,22 @@ def test_sigkilled_async_run_resumes_from_a_checkpoint_with_groups_in_flight(tin
     spec.loader.exec_module(soak)
     run_dir = tmp_path / "run"
     overrides = soak.soak_overrides(run_dir, STEPS, save_steps=2, fault_seed=0, error_rate=0.0, hang_rate=0.0)
-    overrides.update({"pretrain": tiny_model_dir, "tiny_model": "null", "sft_warmup.enabled": "false",
-                      "eval_steps": "0", "rollout_batch_size": "8", "train_env_manager.env_groups": "2",
-                      "custom_envs.SimpleSokoban.max_actions_per_traj": "4", "trajectory_dump_steps": "0",
-                      "actor_train.training_args.gradient_accumulation_steps": "1", "zero_signal_patience": "0",
-                      "async_generation_ratio": "1", "checkpoint_config.max_to_keep": "0"})
+    overrides.update(
+        {
+            "pretrain": tiny_model_dir,
+            "tiny_model": "null",
+            "sft_warmup.enabled": "false",
+            "eval_steps": "0",
+            "rollout_batch_size": "8",
+            "train_env_manager.env_groups": "2",
+            "custom_envs.SimpleSokoban.max_actions_per_traj": "4",
+            "trajectory_dump_steps": "0",
+            "actor_train.training_args.gradient_accumulation_steps": "1",
+            "zero_signal_patience": "0",
+            "async_generation_ratio": "1",
+            "checkpoint_config.max_to_keep": "0",
+        }
+    )
     run = soak.run_with_kills(soak.as_args(overrides), run_dir, [3], random.Random(0))
     assert [(launch.resumed, launch.killed_after_step) for launch in run.launches] == [(False, 3), (True, None)]
     assert "resumed from" in (run_dir / "launch_1.log").read_text()

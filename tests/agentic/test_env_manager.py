@@ -16,8 +16,16 @@ from tests.agentic.helpers import FlakyEnv, ScriptedGenerator
 
 def _manager(cfg, tok_dir: str, phase: str = "train", raise_errors: bool = False) -> EnvManager:
     m = cfg.train_env_manager
-    return EnvManager(m, plan_groups(m, cfg.custom_envs), tok_dir, cfg.actor_infer.generating_args,
-                      cfg.sequence_length, cfg.seed, phase, raise_errors)
+    return EnvManager(
+        m,
+        plan_groups(m, cfg.custom_envs),
+        tok_dir,
+        cfg.actor_infer.generating_args,
+        cfg.sequence_length,
+        cfg.seed,
+        phase,
+        raise_errors,
+    )
 
 
 def _first_obs(traj) -> str:
@@ -66,8 +74,7 @@ def test_masks_and_score_position(qwen_tokenizer_dir):
 
 
 def test_truncation_at_sequence_length(qwen_tokenizer_dir):
-    manager = _manager(make_cfg(max_actions=50, sequence_length=120, env_config={"max_steps": 50}),
-                       qwen_tokenizer_dir)
+    manager = _manager(make_cfg(max_actions=50, sequence_length=120, env_config={"max_steps": 50}), qwen_tokenizer_dir)
     trajs = manager.rollout(1, ScriptedGenerator(manager.tokenizer)).trajectories
     for t in trajs:
         assert t.truncated_by_length and not t.failure
@@ -76,15 +83,23 @@ def test_truncation_at_sequence_length(qwen_tokenizer_dir):
         assert t.turns  # at least one turn fit
 
 
-@pytest.mark.parametrize("template, reply, expected", [
-    ("qwen", "<think>hmm</think><answer>go</answer>", 0.0),
-    ("think_strip", "<answer>go</answer>", 0.0),
-    ("think_strip", "<think>hmm</think><answer>go</answer>", 1.0),
-])
+@pytest.mark.parametrize(
+    "template, reply, expected",
+    [
+        ("qwen", "<think>hmm</think><answer>go</answer>", 0.0),
+        ("think_strip", "<answer>go</answer>", 0.0),
+        ("think_strip", "<think>hmm</think><answer>go</answer>", 1.0),
+    ],
+)
 def test_template_conformance(template, reply, expected, qwen_tokenizer_dir, think_strip_tokenizer_dir):
     tok_dir = qwen_tokenizer_dir if template == "qwen" else think_strip_tokenizer_dir
-    cfg = make_cfg(group_size=2, env_groups=2, max_actions=3, conformance_samples=4,
-                   action_format="think_answer" if "think" in reply else "answer")
+    cfg = make_cfg(
+        group_size=2,
+        env_groups=2,
+        max_actions=3,
+        conformance_samples=4,
+        action_format="think_answer" if "think" in reply else "answer",
+    )
     manager = _manager(cfg, tok_dir)
     result = manager.rollout(1, ScriptedGenerator(load_tokenizer(tok_dir), reply))
     assert result.conformance_checked == 4
@@ -116,12 +131,15 @@ def test_non_finite_env_reward_ends_the_trajectory_named(reward, qwen_tokenizer_
     result = manager.rollout(1, ScriptedGenerator(manager.tokenizer))
     for t in result.trajectories:
         assert (t.failure_kind, t.failure_type, t.failure_turn) == ("error", "NonFiniteReward", 1)
-        assert t.failure == f"env.step of FlakyEnv returned reward={reward} for the reply '<answer>go</answer>' " \
-                            f"(at tests.agentic.helpers.FlakyEnv.step)"
+        assert (
+            t.failure == f"env.step of FlakyEnv returned reward={reward} for the reply '<answer>go</answer>' "
+            f"(at tests.agentic.helpers.FlakyEnv.step)"
+        )
         assert all(turn.reward == 0.0 for turn in t.turns)  # the non-finite value never reaches a score
     with pytest.raises(ValueError, match=f"returned reward={reward}"):  # debugging: raised where it happened
         _manager(make_cfg(env_config={"reward": reward}), qwen_tokenizer_dir, raise_errors=True).rollout(
-            1, ScriptedGenerator(manager.tokenizer))
+            1, ScriptedGenerator(manager.tokenizer)
+        )
 
 
 def test_raise_env_errors_keeps_the_env_traceback(qwen_tokenizer_dir):

@@ -17,8 +17,13 @@ from roll.agentic.gateway.tool_parsers import parse_hermes
 from roll.config.worker import GeneratingArgs
 from roll.models.loading import load_tokenizer
 from tests.agentic.gateway_harness import TOOLS, first_messages, play
-from tests.agentic.gateway_parts import (THINK_STRIP_TOOLS_TEMPLATE, TOOLS_TEMPLATE, ScriptedEngine,
-                                         StrategyBatches, model_dir_with_template)
+from tests.agentic.gateway_parts import (
+    THINK_STRIP_TOOLS_TEMPLATE,
+    TOOLS_TEMPLATE,
+    ScriptedEngine,
+    StrategyBatches,
+    model_dir_with_template,
+)
 
 SAMPLING = GeneratingArgs(max_new_tokens=12, temperature=1.0)
 
@@ -67,7 +72,7 @@ def _recomputed_gap(model, turns) -> float:
         for turn in sample:
             ids += turn.prompt_ids
             positions += range(len(ids), len(ids) + turn.generated)
-            recorded += turn.response_log_probs[:turn.generated]
+            recorded += turn.response_log_probs[: turn.generated]
             ids += turn.response_ids
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0].float()
@@ -93,19 +98,23 @@ def test_sixteen_concurrent_harnesses_are_recorded_as_generated(tools_dir, strat
     model = AutoModelForCausalLM.from_pretrained(tools_dir, dtype=torch.float32)
     for seed, (log, record) in enumerate(zip(logs, records)):
         assert len(record.turns) == 3 and record.template_breaks == 0
-        expected = tok.apply_chat_template(first_messages(seed), tools=TOOLS, add_generation_prompt=True,
-                                           tokenize=True)["input_ids"]
+        expected = tok.apply_chat_template(
+            first_messages(seed), tools=TOOLS, add_generation_prompt=True, tokenize=True
+        )["input_ids"]
         assert record.turns[0].prompt_ids == expected
         context: list[int] = []
         for call, turn in zip(log, record.turns):
-            generated = turn.response_ids[:turn.generated]
+            generated = turn.response_ids[: turn.generated]
             assert len(turn.response_log_probs) == turn.generated  # one log-prob per generated id
-            text = tok.decode(generated[:-1] if generated[-1:] == [tok.eos_token_id] else generated,
-                              skip_special_tokens=False)
+            text = tok.decode(
+                generated[:-1] if generated[-1:] == [tok.eos_token_id] else generated, skip_special_tokens=False
+            )
             parsed = parse_hermes(text)
             assert call["reply"].get("content") == parsed.content
-            returned = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-                        for c in call["reply"].get("tool_calls", [])]
+            returned = [
+                (c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in call["reply"].get("tool_calls", [])
+            ]
             assert returned == [(c.name, c.arguments) for c in parsed.calls]
             context += turn.prompt_ids  # the engine saw the recorded history plus the new messages
             assert context in engine.prompts
@@ -136,11 +145,17 @@ def test_keys_and_refused_requests(tools_dir):
         messages = first_messages(0)
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=gateway.base_url, api_key="wrong", max_retries=0).chat.completions.create(
-                model="m", messages=messages)
+                model="m", messages=messages
+            )
         client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
-        for bad, named in [({"stream": True}, "stream"), ({"n": 2}, "n"), ({"tool_choice": "required"}, "tool_choice"),
-                           ({"logit_bias": {"5": 3}}, "logit_bias"), ({"max_tokens": 0}, "max_tokens"),
-                           ({"temperature": "hot"}, "temperature")]:
+        for bad, named in [
+            ({"stream": True}, "stream"),
+            ({"n": 2}, "n"),
+            ({"tool_choice": "required"}, "tool_choice"),
+            ({"logit_bias": {"5": 3}}, "logit_bias"),
+            ({"max_tokens": 0}, "max_tokens"),
+            ({"temperature": "hot"}, "temperature"),
+        ]:
             with pytest.raises(openai.BadRequestError, match=named):
                 client.chat.completions.create(model="m", messages=messages, **bad)
         assert client.models.list().data[0].id == "roll-policy"
@@ -152,15 +167,19 @@ def test_keys_and_refused_requests(tools_dir):
         client.post("/reward", body={"reward": 1.0}, cast_to=object)
         import httpx
 
-        admin = httpx.post(gateway.base_url.removesuffix("/v1") + f"/sessions/{sid}/end",
-                           headers={"Authorization": f"Bearer {key}"})
+        admin = httpx.post(
+            gateway.base_url.removesuffix("/v1") + f"/sessions/{sid}/end", headers={"Authorization": f"Bearer {key}"}
+        )
         assert admin.status_code == 401  # a session key is not the admin key
         record = gateway.end_session(sid)
         assert [t.reward for t in record.scored_turns()] == [0.25, 1.0]  # turn 0's, then the episode's on the last
         with pytest.raises(openai.AuthenticationError):  # an ended session's key is dead
             client.chat.completions.create(model="m", messages=messages)
-        started = httpx.post(gateway.base_url.removesuffix("/v1") + "/sessions", json={"max_tokens": 8},
-                             headers={"Authorization": f"Bearer {gateway.admin_key}"}).json()
+        started = httpx.post(
+            gateway.base_url.removesuffix("/v1") + "/sessions",
+            json={"max_tokens": 8},
+            headers={"Authorization": f"Bearer {gateway.admin_key}"},
+        ).json()
         assert started["base_url"] == gateway.base_url and started["api_key"] != key
     finally:
         gateway.stop()
@@ -177,8 +196,9 @@ def test_tool_calls_round_trip_and_history_extends(tools_dir):
     finally:
         gateway.stop()
     assert [c["finish_reason"] for c in log] == ["tool_calls"] * 3
-    assert [json.loads(c["reply"]["tool_calls"][0]["function"]["arguments"]) for c in log] == \
-        [{"a": k, "b": 2} for k in (3, 5, 7)]  # k = <|im_start|> count of the prompt
+    assert [json.loads(c["reply"]["tool_calls"][0]["function"]["arguments"]) for c in log] == [
+        {"a": k, "b": 2} for k in (3, 5, 7)
+    ]  # k = <|im_start|> count of the prompt
     assert record.template_breaks == 0 and not any(t.starts_sample for t in record.turns)
     delta = tok.decode(record.turns[1].prompt_ids, skip_special_tokens=False)
     assert delta == "\n<|im_start|>user\n<tool_response>5</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -213,8 +233,12 @@ def test_think_stripping_template_breaks_into_samples_the_engine_saw(tools_dir, 
                 ids += turn.prompt_ids
                 assert ids in engine.prompts  # every trained prompt is one the engine was given
                 ids += turn.response_ids
-        assert "<think>" not in tok.decode(samples[-1][0].prompt_ids[:-20], skip_special_tokens=False).split(
-            "<|im_start|>assistant")[1]  # the new sample's prompt is the template's rendering, think stripped
+        assert (
+            "<think>"
+            not in tok.decode(samples[-1][0].prompt_ids[:-20], skip_special_tokens=False).split(
+                "<|im_start|>assistant"
+            )[1]
+        )  # the new sample's prompt is the template's rendering, think stripped
 
 
 def test_length_cut_and_stop_strings(tools_dir):
@@ -232,6 +256,6 @@ def test_length_cut_and_stop_strings(tools_dir):
     assert stopped.choices[0].finish_reason == "stop" and stopped.choices[0].message.content == "<think>t3"
     first, second = record.turns
     assert first.appended_eos and first.generated == 3 and len(first.response_log_probs) == 3
-    assert tok.decode(second.response_ids[:second.generated], skip_special_tokens=False) == "<think>t3</think>"
+    assert tok.decode(second.response_ids[: second.generated], skip_special_tokens=False) == "<think>t3</think>"
     assert second.appended_eos and second.response_ids[-1] == tok.eos_token_id
     assert second.starts_sample  # a different conversation than the first reply continues

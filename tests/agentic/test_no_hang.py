@@ -8,7 +8,8 @@ instead of hanging the suite.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -71,8 +72,11 @@ def test_pool_survives_more_hung_calls_than_threads():
     assert [o.value for o in outcomes if o.ok] == [3, 4, 8, 9]
     assert pool.abandoned == pool.hung == 6
     assert pool.live_threads == 2 + 6  # 2 working, 6 stuck in abandoned calls
-    assert [o.value for o in bounded(lambda: pool.run_all([lambda: "a", lambda: "b", lambda: "c"], 0.2))] \
-        == ["a", "b", "c"]
+    assert [o.value for o in bounded(lambda: pool.run_all([lambda: "a", lambda: "b", lambda: "c"], 0.2))] == [
+        "a",
+        "b",
+        "c",
+    ]
     gate.set()  # the abandoned calls return: their threads retire, the pool is back to 2
     for _ in range(200):
         if pool.hung == 0 and pool.live_threads == 2:
@@ -92,19 +96,34 @@ def test_pool_stops_after_max_hung_calls():
 
 
 def tool_config(env_threads: int, timeout: float) -> EnvManagerConfig:
-    return EnvManagerConfig(tags=["Tools"], env_groups=4, group_size=2, env_threads=env_threads,
-                            env_step_timeout=timeout)
+    return EnvManagerConfig(
+        tags=["Tools"], env_groups=4, group_size=2, env_threads=env_threads, env_step_timeout=timeout
+    )
 
 
 ENV_TYPE = "tests.agentic.hang_tool:tool_use"  # importing the module registers the tool (in Ray actors too)
 CALL = '<tool_call>{"name": "hang", "arguments": {}}</tool_call>'
-CUSTOM = {"Tools": CustomEnvConfig(env_type=ENV_TYPE, env_config={"tools": ["hang"], "max_steps": 3},
-                                   max_actions_per_traj=2, max_tokens_per_step=40, system_prompt="You play.")}
+CUSTOM = {
+    "Tools": CustomEnvConfig(
+        env_type=ENV_TYPE,
+        env_config={"tools": ["hang"], "max_steps": 3},
+        max_actions_per_traj=2,
+        max_tokens_per_step=40,
+        system_prompt="You play.",
+    )
+}
 
 
 def manager_args(manager: EnvManagerConfig, tok_dir: str) -> tuple:
-    return (manager, plan_groups(manager, CUSTOM), tok_dir, AgenticConfig().actor_infer.generating_args, 4096, 42,
-            "train")
+    return (
+        manager,
+        plan_groups(manager, CUSTOM),
+        tok_dir,
+        AgenticConfig().actor_infer.generating_args,
+        4096,
+        42,
+        "train",
+    )
 
 
 def check_rollout(result: Any, hung: int) -> None:
@@ -155,13 +174,25 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
     cfg = make_cfg(env_config={"hang_init": True}, env_step_timeout=0.5)
     with pytest.raises(ConfigError) as info:
         bounded(lambda: check_envs(cfg))
-    assert str(info.value) == ("custom_envs.Flaky.env_type='flaky_test': building the env did not return within "
-                               "env_step_timeout=0.5s; its constructor hangs")
+    assert str(info.value) == (
+        "custom_envs.Flaky.env_type='flaky_test': building the env did not return within "
+        "env_step_timeout=0.5s; its constructor hangs"
+    )
     m = cfg.train_env_manager
-    with pytest.raises(RuntimeError, match="env tag 'Flaky': building the env did not return within "
-                                           "env_step_timeout=0.5s"):
-        bounded(lambda: EnvManager(m, plan_groups(m, cfg.custom_envs), qwen_tokenizer_dir,
-                                   cfg.actor_infer.generating_args, 2048, 42, "train"))
+    with pytest.raises(
+        RuntimeError, match="env tag 'Flaky': building the env did not return within env_step_timeout=0.5s"
+    ):
+        bounded(
+            lambda: EnvManager(
+                m,
+                plan_groups(m, cfg.custom_envs),
+                qwen_tokenizer_dir,
+                cfg.actor_infer.generating_args,
+                2048,
+                42,
+                "train",
+            )
+        )
 
 
 def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
@@ -192,15 +223,30 @@ def test_a_ray_started_by_roll_counts_the_env_managers(tmp_path, tiny_model_dir)
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
-    overrides = [f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}",
-                 f"logging_dir={tmp_path}/logs", "distributed=ray", "track_with=stdout", "max_steps=1",
-                 "save_steps=0", "eval_steps=0", "trajectory_dump_steps=0", "sft_warmup.enabled=false",
-                 "rollout_batch_size=16", "train_env_manager.env_groups=4", "train_env_manager.group_size=4",
-                 "train_env_manager.num_env_managers=4", "val_env_manager=null", "zero_signal_patience=0",
-                 "actor_infer.generating_args.max_new_tokens=4", "custom_envs.SimpleSokoban.max_tokens_per_step=4",
-                 "custom_envs.SimpleSokoban.max_actions_per_traj=2",
-                 "actor_train.training_args.per_device_train_batch_size=4",
-                 "actor_train.training_args.gradient_accumulation_steps=1"]
+    overrides = [
+        f"pretrain={tiny_model_dir}",
+        "tiny_model=null",
+        f"output_dir={tmp_path}",
+        f"logging_dir={tmp_path}/logs",
+        "distributed=ray",
+        "track_with=stdout",
+        "max_steps=1",
+        "save_steps=0",
+        "eval_steps=0",
+        "trajectory_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=16",
+        "train_env_manager.env_groups=4",
+        "train_env_manager.group_size=4",
+        "train_env_manager.num_env_managers=4",
+        "val_env_manager=null",
+        "zero_signal_patience=0",
+        "actor_infer.generating_args.max_new_tokens=4",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=4",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=2",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+    ]
     try:
         pipe = AgenticPipeline(load_config("sokoban_tiny", overrides=overrides))
         pipe.run()  # pytest-timeout bounds it

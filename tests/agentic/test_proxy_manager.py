@@ -85,9 +85,15 @@ def test_config_keys_and_their_errors():
     from roll.config.roll_compat import translate
     from roll.pipelines.preflight import check_agents
 
-    tree = {"custom_envs": {"A": {"env_manager_cls": ROLL_PROXY, "agent_runner_cls": "m.f"},
-                            "B": {"agent_runner_cls": None, "env_manager_cls":
-                                  "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"}}}
+    tree = {
+        "custom_envs": {
+            "A": {"env_manager_cls": ROLL_PROXY, "agent_runner_cls": "m.f"},
+            "B": {
+                "agent_runner_cls": None,
+                "env_manager_cls": "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",
+            },
+        }
+    }
     assert translate(tree) == ["custom_envs.B.env_manager_cls"]
     assert tree["custom_envs"] == {"A": {"env_manager_cls": ROLL_PROXY, "agent_runner_cls": "m.f"}, "B": {}}
     cfg = _agent_cfg()
@@ -117,8 +123,14 @@ def test_env_runner_plays_a_roll_env_with_the_native_prompts(infer_group, tiny_m
     from roll.agentic.gateway.runners import EnvRunner
     from roll.config.roll_compat import translate
 
-    tree = {"custom_envs": {"A": {"env_manager_cls": ROLL_PROXY,
-                                  "agent_runner_cls": "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"}}}
+    tree = {
+        "custom_envs": {
+            "A": {
+                "env_manager_cls": ROLL_PROXY,
+                "agent_runner_cls": "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner",
+            }
+        }
+    }
     translate(tree)
     runner = tree["custom_envs"]["A"]["agent_runner_cls"]
     assert runner == "roll.agentic.gateway.runners.EnvRunner"
@@ -129,8 +141,15 @@ def test_env_runner_plays_a_roll_env_with_the_native_prompts(infer_group, tiny_m
     assert isinstance(sched.managers[0].runners["Flaky"], EnvRunner)
     batch, metrics = sched.rollout(1, 8)
     m = cfg.train_env_manager
-    native = EnvManager(m, plan_groups(m, cfg.custom_envs), tiny_model_dir, cfg.actor_infer.generating_args,
-                        cfg.sequence_length, cfg.seed, "train")
+    native = EnvManager(
+        m,
+        plan_groups(m, cfg.custom_envs),
+        tiny_model_dir,
+        cfg.actor_infer.generating_args,
+        cfg.sequence_length,
+        cfg.seed,
+        "train",
+    )
     rounds = native.rollout(1000, sched.generator)  # seeds of the scheduler's first round of step 1
     first = {t.seed: t.turns[0].prompt_ids for t in rounds.trajectories}
     assert len(batch) == 8 and metrics["rollout/env_failures"] == 0

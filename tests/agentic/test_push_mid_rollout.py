@@ -39,13 +39,27 @@ class PushingGenerator:
 def test_pushing_identical_weights_mid_rollout_changes_no_token(tiny_model_dir, tmp_path):
     from roll.pipelines.agentic_pipeline import AgenticPipeline
 
-    cfg = load_config("sokoban_tiny", overrides=[
-        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}", f"logging_dir={tmp_path}/logs",
-        "distributed=local", "track_with=stdout", "sft_warmup.enabled=false", "val_env_manager=null",
-        "rollout_batch_size=8", "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=4", "actor_infer.generating_args.temperature=0",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
-        "actor_infer.num_cpus_per_worker=1"])
+    cfg = load_config(
+        "sokoban_tiny",
+        overrides=[
+            f"pretrain={tiny_model_dir}",
+            "tiny_model=null",
+            f"output_dir={tmp_path}",
+            f"logging_dir={tmp_path}/logs",
+            "distributed=local",
+            "track_with=stdout",
+            "sft_warmup.enabled=false",
+            "val_env_manager=null",
+            "rollout_batch_size=8",
+            "train_env_manager.env_groups=2",
+            "train_env_manager.group_size=4",
+            "custom_envs.SimpleSokoban.max_actions_per_traj=4",
+            "actor_infer.generating_args.temperature=0",
+            "actor_train.training_args.gradient_accumulation_steps=1",
+            "actor_train.num_cpus_per_worker=1",
+            "actor_infer.num_cpus_per_worker=1",
+        ],
+    )
     pipe = AgenticPipeline(cfg)
     pipe.setup()
     infer, manager = pipe.roles.actor_infer, pipe.train_rollout.managers[0]

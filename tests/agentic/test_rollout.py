@@ -23,11 +23,26 @@ def _traj(group: int, k: int, failed: bool = False) -> Trajectory:
 
 
 def test_keep_groups_and_fit_batch_by_hand():
-    trajs = ([_traj(0, k) for k in range(4)] + [_traj(1, k, failed=k == 0) for k in range(4)]
-             + [_traj(2, k, failed=k > 0) for k in range(4)] + [_traj(3, k) for k in range(4)])
+    trajs = (
+        [_traj(0, k) for k in range(4)]
+        + [_traj(1, k, failed=k == 0) for k in range(4)]
+        + [_traj(2, k, failed=k > 0) for k in range(4)]
+        + [_traj(3, k) for k in range(4)]
+    )
     usable = keep_groups(trajs, min_group=2)
-    assert [(t.group_id, t.env_id) for t in usable] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3),
-                                                        (3, 0), (3, 1), (3, 2), (3, 3)]
+    assert [(t.group_id, t.env_id) for t in usable] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (3, 0),
+        (3, 1),
+        (3, 2),
+        (3, 3),
+    ]
     # 11 usable, multiple 4 -> 8: group 0 whole, group 1 cut to 2 so group 3 can give 2 (no group below 2)
     picked = fit_batch(usable, 16, 4, 2)
     assert [(t.group_id, t.env_id) for t in picked] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (3, 0), (3, 1)]
@@ -49,9 +64,16 @@ class _CountingInner:
 
 
 def test_env_metrics_reach_the_metrics_per_tag():
-    trajs = [Trajectory(f"t{i}", env_id=i, group_id=0, tag=tag, seed=0, env_metrics=m) for i, (tag, m) in enumerate([
-        ("Tools", {"tool_calls": 2.0, "tool_errors": 1.0}), ("Tools", {"tool_calls": 3.0}),
-        ("Sokoban", {"boxes_on_target": 1.0, "note": "text is skipped"})])]
+    trajs = [
+        Trajectory(f"t{i}", env_id=i, group_id=0, tag=tag, seed=0, env_metrics=m)
+        for i, (tag, m) in enumerate(
+            [
+                ("Tools", {"tool_calls": 2.0, "tool_errors": 1.0}),
+                ("Tools", {"tool_calls": 3.0}),
+                ("Sokoban", {"boxes_on_target": 1.0, "note": "text is skipped"}),
+            ]
+        )
+    ]
     metrics = rollout_metrics(trajs)
     env = {k: v for k, v in metrics.items() if k.startswith("env/")}
     assert env == {"env/Tools/tool_calls": 2.5, "env/Tools/tool_errors": 1.0, "env/Sokoban/boxes_on_target": 1.0}
@@ -107,8 +129,9 @@ class _Counting(GroupGenerator):
 
 
 def test_requests_of_many_env_managers_land_in_one_generate_call(infer_group, tiny_model_dir):
-    cfg = make_cfg(group_size=2, env_groups=4, managers=4, max_actions=3, max_tokens=4, batch=8,
-                   batch_max_wait_ms=30_000)
+    cfg = make_cfg(
+        group_size=2, env_groups=4, managers=4, max_actions=3, max_tokens=4, batch=8, batch_max_wait_ms=30_000
+    )
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     counting = _Counting(infer_group)
     sched.batcher.inner = counting
@@ -123,9 +146,17 @@ def test_requests_of_many_env_managers_land_in_one_generate_call(infer_group, ti
 
 def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_model_dir):
     FlakyEnv.reset_log()
-    cfg = make_cfg(env_config={"fail_every": 10, "hang_every": 10, "hang_s": 3.0}, group_size=4, env_groups=4,
-                   max_actions=3, max_tokens=4, batch=16, env_step_timeout=1.0, max_refill_rounds=0,
-                   raise_env_errors=False)
+    cfg = make_cfg(
+        env_config={"fail_every": 10, "hang_every": 10, "hang_s": 3.0},
+        group_size=4,
+        env_groups=4,
+        max_actions=3,
+        max_tokens=4,
+        batch=16,
+        env_step_timeout=1.0,
+        max_refill_rounds=0,
+        raise_env_errors=False,
+    )
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     trajs, metrics = sched.rollout(1, 16)
     assert metrics["rollout/env_failures"] == FlakyEnv.faults.count("error") > 0
@@ -147,21 +178,37 @@ def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_mod
 
 def test_local_mode_isolates_env_errors_unless_every_env_fails(infer_group, tiny_model_dir):
     FlakyEnv.reset_log()
-    cfg = make_cfg(env_config={"fail_every": 5}, group_size=2, env_groups=4, max_actions=2, max_tokens=4, batch=4,
-                   max_refill_rounds=3)
+    cfg = make_cfg(
+        env_config={"fail_every": 5},
+        group_size=2,
+        env_groups=4,
+        max_actions=2,
+        max_tokens=4,
+        batch=4,
+        max_refill_rounds=3,
+    )
     assert cfg.train_env_manager.raise_env_errors is False
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     trajs, metrics = sched.rollout(1, 4)
     assert metrics["rollout/env_failures"] == metrics["rollout/env_errors/RuntimeError"] == len(sched.failed) > 0
     assert all(t.failure_at.endswith("in _fault") and "helpers.py" in t.failure_at for t in sched.failed)
     FlakyEnv.reset_log()
-    broken = make_cfg(env_config={"fail_every": 1}, group_size=2, env_groups=2, max_actions=2, max_tokens=4,
-                      batch=4, max_refill_rounds=1)
+    broken = make_cfg(
+        env_config={"fail_every": 1},
+        group_size=2,
+        env_groups=2,
+        max_actions=2,
+        max_tokens=4,
+        batch=4,
+        max_refill_rounds=1,
+    )
     sched = RolloutScheduler(broken, broken.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     with pytest.raises(RuntimeError) as info:
         sched.rollout(1, 4)
-    assert str(info.value).startswith("train rollout at step 1: no usable trajectories: 8 of 8 trajectories failed "
-                                      "(8 raised or returned a non-finite reward, 0 timed out"), str(info.value)
+    assert str(info.value).startswith(
+        "train rollout at step 1: no usable trajectories: 8 of 8 trajectories failed "
+        "(8 raised or returned a non-finite reward, 0 timed out"
+    ), str(info.value)
     assert "0 finished" in str(info.value) and "injected env failure" in str(info.value)
     assert "fix the env" in str(info.value) and "env_step_timeout if" not in str(info.value)
 
@@ -172,16 +219,26 @@ def test_max_traj_per_env_caps_the_rounds_of_a_step(infer_group, tiny_model_dir)
     cfg = make_cfg(group_size=4, env_groups=2, max_actions=1, max_tokens=4, batch=16, max_traj_per_env=2)
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     trajs, _ = sched.rollout(1, 16)
-    assert len(trajs) == 16 and {t.traj_id.rsplit("-", 1)[0] for t in trajs} == {f"train-{1000 + r}-g{g}-e{e}"
-                                                                                  for r in (0, 1) for g in (0, 1)
-                                                                                  for e in range(4)}
+    assert len(trajs) == 16 and {t.traj_id.rsplit("-", 1)[0] for t in trajs} == {
+        f"train-{1000 + r}-g{g}-e{e}" for r in (0, 1) for g in (0, 1) for e in range(4)
+    }
     cfg.train_env_manager.max_traj_per_env = 1
     capped = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
     trajs, metrics = capped.rollout(1, 16)
     assert len(trajs) == 8 and metrics["rollout/refill_rounds"] == 0
     FlakyEnv.reset_log()
-    flaky = make_cfg({"fail_every": 5}, group_size=4, env_groups=2, max_actions=1, max_tokens=4, batch=8,
-                     max_refill_rounds=3, raise_env_errors=False, max_traj_per_env=1)
-    trajs, metrics = RolloutScheduler(flaky, flaky.train_env_manager, "train", tiny_model_dir, infer_group,
-                                      use_ray=False).rollout(1, 8)
+    flaky = make_cfg(
+        {"fail_every": 5},
+        group_size=4,
+        env_groups=2,
+        max_actions=1,
+        max_tokens=4,
+        batch=8,
+        max_refill_rounds=3,
+        raise_env_errors=False,
+        max_traj_per_env=1,
+    )
+    trajs, metrics = RolloutScheduler(
+        flaky, flaky.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False
+    ).rollout(1, 8)
     assert metrics["rollout/env_failures"] > 0 and metrics["rollout/refill_rounds"] == 0 and len(trajs) < 8

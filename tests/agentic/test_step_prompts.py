@@ -13,8 +13,10 @@ from roll.data.layout import sample_layouts, trajectories_to_batch
 from tests.agentic.conftest import make_cfg
 from tests.agentic.helpers import ScriptedGenerator
 
-TEMPLATE = ("I: {env_instruction} | done {step_count} | last {history_length}: [{history}] | "
-            "now {current_step}: {current_observation} | max {max_response_length}")
+TEMPLATE = (
+    "I: {env_instruction} | done {step_count} | last {history_length}: [{history}] | "
+    "now {current_step}: {current_observation} | max {max_response_length}"
+)
 
 
 class RecordingGenerator(ScriptedGenerator):
@@ -35,8 +37,15 @@ def test_every_turn_is_a_fresh_prompt_with_rolls_placeholders(qwen_tokenizer_dir
     spec.turn_prompt, spec.trajectory_mode, spec.history_length = "fresh", "step", 2
     spec.first_turn_template = spec.turn_template = TEMPLATE
     manager = cfg.train_env_manager
-    env_manager = EnvManager(manager, plan_groups(manager, cfg.custom_envs), qwen_tokenizer_dir,
-                             cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, "train")
+    env_manager = EnvManager(
+        manager,
+        plan_groups(manager, cfg.custom_envs),
+        qwen_tokenizer_dir,
+        cfg.actor_infer.generating_args,
+        cfg.sequence_length,
+        cfg.seed,
+        "train",
+    )
     gen = RecordingGenerator(env_manager.tokenizer)
     trajs = env_manager.rollout(1, gen).trajectories
     fmt = env_manager.formatters["Flaky"]
@@ -47,7 +56,8 @@ def test_every_turn_is_a_fresh_prompt_with_rolls_placeholders(qwen_tokenizer_dir
             f"I: Answer go. | done 1 | last 1: [(step: 1, observation: pos {p}, action: go, reward: 1.0)] | "
             f"now 2: pos {p + 1} | max 8",
             f"I: Answer go. | done 2 | last 1: [(step: 2, observation: pos {p + 1}, action: go, reward: 1.0)] | "
-            f"now 3: pos {p + 2} | max 8"]
+            f"now 3: pos {p + 2} | max 8",
+        ]
         assert [m["content"] for m in traj.messages if m["role"] == "user"] == expected
         assert [t.prompt_ids for t in traj.turns] == [fmt.first_prompt(text) for text in expected]
         assert [t.starts_sample for t in traj.turns] == [False, True, True] and traj.template_breaks == 2
@@ -59,10 +69,14 @@ def test_every_turn_is_a_fresh_prompt_with_rolls_placeholders(qwen_tokenizer_dir
     assert len(trajectories_to_batch(trajs, 0, {"Flaky": "step"})) == 6
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("custom_envs.SimpleSokoban.trajectory_mode=turn", "trajectory_mode='turn': must be one of traj, step"),
-    ("custom_envs.SimpleSokoban.turn_prompt=new", "turn_prompt='new': must be one of append, fresh"),
-    ("custom_envs.SimpleSokoban.history_length=0", "history_length=0: must be >= 1")])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("custom_envs.SimpleSokoban.trajectory_mode=turn", "trajectory_mode='turn': must be one of traj, step"),
+        ("custom_envs.SimpleSokoban.turn_prompt=new", "turn_prompt='new': must be one of append, fresh"),
+        ("custom_envs.SimpleSokoban.history_length=0", "history_length=0: must be >= 1"),
+    ],
+)
 def test_step_keys_are_checked_before_any_worker(override, expected):
     from roll.config.agentic import AgenticConfig
     from roll.config.errors import ConfigError
@@ -75,14 +89,22 @@ def test_step_keys_are_checked_before_any_worker(override, expected):
 def test_overflow_restart_continues_the_episode_in_a_new_sample(qwen_tokenizer_dir):
     """``overflow: restart``: where the token history would exceed sequence_length the episode goes on in a new
     conversation (the first-turn template, with the history summary) instead of ending; every sample fits."""
-    cfg = make_cfg(group_size=2, env_groups=1, max_actions=12, sequence_length=120, env_config={"max_steps": 12},
-                   batch=2)
+    cfg = make_cfg(
+        group_size=2, env_groups=1, max_actions=12, sequence_length=120, env_config={"max_steps": 12}, batch=2
+    )
     spec = cfg.custom_envs["Flaky"]
     spec.overflow, spec.history_length = "restart", 2
     spec.first_turn_template = "{instruction} [{history}] {observation}"
     manager = cfg.train_env_manager
-    env_manager = EnvManager(manager, plan_groups(manager, cfg.custom_envs), qwen_tokenizer_dir,
-                             cfg.actor_infer.generating_args, cfg.sequence_length, cfg.seed, "train")
+    env_manager = EnvManager(
+        manager,
+        plan_groups(manager, cfg.custom_envs),
+        qwen_tokenizer_dir,
+        cfg.actor_infer.generating_args,
+        cfg.sequence_length,
+        cfg.seed,
+        "train",
+    )
     trajs = env_manager.rollout(1, ScriptedGenerator(env_manager.tokenizer)).trajectories
     fmt = env_manager.formatters["Flaky"]
     for traj in trajs:

@@ -8,9 +8,11 @@ from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply, ToolCal
 
 
 def test_hermes_calls_content_and_errors():
-    text = ('I will add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
-            '<tool_call>{"name": "mul", "arguments": "{\\"x\\": 3}"}</tool_call>'
-            '<tool_call>{"name": "broken", "arguments": </tool_call>')
+    text = (
+        'I will add.\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
+        '<tool_call>{"name": "mul", "arguments": "{\\"x\\": 3}"}</tool_call>'
+        '<tool_call>{"name": "broken", "arguments": </tool_call>'
+    )
     parsed = parse_hermes(text)
     assert parsed.calls == [ToolCall("add", {"a": 1, "b": 2}), ToolCall("mul", {"x": 3})]
     assert parsed.errors == 1

@@ -101,6 +101,7 @@ def test_input_validation():
 
 # ---- plain-loop references on random inputs ----
 
+
 def _random_batch(seed, b=12, t=9):
     gen = torch.Generator().manual_seed(seed)
     mask = (torch.rand(b, t, generator=gen) > 0.35).long()
@@ -230,12 +231,20 @@ def test_step_reinforce_hand_computed():
     from roll.algorithms.advantages import AdvantageInputs, TurnInputs, compute_advantage
 
     mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.float32)
-    turns = TurnInputs(sample=torch.tensor([0, 0, 1, 2]), start=torch.tensor([0, 2, 0, 0]),
-                       end=torch.tensor([2, 4, 3, 2]), rewards=torch.tensor([0.0, 1.0, 2.0, 5.0]),
-                       state_ids=torch.tensor([7, 8, 7, 9]))
-    inputs = AdvantageInputs(token_level_rewards=torch.zeros(3, 5), response_mask=mask,
-                             group_ids=torch.tensor([0, 0, 1]),
-                             gamma=0.5, turns=turns)
+    turns = TurnInputs(
+        sample=torch.tensor([0, 0, 1, 2]),
+        start=torch.tensor([0, 2, 0, 0]),
+        end=torch.tensor([2, 4, 3, 2]),
+        rewards=torch.tensor([0.0, 1.0, 2.0, 5.0]),
+        state_ids=torch.tensor([7, 8, 7, 9]),
+    )
+    inputs = AdvantageInputs(
+        token_level_rewards=torch.zeros(3, 5),
+        response_mask=mask,
+        group_ids=torch.tensor([0, 0, 1]),
+        gamma=0.5,
+        turns=turns,
+    )
     adv = compute_advantage("step_reinforce", inputs, step_adv_norm="mean").advantages
     expected = torch.tensor([[-2 / 3, -2 / 3, -1 / 6, -1 / 6, 0], [5 / 6, 5 / 6, 5 / 6, 0, 0], [0, 0, 0, 0, 0]])
     torch.testing.assert_close(adv, expected)
@@ -255,9 +264,13 @@ def test_gigpo_episode_norm_mean_hand_computed():
 
     mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 1]], dtype=torch.float32)
     rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 3.0]])
-    turns = TurnInputs(sample=torch.tensor([0, 1, 2, 3]), start=torch.zeros(4, dtype=torch.long),
-                       end=torch.full((4,), 2, dtype=torch.long), rewards=torch.tensor([1.0, 0.0, 0.0, 3.0]),
-                       state_ids=torch.tensor([0, 1, 2, 3]))
+    turns = TurnInputs(
+        sample=torch.tensor([0, 1, 2, 3]),
+        start=torch.zeros(4, dtype=torch.long),
+        end=torch.full((4,), 2, dtype=torch.long),
+        rewards=torch.tensor([1.0, 0.0, 0.0, 3.0]),
+        state_ids=torch.tensor([0, 1, 2, 3]),
+    )
     inputs = AdvantageInputs(rewards, mask, group_ids=torch.tensor([0, 0, 0, 1]), turns=turns)
     adv = compute_advantage("gigpo", inputs, episode_adv_norm="mean").advantages
     torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0]))
@@ -273,7 +286,11 @@ def test_gigpo_episode_norm_mean_hand_computed():
 def test_estimator_hyperparameters_are_its_keyword_parameters():
     from roll.algorithms.advantages import estimator_parameters
 
-    assert estimator_parameters("gigpo") == {"episode_adv_weight": 1.0, "step_adv_weight": 1.0,
-                                             "step_adv_norm": "mean_std", "episode_adv_norm": "mean_std"}
+    assert estimator_parameters("gigpo") == {
+        "episode_adv_weight": 1.0,
+        "step_adv_weight": 1.0,
+        "step_adv_norm": "mean_std",
+        "episode_adv_norm": "mean_std",
+    }
     assert estimator_parameters("step_reinforce") == {"step_adv_norm": "mean_std"}
     assert estimator_parameters("grpo") == {}

@@ -33,8 +33,9 @@ LMASK = torch.tensor([[1, 1, 0], [1, 0, 0]])
 def test_agg_loss_modes(mode, norm_len, expected):
     assert agg_loss(LOSS, LMASK, mode, norm_len).item() == pytest.approx(expected)
     # a padding row (mask all 0) does not count in any mode
-    padded = agg_loss(torch.cat([LOSS, torch.full((1, 3), 9.0)]), torch.cat([LMASK, torch.zeros(1, 3).long()]),
-                      mode, norm_len)
+    padded = agg_loss(
+        torch.cat([LOSS, torch.full((1, 3), 9.0)]), torch.cat([LMASK, torch.zeros(1, 3).long()]), mode, norm_len
+    )
     assert padded.item() == pytest.approx(expected)
 
 
@@ -199,6 +200,7 @@ def test_vf_clip_frac_counts_only_tokens_the_clamp_changed():
     _, m = value_loss(v, o, r, torch.ones_like(v), value_clip=0.2)
     assert m["critic/vf_clip_frac"] == 0.0
     # a token outside the range is still counted: v - old = 0.5 clamped to 0.2, clipped branch larger
-    _, m = value_loss(torch.tensor([[0.5, 0.1]]), torch.zeros(1, 2), torch.tensor([[1.0, 0.1]]),
-                      torch.ones(1, 2), value_clip=0.2)
+    _, m = value_loss(
+        torch.tensor([[0.5, 0.1]]), torch.zeros(1, 2), torch.tensor([[1.0, 0.1]]), torch.ones(1, 2), value_clip=0.2
+    )
     assert m["critic/vf_clip_frac"] == 0.5

@@ -18,13 +18,16 @@ PROXIMAL = BEHAVIOUR + D
 def test_aggregate_hand_computed():
     torch.testing.assert_close(aggregate(D, MASK, "token"), D * MASK)
     # spans: (0.2 + 0.4) / 2 = 0.3, (-0.6 + 0.2) / 2 = -0.2; row 1: 0.6 / 3 = 0.2
-    torch.testing.assert_close(aggregate(D, MASK, "segment"),
-                               torch.tensor([[0.3, 0.3, 0, -0.2, -0.2], [0.2, 0.2, 0.2, 0, 0]]))
+    torch.testing.assert_close(
+        aggregate(D, MASK, "segment"), torch.tensor([[0.3, 0.3, 0, -0.2, -0.2], [0.2, 0.2, 0.2, 0, 0]])
+    )
     # per sample: mean 0.2 / 4 = 0.05 and 0.2; sum 0.2 and 0.6
-    torch.testing.assert_close(aggregate(D, MASK, "geometric"),
-                               torch.tensor([[0.05, 0.05, 0, 0.05, 0.05], [0.2, 0.2, 0.2, 0, 0]]))
-    torch.testing.assert_close(aggregate(D, MASK, "sequence"),
-                               torch.tensor([[0.2, 0.2, 0, 0.2, 0.2], [0.6, 0.6, 0.6, 0, 0]]))
+    torch.testing.assert_close(
+        aggregate(D, MASK, "geometric"), torch.tensor([[0.05, 0.05, 0, 0.05, 0.05], [0.2, 0.2, 0.2, 0, 0]])
+    )
+    torch.testing.assert_close(
+        aggregate(D, MASK, "sequence"), torch.tensor([[0.2, 0.2, 0, 0.2, 0.2], [0.6, 0.6, 0.6, 0, 0]])
+    )
     with pytest.raises(ValueError, match="token"):
         aggregate(D, MASK, "turn")
 
@@ -67,8 +70,15 @@ def _batch():
     response = torch.tensor([[0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]])
     old = torch.tensor([[-1.0, -1.0, -2.0, -1.0, -1.0], [-0.5, -0.5, -0.5, 0.0, 0.0]])
     rollout = old - torch.tensor([[0.0, 0.4, 0.0, -0.6, 0.1], [0.1, 0.0, 0.0, 0.0, 0.0]])  # d = old - rollout
-    return Batch({"response_mask": response, "old_log_probs": old, "rollout_log_probs": rollout,
-                  "rollout_log_prob_mask": torch.ones(2, 5), "advantages": torch.tensor([[1.0] * 5, [-2.0] * 5])})
+    return Batch(
+        {
+            "response_mask": response,
+            "old_log_probs": old,
+            "rollout_log_probs": rollout,
+            "rollout_log_prob_mask": torch.ones(2, 5),
+            "advantages": torch.tensor([[1.0] * 5, [-2.0] * 5]),
+        }
+    )
 
 
 def test_the_pipeline_stores_weights_and_mask_and_the_loss_applies_them():

@@ -41,8 +41,12 @@ def test_group_baseline_advantages_sum_to_zero_per_group(batch):
 
 
 @SETTINGS
-@given(token_batches(), st.sampled_from([n for n in ADVANTAGES.names() if not ADVANTAGES.capabilities(n)["needs_turns"]]),
-       st.floats(0.5, 1.0), st.floats(0.0, 1.0))
+@given(
+    token_batches(),
+    st.sampled_from([n for n in ADVANTAGES.names() if not ADVANTAGES.capabilities(n)["needs_turns"]]),
+    st.floats(0.5, 1.0),
+    st.floats(0.0, 1.0),
+)
 def test_values_at_unmasked_positions_do_not_matter(batch, name, gamma, lambd):
     rewards, mask, values, groups = batch
     junk = torch.where(mask.bool(), torch.zeros_like(rewards), torch.full_like(rewards, float("nan")))
@@ -69,7 +73,9 @@ def test_losses_invariant_to_extra_padding_columns(batch, extra, mode):
     norm_len = t  # a fixed length, so that seq-mean-token-sum-norm does not follow the padded width
     padded_loss = torch.cat([loss_mat, torch.full((b, extra), 1e6)], dim=1)
     padded_mask = torch.cat([mask, torch.zeros(b, extra, dtype=mask.dtype)], dim=1)
-    torch.testing.assert_close(agg_loss(padded_loss, padded_mask, mode, norm_len), agg_loss(loss_mat, mask, mode, norm_len))
+    torch.testing.assert_close(
+        agg_loss(padded_loss, padded_mask, mode, norm_len), agg_loss(loss_mat, mask, mode, norm_len)
+    )
 
 
 @SETTINGS

@@ -112,7 +112,9 @@ def test_rlvr_errors():
         postprocess_rlvr_rewards(R, RG, reward_norm="running", reward_shift=False, reward_scale=False, reward_clip=None)
     with pytest.raises(ValueError, match="group_ids"):
         postprocess_rlvr_rewards(R, None, reward_norm="group", reward_shift=False, reward_scale=False, reward_clip=None)
-    with pytest.raises(ValueError, match="unknown reward_norm 'prompt'; valid: 'batch', 'group', (.*, )?'running' or None"):
+    with pytest.raises(
+        ValueError, match="unknown reward_norm 'prompt'; valid: 'batch', 'group', (.*, )?'running' or None"
+    ):
         postprocess_rlvr_rewards(R, RG, reward_norm="prompt", reward_shift=False, reward_scale=False, reward_clip=None)
 
 

@@ -8,8 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location("bench_async_learning",
-                                               Path(__file__).parents[2] / "benchmarks" / "async_learning.py")
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_async_learning", Path(__file__).parents[2] / "benchmarks" / "async_learning.py"
+)
 bench = importlib.util.module_from_spec(_SPEC)
 sys.modules["bench_async_learning"] = bench
 _SPEC.loader.exec_module(bench)
@@ -27,13 +28,16 @@ def test_table_pairs_each_k_with_k0(tmp_path):
     assert lines[2] == "| 1 | 20.0% | 50.0% | 40.0% | 60.0% | -10.0 | +10.0 |"
     assert lines[3] == "| 2 | 20.0% | 30.0% | 40.0% | 30.0% | +10.0 | +0.0 |"
     # k=0: mean 40, sd 14.14, se 10.0; k=1 - k=0: diffs -10, +10 -> mean 0, sd 14.14, se 10.0; k=2: +10, 0 -> 5 +- 5
-    assert lines[4] == ("| mean +- stderr | | 40.0% +- 10.0 | 40.0% +- 0.0 | 45.0% +- 15.0 | +0.0 +- 10.0 "
-                        "| +5.0 +- 5.0 |")
+    assert lines[4] == (
+        "| mean +- stderr | | 40.0% +- 10.0 | 40.0% +- 0.0 | 45.0% +- 15.0 | +0.0 +- 10.0 | +5.0 +- 5.0 |"
+    )
 
 
 def test_correction_runs_get_their_own_columns(tmp_path):
-    finals = {1: {"k0": 0.50, "k1": 0.40, "k2": 0.60, "k1c": 0.55, "k2c": 0.45},
-              2: {"k0": 0.30, "k1": 0.40, "k2": 0.30, "k1c": 0.30, "k2c": 0.40}}
+    finals = {
+        1: {"k0": 0.50, "k1": 0.40, "k2": 0.60, "k1c": 0.55, "k2c": 0.45},
+        2: {"k0": 0.30, "k1": 0.40, "k2": 0.30, "k1c": 0.30, "k2c": 0.40},
+    }
     for seed, by_name in finals.items():
         for name, success in by_name.items():
             logs = tmp_path / f"seed{seed}" / name / "logs"

@@ -25,11 +25,14 @@ def test_seed_overrides_give_each_seed_its_own_weights_demos_and_dirs(tmp_path):
 
 
 def test_validation_curve_skips_train_rows_and_reads_episode_count(tmp_path):
-    path = _write_metrics(tmp_path / "m.jsonl", [
-        {"step": 0, "val/success_rate": 0.25, "val/batch_size": 400},
-        {"step": 1, "rollout/success_rate": 0.9},
-        {"step": 2, "val/success_rate": 0.5, "val/batch_size": 400},
-    ])
+    path = _write_metrics(
+        tmp_path / "m.jsonl",
+        [
+            {"step": 0, "val/success_rate": 0.25, "val/batch_size": 400},
+            {"step": 1, "rollout/success_rate": 0.9},
+            {"step": 2, "val/success_rate": 0.5, "val/batch_size": 400},
+        ],
+    )
     assert seeds.validation_curve(path) == ([(0, 0.25), (2, 0.5)], 400)
 
 

@@ -23,21 +23,30 @@ STEPS, KILLS = 5, [1, 3, 4]
 def small(run_dir: Path, model_dir: str) -> list[str]:
     """The soak config shrunk further for the test suite: no warm start, no validation, 8 trajectories a step,
     episodes of at most 4 actions."""
-    overrides = soak.soak_overrides(run_dir, STEPS, save_steps=2, fault_seed=0, error_rate=0.10, hang_rate=0.02,
-                                    never_rate=0.05)
-    overrides.update({"pretrain": model_dir, "tiny_model": "null", "sft_warmup.enabled": "false", "eval_steps": "0",
-                      "rollout_batch_size": "8", "train_env_manager.env_groups": "2",
-                      "custom_envs.SimpleSokoban.max_actions_per_traj": "4",
-                      "actor_train.training_args.gradient_accumulation_steps": "1"})
+    overrides = soak.soak_overrides(
+        run_dir, STEPS, save_steps=2, fault_seed=0, error_rate=0.10, hang_rate=0.02, never_rate=0.05
+    )
+    overrides.update(
+        {
+            "pretrain": model_dir,
+            "tiny_model": "null",
+            "sft_warmup.enabled": "false",
+            "eval_steps": "0",
+            "rollout_batch_size": "8",
+            "train_env_manager.env_groups": "2",
+            "custom_envs.SimpleSokoban.max_actions_per_traj": "4",
+            "actor_train.training_args.gradient_accumulation_steps": "1",
+        }
+    )
     return soak.as_args(overrides)
 
 
 @pytest.mark.slow
 def test_sigkilled_driver_resumes_with_each_step_logged_once_and_equal_metrics(tmp_path, tiny_model_dir):
-    reference = soak.run_with_kills(small(tmp_path / "reference", tiny_model_dir), tmp_path / "reference", [],
-                                    random.Random(0))
-    killed = soak.run_with_kills(small(tmp_path / "soak", tiny_model_dir), tmp_path / "soak", KILLS,
-                                 random.Random(0))
+    reference = soak.run_with_kills(
+        small(tmp_path / "reference", tiny_model_dir), tmp_path / "reference", [], random.Random(0)
+    )
+    killed = soak.run_with_kills(small(tmp_path / "soak", tiny_model_dir), tmp_path / "soak", KILLS, random.Random(0))
     assert len(reference.launches) == 1
     assert [launch.killed_after_step for launch in killed.launches] == KILLS + [None]
     assert [launch.resumed for launch in killed.launches] == [False, True, True, True]
@@ -46,13 +55,18 @@ def test_sigkilled_driver_resumes_with_each_step_logged_once_and_equal_metrics(t
     assert figures["steps"] == STEPS and figures["values_compared"] > 100
     assert figures["env_failures"] > 0 and figures["env_timeouts"] > 0  # the faults happened and were counted
     assert figures["injected_faults"] == figures["env_failures"]  # by type, too
-    never = [line for line in (tmp_path / "reference" / "launch_0.log").read_text().splitlines()
-             if "no return within env_step_timeout" in line]
+    never = [
+        line
+        for line in (tmp_path / "reference" / "launch_0.log").read_text().splitlines()
+        if "no return within env_step_timeout" in line
+    ]
     assert never, "no call timed out"  # printed once per step, with the env tag and seed
     # a kill after a step that follows a checkpoint means the resumed run rewound the logs: said in its output
     logs = "".join((tmp_path / "soak" / f"launch_{i}.log").read_text() for i in range(1, len(KILLS) + 1))
     assert "resumed from" in logs and "dropped" in logs
-    steps = [json.loads(line)["step"] for line in (tmp_path / "soak" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = [
+        json.loads(line)["step"] for line in (tmp_path / "soak" / "logs" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert steps == list(range(1, STEPS + 1))
 
 

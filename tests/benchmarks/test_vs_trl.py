@@ -22,17 +22,37 @@ def test_system_prompt_sets_the_prompt_length(tiny_model_dir, tokens):
 
     examples = load_rlvr_dataset([str(vs_trl.DATA / "train.jsonl")], prompt_key="prompt")
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    longest = lambda system: max(map(len, encode_prompts(examples, tok, prompt_length=4096,  # noqa: E731
-                                                         system_prompt=system)[0]))
+    longest = lambda system: max(
+        map(
+            len,
+            encode_prompts(
+                examples,
+                tok,
+                prompt_length=4096,  # noqa: E731
+                system_prompt=system,
+            )[0],
+        )
+    )
     want = longest(None) if tokens is None else tokens
     system, length = vs_trl.system_prompt_for(Path(tiny_model_dir), want)
     assert length == want == longest(system) and (system is None) == (tokens is None)
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(roll_strategy="deepspeed_train", prompts=8, group=4, roll_world_size=1, work=Path("/w"), steps=8,
-                max_new_tokens=64, lr=1e-4, extra=[], prompt_tokens=128, system_prompt="Be brief.",
-                full_length=True)
+    base = dict(
+        roll_strategy="deepspeed_train",
+        prompts=8,
+        group=4,
+        roll_world_size=1,
+        work=Path("/w"),
+        steps=8,
+        max_new_tokens=64,
+        lr=1e-4,
+        extra=[],
+        prompt_tokens=128,
+        system_prompt="Be brief.",
+        full_length=True,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -41,23 +61,42 @@ def test_shape_overrides():
     assert "system_prompt='Be brief.'" in ov and "actor_infer.generating_args.ignore_eos=true" in ov
     assert "zero_signal_patience=0" in ov and "prompt_length=128" in ov and "sequence_length=192" in ov
     assert "actor_train.training_args.per_device_train_batch_size=32" in ov and "distributed=ray" in ov
-    plain = vs_trl.roll_overrides(_args(prompt_tokens=44, system_prompt=vs_trl.SYSTEM_PROMPT, full_length=False,
-                                        max_new_tokens=16), "local", Path("/r"), 0)
+    plain = vs_trl.roll_overrides(
+        _args(prompt_tokens=44, system_prompt=vs_trl.SYSTEM_PROMPT, full_length=False, max_new_tokens=16),
+        "local",
+        Path("/r"),
+        0,
+    )
     assert not any(o.startswith(("system_prompt", "zero_signal")) for o in plain) and "sequence_length=80" in plain
-    assert "system_prompt=null" in vs_trl.roll_overrides(_args(system_prompt=None, prompt_tokens=24), "ray",
-                                                         Path("/r"), 0)
+    assert "system_prompt=null" in vs_trl.roll_overrides(
+        _args(system_prompt=None, prompt_tokens=24), "ray", Path("/r"), 0
+    )
 
 
 def _run(intervals, rollout=0.1):
-    return {"intervals": intervals, "cpu_s_per_step": 1.0, "wall_s": 10.0, "peak_rss_gib": 1.0,
-            "breakdown": {"time/rollout": rollout}, "final": ""}
+    return {
+        "intervals": intervals,
+        "cpu_s_per_step": 1.0,
+        "wall_s": 10.0,
+        "peak_rss_gib": 1.0,
+        "breakdown": {"time/rollout": rollout},
+        "final": "",
+    }
 
 
 def test_combine_pools_the_runs_of_each_shape(tmp_path):
     def grid(ray, trl):
-        return {"repeats": 1, "grid": [{"workload": {"prompt_tokens": 24, "max_new_tokens": 16,
-                                                     "samples_per_prompt": 8}, "load_average_1min": [1.0],
-                                        "runs": {"roll-ray": [_run(ray)], "trl": [_run(trl)]}}]}
+        return {
+            "repeats": 1,
+            "grid": [
+                {
+                    "workload": {"prompt_tokens": 24, "max_new_tokens": 16, "samples_per_prompt": 8},
+                    "load_average_1min": [1.0],
+                    "runs": {"roll-ray": [_run(ray)], "trl": [_run(trl)]},
+                }
+            ],
+        }
+
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(grid([0.1, 0.2, 0.3], [0.5, 0.5, 0.5])))
     b.write_text(json.dumps(grid([0.4, 0.5, 0.6], [0.7, 0.8, 0.9])))
@@ -76,6 +115,7 @@ def test_combine_pools_the_runs_of_each_shape(tmp_path):
 def test_losing_phase_is_where_roll_spends_most_beyond_trl():
     def side(step, rollout):
         return {"s_per_step": {"median": step}, "breakdown": {"time/rollout": rollout}}
+
     # roll 0.5 = 0.1 rollout + 0.4 rest; TRL 0.5 = 0.3 + 0.2: roll loses 0.2 s in the rest, gains 0.2 in rollout
     assert vs_trl.losing_phase(side(0.5, 0.1), side(0.5, 0.3)) == "rest"
     assert vs_trl.losing_phase(side(0.5, 0.45), side(0.5, 0.3)) == "rollout"

@@ -14,8 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def main(model_dir: str, port: str, fragments: list[str]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-                      DS_ACCELERATOR="cpu")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", DS_ACCELERATOR="cpu"
+    )
     import torch
     from omegaconf import OmegaConf
 
@@ -39,8 +40,7 @@ def main(model_dir: str, port: str, fragments: list[str]) -> None:
         strategy.initialize(StrategyContext(seed=0, total_steps=10))
         before = [t.clone() for _, t in strategy.named_weights()]
         ids = torch.randint(3, 100, (4, 12), generator=torch.Generator().manual_seed(0))
-        strategy.train_step(Batch(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, meta={}),
-                            loss_fn)
+        strategy.train_step(Batch(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids)}, meta={}), loss_fn)
         after = [t for _, t in strategy.named_weights()]
         delta = max((a - b).abs().max().item() for a, b in zip(after, before))
         print(f"RESULT {name} {strategy.optimizer_steps} {delta}", flush=True)

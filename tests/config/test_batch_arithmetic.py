@@ -34,8 +34,18 @@ def test_no_integer_fix_says_so():
 
 
 def test_megatron_divides_by_tp_pp_cp_not_ep():
-    assert model_parallel_size("megatron_train", {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
-                                                  "context_parallel_size": 2, "expert_model_parallel_size": 4}) == 8
+    assert (
+        model_parallel_size(
+            "megatron_train",
+            {
+                "tensor_model_parallel_size": 2,
+                "pipeline_model_parallel_size": 2,
+                "context_parallel_size": 2,
+                "expert_model_parallel_size": 4,
+            },
+        )
+        == 8
+    )
     assert model_parallel_size("deepspeed_train", {"tensor_model_parallel_size": 2}) == 1
     # world 16 / (TP 2 x PP 2) = 4 data-parallel ranks; 1 x 3 x 4 = 12 does not divide 64 -> 64 / (1 x 4) = 16
     cfg = config(1, 3, 16, "megatron_train", tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
@@ -47,20 +57,37 @@ def test_megatron_divides_by_tp_pp_cp_not_ep():
         check_train_batch(config(1, 1, 16, "megatron_train", tensor_model_parallel_size=3), "actor_train", 48)
 
 
-@pytest.mark.parametrize("rollout, n, pbs, world, tp, pp, cp", [
-    (64, 8, 1, 16, 1, 1, 1),   # the guide's RLVR example: 512 samples over 16 DeepSpeed ranks -> ga 32
-    (64, 8, 2, 16, 2, 2, 1),   # Megatron TP 2 x PP 2
-    (32, 1, 8, 1, 1, 1, 1),    # agentic: 32 trajectories on one CPU worker
-])
+@pytest.mark.parametrize(
+    "rollout, n, pbs, world, tp, pp, cp",
+    [
+        (64, 8, 1, 16, 1, 1, 1),  # the guide's RLVR example: 512 samples over 16 DeepSpeed ranks -> ga 32
+        (64, 8, 2, 16, 2, 2, 1),  # Megatron TP 2 x PP 2
+        (32, 1, 8, 1, 1, 1, 1),  # agentic: 32 trajectories on one CPU worker
+    ],
+)
 def test_guide_formula_gives_one_optimizer_step_per_rollout(rollout, n, pbs, world, tp, pp, cp):
     ga = rollout * n * tp * pp * cp // pbs // world  # the guide's gradient_accumulation_steps
     strategy = "megatron_train" if tp * pp * cp > 1 else "deepspeed_train"
-    cfg = config(pbs, ga, world, strategy, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                 context_parallel_size=cp)
+    cfg = config(
+        pbs,
+        ga,
+        world,
+        strategy,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+    )
     check_train_batch(cfg, "actor_train", rollout * n)
     assert optimizer_steps_per_rollout(cfg, "actor_train", rollout * n) == 1
-    half = config(pbs, ga // 2, world, strategy, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                  context_parallel_size=cp)
+    half = config(
+        pbs,
+        ga // 2,
+        world,
+        strategy,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=cp,
+    )
     assert optimizer_steps_per_rollout(half, "actor_train", rollout * n) == 2
 
 

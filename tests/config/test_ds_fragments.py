@@ -43,10 +43,17 @@ def _free_port() -> str:
 def test_every_fragment_trains_one_optimizer_step_on_cpu(tiny_model_dir):
     """4 samples, per_device_train_batch_size 2 x gradient_accumulation_steps 2 x world_size 1: one optimizer
     step, and AdamW's first step moves some weight by ~lr (1e-2)."""
-    proc = subprocess.run([sys.executable, str(HERE / "ds_fragment_worker.py"), tiny_model_dir, _free_port(),
-                           ",".join(FRAGMENTS)], capture_output=True, text=True, timeout=600)
-    results = {p[1]: (int(p[2]), float(p[3])) for p in (line.split() for line in proc.stdout.splitlines())
-               if p and p[0] == "RESULT"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "ds_fragment_worker.py"), tiny_model_dir, _free_port(), ",".join(FRAGMENTS)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    results = {
+        p[1]: (int(p[2]), float(p[3]))
+        for p in (line.split() for line in proc.stdout.splitlines())
+        if p and p[0] == "RESULT"
+    }
     assert set(results) == set(FRAGMENTS), proc.stdout[-2000:] + proc.stderr[-3000:]
     for name, (steps, delta) in results.items():
         assert steps == 1, name

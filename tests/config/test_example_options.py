@@ -31,7 +31,10 @@ def test_strategy_options_of_example_config_parse(name):
 def test_unknown_sglang_key_points_to_engine_args():
     cfg = load_config("sokoban_qwen05b_sglang", str(CONFIG_DIR), [], AgenticConfig)
     cfg.actor_infer.strategy_args.strategy_config["cuda_graph_max_bs_decode"] = 512
-    with pytest.raises(ConfigError, match=r"strategy_config\.cuda_graph_max_bs_decode=512: not a key of "
-                                          r"SGLangOptions.*go under actor_infer\.strategy_args\.strategy_config"
-                                          r"\.engine_args"):
+    with pytest.raises(
+        ConfigError,
+        match=r"strategy_config\.cuda_graph_max_bs_decode=512: not a key of "
+        r"SGLangOptions.*go under actor_infer\.strategy_args\.strategy_config"
+        r"\.engine_args",
+    ):
         strategy_options(cfg.actor_infer, "actor_infer.strategy_args.strategy_config")

@@ -76,8 +76,11 @@ GUIDE_VALUES = [
     ("train_env_manager.max_traj_per_env=-1", "train_env_manager.max_traj_per_env", -1),
     ("train_env_manager.format_penalty=-0.05", "train_env_manager.format_penalty", -0.05),
     ("actor_train.model_args.dtype=bf16", "actor_train.model_args.dtype", "bf16"),
-    ("actor_train.model_args.disable_gradient_checkpointing=false",
-     "actor_train.model_args.disable_gradient_checkpointing", False),
+    (
+        "actor_train.model_args.disable_gradient_checkpointing=false",
+        "actor_train.model_args.disable_gradient_checkpointing",
+        False,
+    ),
     ("actor_train.training_args.weight_decay=0", "actor_train.training_args.weight_decay", 0.0),
     ("actor_train.training_args.warmup_steps=20", "actor_train.training_args.warmup_steps", 20),
     ("actor_train.data_args.template=native", "actor_train.data_args.template", "native"),
@@ -124,8 +127,9 @@ def test_roll_style_file_as_written(base_cfg):
         assert not hasattr(cfg, name)
 
 
-@pytest.mark.parametrize("fragment, stage, offload", [("deepspeed_zero", 0, False),
-                                                      ("deepspeed_zero3_cpuoffload", 3, True)])
+@pytest.mark.parametrize(
+    "fragment, stage, offload", [("deepspeed_zero", 0, False), ("deepspeed_zero3_cpuoffload", 3, True)]
+)
 def test_every_fragment_selectable_by_interpolation(fragment, stage, offload):
     cfg = load([f"actor_train.strategy_args.strategy_config=${{{fragment}}}"])
     zero = cfg.actor_train.strategy_args.strategy_config["zero_optimization"]
@@ -143,19 +147,29 @@ def test_device_mapping_string_is_evaluated_safely():
 
 
 def test_device_mapping_sets_world_size_on_gpu_config():
-    cfg = load(["num_gpus_per_node=8", "num_nodes=2", "actor_infer.device_mapping='list(range(0,16))'",
-                "actor_infer.num_gpus_per_worker=2", "actor_train.device_mapping='list(range(0,16))'",
-                "actor_train.training_args.per_device_train_batch_size=1",
-                "actor_train.training_args.gradient_accumulation_steps=2"])  # 1 x 2 x 16 = the 32 samples
+    cfg = load(
+        [
+            "num_gpus_per_node=8",
+            "num_nodes=2",
+            "actor_infer.device_mapping='list(range(0,16))'",
+            "actor_infer.num_gpus_per_worker=2",
+            "actor_train.device_mapping='list(range(0,16))'",
+            "actor_train.training_args.per_device_train_batch_size=1",
+            "actor_train.training_args.gradient_accumulation_steps=2",
+        ]
+    )  # 1 x 2 x 16 = the 32 samples
     assert cfg.actor_infer.world_size == 8  # 16 GPUs / 2 per worker
     assert cfg.actor_train.world_size == 16
 
 
-@pytest.mark.parametrize("role, name, words", [
-    ("actor_train", "megatron_train", ["megatron"]),  # CPU config: needs GPUs (or megatron-core installed)
-    ("reference", "megatron_infer", ["megatron"]),
-    ("actor_infer", "vllm", ["vLLM", "hf_infer"]),
-])
+@pytest.mark.parametrize(
+    "role, name, words",
+    [
+        ("actor_train", "megatron_train", ["megatron"]),  # CPU config: needs GPUs (or megatron-core installed)
+        ("reference", "megatron_infer", ["megatron"]),
+        ("actor_infer", "vllm", ["vLLM", "hf_infer"]),
+    ],
+)
 def test_unimplemented_backends_rejected_naming_backend(base_cfg, role, name, words):
     cfg = copy.deepcopy(base_cfg)
     setattr(cfg, role, WorkerConfig(strategy_args=StrategyArgs(strategy_name=name)))
@@ -183,12 +197,15 @@ def test_unimplemented_loss_switches_rejected(base_cfg, key):
         validate(cfg)
 
 
-@pytest.mark.parametrize("dotted, value", [
-    ("generate_opt_level", 2),
-    ("max_running_requests", 0),
-    ("max_additional_running_prompts", -1),
-    ("actor_infer.model_update_frequency", 0),
-])
+@pytest.mark.parametrize(
+    "dotted, value",
+    [
+        ("generate_opt_level", 2),
+        ("max_running_requests", 0),
+        ("max_additional_running_prompts", -1),
+        ("actor_infer.model_update_frequency", 0),
+    ],
+)
 def test_scheduling_and_choice_values_checked(base_cfg, dotted, value):
     cfg = copy.deepcopy(base_cfg)
     *path, leaf = dotted.split(".")
@@ -197,10 +214,18 @@ def test_scheduling_and_choice_values_checked(base_cfg, dotted, value):
         validate(cfg)
 
 
-@pytest.mark.parametrize("dotted, value", [
-    ("l2", 0.01), ("use_reward_scaling", True), ("use_reward_norm", True), ("sft_loss_coef", 0.1),
-    ("rl_loss_coef", 0.5), ("actor_infer.model_update_frequency", 2), ("train_env_manager.worker_cls", "a.b:C"),
-])
+@pytest.mark.parametrize(
+    "dotted, value",
+    [
+        ("l2", 0.01),
+        ("use_reward_scaling", True),
+        ("use_reward_norm", True),
+        ("sft_loss_coef", 0.1),
+        ("rl_loss_coef", 0.5),
+        ("actor_infer.model_update_frequency", 2),
+        ("train_env_manager.worker_cls", "a.b:C"),
+    ],
+)
 def test_keys_no_pipeline_acts_on_are_rejected_unless_off(base_cfg, dotted, value):
     """Accepted at their "off" value (a ROLL file may list them); any other value would be silently ignored."""
     cfg = copy.deepcopy(base_cfg)
@@ -216,9 +241,12 @@ def test_keys_roll_does_not_act_on_warn_with_key_reason_and_fix(base_cfg, capsys
     cfg.actor_train.strategy_args.strategy_config = {"zero_stage": 2, "optimizer": {"type": "AdamW"}}
     warnings = preflight(cfg)
     assert [w.split(" is ")[0] for w in warnings] == [
-        "generate_opt_level=0", "is_num_return_sequences_expand=False",
-        "prompt_length=512", "response_length=128",  # the ROLL-style example sets them; agentic does not read them
-        "actor_train.strategy_args.strategy_config.optimizer"]
+        "generate_opt_level=0",
+        "is_num_return_sequences_expand=False",
+        "prompt_length=512",
+        "response_length=128",  # the ROLL-style example sets them; agentic does not read them
+        "actor_train.strategy_args.strategy_config.optimizer",
+    ]
     assert "set it to 1" in warnings[0] and "training_args" in warnings[4]
     assert "custom_envs.<tag>.max_tokens_per_step" in warnings[3]
     assert capsys.readouterr().err.count("roll: config warning: ") == 5

@@ -8,8 +8,8 @@ import numpy as np
 from PIL import Image
 
 from roll.agentic.render_dump import dump_episode, dump_val_renders, pick_render_mode
-from roll.data.trajectory import Trajectory, Turn
 from roll.config.agentic import AgenticConfig, CustomEnvConfig, EnvManagerConfig
+from roll.data.trajectory import Trajectory, Turn
 from roll.envs import make_env
 from roll.envs.frozen_lake import FrozenLakeTextEnv
 from roll.envs.sokoban.env import SokobanEnv
@@ -24,8 +24,9 @@ def played(env_type: str, kwargs: dict, seed: int, replies: list[str], tag: str)
     traj = Trajectory(f"val-0-g0-e0-t0-{tag}", env_id=0, group_id=0, tag=tag, seed=seed)
     for reply in replies:
         next_obs, reward, terminated, truncated, info = env.step(reply)
-        traj.turns.append(Turn([], [], [], obs, response_text=reply, parsed_action=info.get("parsed_action"),
-                               reward=float(reward)))
+        traj.turns.append(
+            Turn([], [], [], obs, response_text=reply, parsed_action=info.get("parsed_action"), reward=float(reward))
+        )
         obs = next_obs
         if terminated or truncated:
             break
@@ -55,11 +56,16 @@ def test_sokoban_solution_replayed_as_pngs(tmp_path):
 
 
 def test_dump_val_renders_layout_and_off_switch(tmp_path):
-    cfg = AgenticConfig(custom_envs={"S": CustomEnvConfig(env_type="sokoban", env_config=dict(SOKOBAN))},
-                        val_env_manager=EnvManagerConfig(tags=["S"]))
+    cfg = AgenticConfig(
+        custom_envs={"S": CustomEnvConfig(env_type="sokoban", env_config=dict(SOKOBAN))},
+        val_env_manager=EnvManagerConfig(tags=["S"]),
+    )
     traj = played("sokoban", {**SOKOBAN, "format_penalty": -0.1}, 5, ["<answer>Up</answer>"], "S")
     assert dump_val_renders(cfg, [traj], 7) == 0  # render_save_dir unset: nothing written
     cfg.render_save_dir = str(tmp_path)
     assert dump_val_renders(cfg, [traj], 7) == 2
-    assert sorted(p.name for p in (tmp_path / "step_00007" / traj.traj_id).iterdir()) == \
-        ["episode.json", "frame_000.png", "frame_001.png"]
+    assert sorted(p.name for p in (tmp_path / "step_00007" / traj.traj_id).iterdir()) == [
+        "episode.json",
+        "frame_000.png",
+        "frame_001.png",
+    ]

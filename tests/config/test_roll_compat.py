@@ -18,9 +18,15 @@ from roll.pipelines.launch import parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = str(REPO / "tests" / "config" / "roll_format")
-CPU = ["pretrain=/nonexistent/model", "num_gpus_per_node=0", "~actor_train.device_mapping",
-       "~actor_infer.device_mapping", "~reference.device_mapping",
-       "actor_infer.strategy_args.strategy_name=hf_infer", "~actor_infer.strategy_args.strategy_config"]
+CPU = [
+    "pretrain=/nonexistent/model",
+    "num_gpus_per_node=0",
+    "~actor_train.device_mapping",
+    "~actor_infer.device_mapping",
+    "~reference.device_mapping",
+    "actor_infer.strategy_args.strategy_name=hf_infer",
+    "~actor_infer.strategy_args.strategy_config",
+]
 
 
 def _load(name: str = "agentic_sokoban", extra: list[str] | None = None) -> AgenticConfig:
@@ -38,8 +44,9 @@ def test_roll_layout_loads_with_roll_meaning(capsys):
     assert env.system_prompt == "You play a grid game. Reply with one move."
     assert env.env_config["action_format"] == "answer" and "action_pattern" not in env.env_config
     assert env.env_config["grid_lookup"][0] == "W"
-    assert env.turn_text(1, "OBS") == ("Turn 2:\nOBS\nAnswer as <answer>move</answer>. 3 moves left, at most 12 "
-                                       "tokens.\n")
+    assert env.turn_text(1, "OBS") == (
+        "Turn 2:\nOBS\nAnswer as <answer>move</answer>. 3 moves left, at most 12 tokens.\n"
+    )
     assert env.turn_text(0, "OBS", instruction="RULES").startswith("RULES\nTurn 1:\nOBS\n")
     assert cfg.system_envs == {"ROLL_FORMAT_TEST": "1"}
     assert cfg.checkpoint_config == {"max_to_keep": 2}  # ROLL's keys dropped, roll's default kept
@@ -47,8 +54,11 @@ def test_roll_layout_loads_with_roll_meaning(capsys):
     assert cfg.actor_infer.strategy_args.strategy_config == {}  # deleted by ~key
     lines = [line for line in capsys.readouterr().err.splitlines() if "ROLL keys" in line]
     assert len(lines) == 1
-    for key in ("checkpoint_config.type", "custom_envs.SimpleSokoban.env_manager_cls",
-                "custom_envs.SokobanLetters.use_thread_lock"):
+    for key in (
+        "checkpoint_config.type",
+        "custom_envs.SimpleSokoban.env_manager_cls",
+        "custom_envs.SokobanLetters.use_thread_lock",
+    ):
         assert key in lines[0]
     assert "model_type" not in lines[0]  # null: nothing set, nothing to name
     assert "actor_train.model_args.attn_implementation=fa2 (flash-attn is not installed here" in lines[0]
@@ -64,22 +74,39 @@ def test_gigpo_variant_and_grouping_values():
 
 
 def test_alias_on_the_command_line():
-    cfg = _load(extra=["train_env_manager.num_env_groups=4", "rollout_batch_size=16",
-                       "train_env_manager.num_groups_partition=[4]"])
+    cfg = _load(
+        extra=[
+            "train_env_manager.num_env_groups=4",
+            "rollout_batch_size=16",
+            "train_env_manager.num_groups_partition=[4]",
+        ]
+    )
     assert (cfg.train_env_manager.env_groups, cfg.train_env_manager.n_groups) == (4, [4])
 
 
-@pytest.mark.parametrize("extra, match", [
-    (["+train_env_manager.env_groups=2"],
-     r"^train_env_manager.num_env_groups=2: ROLL's name for train_env_manager.env_groups, which is set too"),
-    (["+train_env_manager.generating_args.temperature=0.5"],
-     r"^train_env_manager.generating_args.temperature=0.5: differs from actor_infer.generating_args.temperature"),
-    (["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
-     r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported"),
-    (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
-    (["async_generation_ratio=0.5"], r"^async_generation_ratio=0.5: must be a whole number of policy versions"),
-    (["+custom_env.SimpleSokoban.turn_template=x"], r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (
+            ["+train_env_manager.env_groups=2"],
+            r"^train_env_manager.num_env_groups=2: ROLL's name for train_env_manager.env_groups, which is set too",
+        ),
+        (
+            ["+train_env_manager.generating_args.temperature=0.5"],
+            r"^train_env_manager.generating_args.temperature=0.5: differs from actor_infer.generating_args.temperature",
+        ),
+        (
+            ["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
+            r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported",
+        ),
+        (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
+        (["async_generation_ratio=0.5"], r"^async_generation_ratio=0.5: must be a whole number of policy versions"),
+        (
+            ["+custom_env.SimpleSokoban.turn_template=x"],
+            r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one",
+        ),
+    ],
+)
 def test_conflicts_and_unsupported_keys_are_one_line(extra, match):
     with pytest.raises(ConfigError, match=match) as err:
         _load(extra=extra)
@@ -91,8 +118,11 @@ def test_off_values_of_unsupported_keys_pass():
 
 
 def test_translate_leaves_roll_names_and_backend_sections_alone():
-    tree = {"train_env_manager": {"env_groups": 2, "tags": ["a"]}, "actor_train": {"strategy_args": {
-        "strategy_config": {"max_steps": 3, "use_thread_lock": True}}}, "custom_envs": {"a": {"max_actions_per_traj": 2}}}
+    tree = {
+        "train_env_manager": {"env_groups": 2, "tags": ["a"]},
+        "actor_train": {"strategy_args": {"strategy_config": {"max_steps": 3, "use_thread_lock": True}}},
+        "custom_envs": {"a": {"max_actions_per_traj": 2}},
+    }
     before = repr(tree)
     assert translate(tree) == [] and repr(tree) == before
 
@@ -105,15 +135,24 @@ def test_hydra_override_grammar_in_the_entry():
 
 
 def test_hydra_overrides_load():
-    cfg = load_config("sokoban_tiny", None, ["~val_env_manager", "++seed=7", "++strict_data_check=true",
-                                             "+trajectory_dump_max=3"])
+    cfg = load_config(
+        "sokoban_tiny", None, ["~val_env_manager", "++seed=7", "++strict_data_check=true", "+trajectory_dump_max=3"]
+    )
     assert cfg.val_env_manager is None and cfg.seed == 7 and cfg.strict_data_check and cfg.trajectory_dump_max == 3
 
 
 def test_start_script_takes_deletion_overrides(tmp_path):
     """The real start script parses ``~key`` and reaches the config's own rules (a bad value: exit code 2)."""
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-path", CONFIGS,
-           "--config-name", "agentic_sokoban", *CPU, "max_steps=-1"]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-path",
+        CONFIGS,
+        "--config-name",
+        "agentic_sokoban",
+        *CPU,
+        "max_steps=-1",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "roll: config error: max_steps=-1: must be >= 0" in proc.stderr
@@ -122,17 +161,25 @@ def test_start_script_takes_deletion_overrides(tmp_path):
 def test_per_manager_sampling():
     """ROLL's train_env_manager.generating_args is the training rollouts' sampling (actor_infer's); the validation
     manager keeps its own."""
-    cfg = _load(extra=["+train_env_manager.generating_args.repetition_penalty=1.1", "+val_env_manager.generating_args.temperature=0.2"])
+    cfg = _load(
+        extra=[
+            "+train_env_manager.generating_args.repetition_penalty=1.1",
+            "+val_env_manager.generating_args.temperature=0.2",
+        ]
+    )
     assert cfg.actor_infer.generating_args.repetition_penalty == 1.1 and cfg.train_env_manager.generating_args is None
     assert cfg.val_env_manager.generating_args.temperature == 0.2
 
 
-@pytest.mark.parametrize("mean, std, grouping, method, grouping_after", [
-    ("group", "group", "traj_group_id", "mean_std", "state"),
-    ("group", None, "tags", "mean", "inductive"),
-    ("batch", "batch", "traj_group_id", "mean_std", "batch"),
-    (None, None, "traj_group_id", "identity", "state"),
-])
+@pytest.mark.parametrize(
+    "mean, std, grouping, method, grouping_after",
+    [
+        ("group", "group", "traj_group_id", "mean_std", "state"),
+        ("group", None, "tags", "mean", "inductive"),
+        ("batch", "batch", "traj_group_id", "mean_std", "batch"),
+        (None, None, "traj_group_id", "identity", "state"),
+    ],
+)
 def test_roll_norm_types_become_a_method(mean, std, grouping, method, grouping_after):
     tree = {"reward_normalization": {"grouping": grouping, "norm_mean_type": mean, "norm_std_type": std}}
     translate(tree)
@@ -149,14 +196,26 @@ def test_step_env_manager_means_fresh_prompts_and_step_samples():
     """ROLL's StepEnvManager: every turn a new conversation from the one agent_template (which holds
     {env_instruction} itself), one sample per turn; ROLL's proxy manager's env_config.trajectory_mode moves up."""
     step = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
-    tree = {"custom_envs": {"S": {"env_manager_cls": step, "history_length": 3, "agent_template": "{env_instruction}"},
-                            "T": {"agent_template": "{observation}", "env_config": {"trajectory_mode": "step"}}}}
+    tree = {
+        "custom_envs": {
+            "S": {"env_manager_cls": step, "history_length": 3, "agent_template": "{env_instruction}"},
+            "T": {"agent_template": "{observation}", "env_config": {"trajectory_mode": "step"}},
+        }
+    }
     assert translate(tree) == []
-    assert tree["custom_envs"]["S"] == {"turn_prompt": "fresh", "trajectory_mode": "step", "history_length": 3,
-                                        "turn_template": "{env_instruction}",
-                                        "first_turn_template": "{env_instruction}"}
-    assert tree["custom_envs"]["T"] == {"env_config": {}, "trajectory_mode": "step", "turn_template": "{observation}",
-                                        "first_turn_template": "{instruction}\n{observation}"}
+    assert tree["custom_envs"]["S"] == {
+        "turn_prompt": "fresh",
+        "trajectory_mode": "step",
+        "history_length": 3,
+        "turn_template": "{env_instruction}",
+        "first_turn_template": "{env_instruction}",
+    }
+    assert tree["custom_envs"]["T"] == {
+        "env_config": {},
+        "trajectory_mode": "step",
+        "turn_template": "{observation}",
+        "first_turn_template": "{instruction}\n{observation}",
+    }
     with pytest.raises(ConfigError, match="differs from custom_envs.S.trajectory_mode='step'"):
         translate({"custom_envs": {"S": {"env_manager_cls": step, "env_config": {"trajectory_mode": "traj"}}}})
 
@@ -173,15 +232,22 @@ def test_migration_guide_names_every_key_of_the_table():
     from roll.config import roll_compat as rc
 
     guide = (REPO / "docs" / "migrating_from_roll.md").read_text()
-    keys = [k for block in rc.ALIASES.values() for k in block] + [k.rpartition(".")[2] for k in rc.IGNORED] \
-        + [k.rpartition(".")[2] for k in rc.UNSUPPORTED] + [v for v in rc.VALUE_ALIASES["reward_normalization.grouping"]]
+    keys = (
+        [k for block in rc.ALIASES.values() for k in block]
+        + [k.rpartition(".")[2] for k in rc.IGNORED]
+        + [k.rpartition(".")[2] for k in rc.UNSUPPORTED]
+        + [v for v in rc.VALUE_ALIASES["reward_normalization.grouping"]]
+    )
     missing = [k for k in keys if k not in guide]
     assert not missing, missing
 
 
 def test_block_system_envs_join_the_top_level():
-    tree = {"system_envs": {"A": "1"}, "actor_train": {"system_envs": {"NVTE_FLASH_ATTN": "1"}},
-            "train_env_manager": {"system_envs": {"A": "1"}}}
+    tree = {
+        "system_envs": {"A": "1"},
+        "actor_train": {"system_envs": {"NVTE_FLASH_ATTN": "1"}},
+        "train_env_manager": {"system_envs": {"A": "1"}},
+    }
     translate(tree)
     assert tree == {"system_envs": {"A": "1", "NVTE_FLASH_ATTN": "1"}, "actor_train": {}, "train_env_manager": {}}
     with pytest.raises(ConfigError, match=r"^reference.system_envs.A='2': differs from system_envs.A='1'"):

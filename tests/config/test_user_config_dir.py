@@ -32,11 +32,24 @@ def test_a_missing_parent_config_is_named(tmp_path):
     write(tmp_path / "mine", "typo", "sokoban_tinyy")
     with pytest.raises(ConfigError) as info:
         load_config("typo", str(tmp_path / "mine"))
-    assert str(info.value).startswith(f"defaults='sokoban_tinyy': typo.yaml inherits a config that is neither in "
-                                      f"{tmp_path / 'mine'} nor shipped in {DEFAULT_CONFIG_DIR} (shipped: ")
+    assert str(info.value).startswith(
+        f"defaults='sokoban_tinyy': typo.yaml inherits a config that is neither in "
+        f"{tmp_path / 'mine'} nor shipped in {DEFAULT_CONFIG_DIR} (shipped: "
+    )
     assert "sokoban_tiny," in str(info.value)
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-path",
-                           str(tmp_path / "mine"), "--config-name", "typo"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples" / "start_agentic_pipeline.py"),
+            "--config-path",
+            str(tmp_path / "mine"),
+            "--config-name",
+            "typo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"roll: config error: {info.value}"]

@@ -26,41 +26,67 @@ DS, INFER = "actor_train.strategy_args.strategy_config", "actor_infer.strategy_a
 # (config and overrides, the start of the one-line message: "key=value: what is allowed")
 CASES = [
     # sampling
-    (f"{AGENTIC} actor_infer.generating_args.temperature=-1",
-     "actor_infer.generating_args.temperature=-1.0: must be >= 0"),
+    (
+        f"{AGENTIC} actor_infer.generating_args.temperature=-1",
+        "actor_infer.generating_args.temperature=-1.0: must be >= 0",
+    ),
     (f"{AGENTIC} actor_infer.generating_args.top_p=1.7", "actor_infer.generating_args.top_p=1.7: must be in (0, 1]"),
     (f"{AGENTIC} actor_infer.generating_args.top_p=0", "actor_infer.generating_args.top_p=0.0: must be in (0, 1]"),
     (f"{AGENTIC} actor_infer.generating_args.top_k=-2", "actor_infer.generating_args.top_k=-2: must be >= -1"),
-    (f"{AGENTIC} actor_infer.generating_args.max_new_tokens=0",
-     "actor_infer.generating_args.max_new_tokens=0: must be >= 1"),
-    (f"{AGENTIC} actor_infer.generating_args.num_beams=4",
-     "actor_infer.generating_args.num_beams=4: must be == 1; RL samples"),
-    (f"{AGENTIC} actor_infer.generating_args.num_return_sequences=0",
-     "actor_infer.generating_args.num_return_sequences=0: must be >= 1"),
-    (f"{AGENTIC} actor_infer.generating_args.repetition_penalty=0",
-     "actor_infer.generating_args.repetition_penalty=0.0: must be > 0"),
-    (f"{AGENTIC} actor_infer.generating_args.stop_token_ids=[-3]",
-     "actor_infer.generating_args.stop_token_ids=[-3]: must be token ids"),
-    (f"{RLVR} actor_infer.generating_args.temperature=-0.5",
-     "actor_infer.generating_args.temperature=-0.5: must be >= 0"),
+    (
+        f"{AGENTIC} actor_infer.generating_args.max_new_tokens=0",
+        "actor_infer.generating_args.max_new_tokens=0: must be >= 1",
+    ),
+    (
+        f"{AGENTIC} actor_infer.generating_args.num_beams=4",
+        "actor_infer.generating_args.num_beams=4: must be == 1; RL samples",
+    ),
+    (
+        f"{AGENTIC} actor_infer.generating_args.num_return_sequences=0",
+        "actor_infer.generating_args.num_return_sequences=0: must be >= 1",
+    ),
+    (
+        f"{AGENTIC} actor_infer.generating_args.repetition_penalty=0",
+        "actor_infer.generating_args.repetition_penalty=0.0: must be > 0",
+    ),
+    (
+        f"{AGENTIC} actor_infer.generating_args.stop_token_ids=[-3]",
+        "actor_infer.generating_args.stop_token_ids=[-3]: must be token ids",
+    ),
+    (
+        f"{RLVR} actor_infer.generating_args.temperature=-0.5",
+        "actor_infer.generating_args.temperature=-0.5: must be >= 0",
+    ),
     (f"{RLVR} validation.generating_args.top_p=2", "validation.generating_args.top_p=2.0: must be in (0, 1]"),
     (f"{RLVR} validation.generating_args.top_k=-5", "validation.generating_args.top_k=-5: must be >= -1"),
     # optimizer and schedule
-    (f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
-     "actor_train.training_args.learning_rate=-1e-05: must be > 0"),
-    (f"{AGENTIC} actor_train.training_args.learning_rate=0",
-     "actor_train.training_args.learning_rate=0.0: must be > 0"),
+    (
+        f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
+        "actor_train.training_args.learning_rate=-1e-05: must be > 0",
+    ),
+    (
+        f"{AGENTIC} actor_train.training_args.learning_rate=0",
+        "actor_train.training_args.learning_rate=0.0: must be > 0",
+    ),
     (f"{RLVR} actor_train.training_args.learning_rate=-1", "actor_train.training_args.learning_rate=-1.0: must be > 0"),
     (f"{AGENTIC} actor_train.training_args.warmup_steps=-1", "actor_train.training_args.warmup_steps=-1: must be >= 0"),
     (f"{AGENTIC} actor_train.training_args.max_steps=-1", "actor_train.training_args.max_steps=-1: must be >= 0"),
-    (f"{AGENTIC} actor_train.training_args.weight_decay=-0.1",
-     "actor_train.training_args.weight_decay=-0.1: must be >= 0"),
-    (f"{AGENTIC} actor_train.training_args.adam_beta1=1.5",
-     "actor_train.training_args.adam_beta1=1.5: must be in [0, 1)"),
-    (f"{AGENTIC} actor_train.training_args.adam_beta2=1",
-     "actor_train.training_args.adam_beta2=1.0: must be in [0, 1)"),
-    (f"{AGENTIC} actor_train.training_args.lr_scheduler_type=step",
-     "actor_train.training_args.lr_scheduler_type='step': must be one of constant, linear, cosine"),
+    (
+        f"{AGENTIC} actor_train.training_args.weight_decay=-0.1",
+        "actor_train.training_args.weight_decay=-0.1: must be >= 0",
+    ),
+    (
+        f"{AGENTIC} actor_train.training_args.adam_beta1=1.5",
+        "actor_train.training_args.adam_beta1=1.5: must be in [0, 1)",
+    ),
+    (
+        f"{AGENTIC} actor_train.training_args.adam_beta2=1",
+        "actor_train.training_args.adam_beta2=1.0: must be in [0, 1)",
+    ),
+    (
+        f"{AGENTIC} actor_train.training_args.lr_scheduler_type=step",
+        "actor_train.training_args.lr_scheduler_type='step': must be one of constant, linear, cosine",
+    ),
     (f"{AGENTIC} sft_warmup.learning_rate=0", "sft_warmup.learning_rate=0.0: must be > 0"),
     (f"{AGENTIC} sft_warmup.steps=-1", "sft_warmup.steps=-1: must be >= 0"),
     (f"{AGENTIC} sft_warmup.num_demos=0", "sft_warmup.num_demos=0: must be >= 1"),
@@ -86,8 +112,10 @@ CASES = [
     (f"{AGENTIC} ray_num_cpus=0", "ray_num_cpus=0: must be >= 1"),
     (f"{AGENTIC} val_batch_size=-1", "val_batch_size=-1: must be >= 0"),
     (f"{AGENTIC} actor_train.num_cpus_per_worker=0", "actor_train.num_cpus_per_worker=0.0: must be > 0"),
-    (f"{AGENTIC} tiny_model.num_attention_heads=3", "tiny_model.hidden_size=128: must be a multiple of "
-                                                    "num_attention_heads (3)"),
+    (
+        f"{AGENTIC} tiny_model.num_attention_heads=3",
+        "tiny_model.hidden_size=128: must be a multiple of num_attention_heads (3)",
+    ),
     (f"{AGENTIC} tiny_model.vocab_size=0", "tiny_model.vocab_size=0: must be >= 1"),
     # DeepSpeed options (actor_train of sokoban_tiny: deepspeed_train, zero_stage 2, fp32)
     (f"{AGENTIC} {DS}.zero_stage=7", f"{DS}.zero_stage=7: must be one of None, 0, 1, 2, 3"),
@@ -97,8 +125,10 @@ CASES = [
     (f"{AGENTIC} +{DS}.offload_optimizer=disk", f"{DS}.offload_optimizer='disk': must be one of None, cpu, none"),
     (f"{AGENTIC} +{DS}.train_batch_size=3", f"{DS}.train_batch_size=3: disagrees with the worker block (16"),
     (f"{AGENTIC} +{DS}.gradient_accumulation_steps=0", f"{DS}.gradient_accumulation_steps=0: must be 'auto'"),
-    (f"{AGENTIC} +{DS}.gradient_clipping=-1",
-     f"{DS}.gradient_clipping=-1: must be 'auto' (= max_grad_norm) or a number"),
+    (
+        f"{AGENTIC} +{DS}.gradient_clipping=-1",
+        f"{DS}.gradient_clipping=-1: must be 'auto' (= max_grad_norm) or a number",
+    ),
     (f"{AGENTIC} +{DS}.bf16.enabled=true", f"{DS}.bf16.enabled=True: disagrees with model_args.dtype (fp32)"),
     (f"{AGENTIC} +{DS}.communication_data_type=fp8", f"{DS}.communication_data_type='fp8': must be one of"),
     (f"{AGENTIC} +{DS}.zero_stag=2", f"{DS}.zero_stag=2: not a key of DeepSpeedTrainOptions"),
@@ -112,21 +142,36 @@ CASES = [
     (f"{SGLANG} +{INFER}.chunked_prefill_size=0", f"{INFER}.chunked_prefill_size=0: must be >= 1, -1"),
     (f"{SGLANG} +{INFER}.weight_sync=rdma", f"{INFER}.weight_sync='rdma': must be one of auto, nccl, cuda_ipc, copy"),
     # keys the chosen pipeline does not use: where the equivalent lives
-    (f"{AGENTIC} response_length=0", "response_length=0: must be >= 1, and is not used: the agentic pipeline limits "
-                                     "each turn instead: use custom_envs.<tag>.max_tokens_per_step"),
+    (
+        f"{AGENTIC} response_length=0",
+        "response_length=0: must be >= 1, and is not used: the agentic pipeline limits "
+        "each turn instead: use custom_envs.<tag>.max_tokens_per_step",
+    ),
     (f"{AGENTIC} prompt_length=-5", "prompt_length=-5: must be >= 1, and is not used"),
-    (f"{AGENTIC} +rollout_dump_steps=4", "rollout_dump_steps='<unknown key>': not a key of AgenticConfig; RLVR's; the "
-                                         "agentic equivalent is trajectory_dump_steps"),
-    (f"{AGENTIC} +dynamic_sampling.enabled=true", "dynamic_sampling='<unknown key>': not a key of AgenticConfig; RLVR "
-                                                  "only"),
-    (f"{RLVR} +custom_envs.math.max_tokens_per_step=32",
-     "custom_envs='<unknown key>': not a key of RLVRConfig; agentic only; an RLVR response is limited by "
-     "response_length"),
-    (f"{RLVR} +trajectory_dump_steps=4",
-     "trajectory_dump_steps='<unknown key>': not a key of RLVRConfig; agentic's; the RLVR equivalent is "
-     "rollout_dump_steps"),
-    (f"{RLVR} +reward_normalization.method=mean", "reward_normalization='<unknown key>': not a key of RLVRConfig; "
-                                                  "agentic only; RLVR normalizes rewards with reward_norm"),
+    (
+        f"{AGENTIC} +rollout_dump_steps=4",
+        "rollout_dump_steps='<unknown key>': not a key of AgenticConfig; RLVR's; the "
+        "agentic equivalent is trajectory_dump_steps",
+    ),
+    (
+        f"{AGENTIC} +dynamic_sampling.enabled=true",
+        "dynamic_sampling='<unknown key>': not a key of AgenticConfig; RLVR only",
+    ),
+    (
+        f"{RLVR} +custom_envs.math.max_tokens_per_step=32",
+        "custom_envs='<unknown key>': not a key of RLVRConfig; agentic only; an RLVR response is limited by "
+        "response_length",
+    ),
+    (
+        f"{RLVR} +trajectory_dump_steps=4",
+        "trajectory_dump_steps='<unknown key>': not a key of RLVRConfig; agentic's; the RLVR equivalent is "
+        "rollout_dump_steps",
+    ),
+    (
+        f"{RLVR} +reward_normalization.method=mean",
+        "reward_normalization='<unknown key>': not a key of RLVRConfig; "
+        "agentic only; RLVR normalizes rewards with reward_norm",
+    ),
 ]
 
 
@@ -150,16 +195,28 @@ def test_the_table_covers_forty_cases_and_the_bases_load():
         _load(base)
 
 
-@pytest.mark.parametrize("overrides, gpus, message", [
-    # per_device_train_batch_size keeps the batch arithmetic whole with 1 or 2 GPUs (world_size follows the mapping)
-    ("actor_train.device_mapping=[0] actor_infer.device_mapping=[0] num_gpus_per_node=1", 0,
-     "actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)"),
-    ("actor_train.device_mapping=[0,1] actor_infer.device_mapping=[0,1] num_gpus_per_node=2 "
-     "actor_train.training_args.per_device_train_batch_size=4", 1,
-     "actor_train.device_mapping=[0, 1]: this machine has 1 visible GPU(s)"),
-    ("actor_train.device_mapping=[0] actor_infer.device_mapping=[0] num_gpus_per_node=4", 2,
-     "num_gpus_per_node=4: this machine has 2 visible GPU(s)"),
-])
+@pytest.mark.parametrize(
+    "overrides, gpus, message",
+    [
+        # per_device_train_batch_size keeps the batch arithmetic whole with 1 or 2 GPUs (world_size follows the mapping)
+        (
+            "actor_train.device_mapping=[0] actor_infer.device_mapping=[0] num_gpus_per_node=1",
+            0,
+            "actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)",
+        ),
+        (
+            "actor_train.device_mapping=[0,1] actor_infer.device_mapping=[0,1] num_gpus_per_node=2 "
+            "actor_train.training_args.per_device_train_batch_size=4",
+            1,
+            "actor_train.device_mapping=[0, 1]: this machine has 1 visible GPU(s)",
+        ),
+        (
+            "actor_train.device_mapping=[0] actor_infer.device_mapping=[0] num_gpus_per_node=4",
+            2,
+            "num_gpus_per_node=4: this machine has 2 visible GPU(s)",
+        ),
+    ],
+)
 def test_device_mappings_are_checked_against_the_gpus_present(overrides, gpus, message):
     case = f"{AGENTIC} actor_train.training_args.per_device_train_batch_size=8 {overrides}"
     with pytest.raises(ConfigError) as info:
@@ -172,12 +229,18 @@ def test_device_mappings_are_checked_against_the_gpus_present(overrides, gpus, m
 def test_agentic_warns_for_shared_keys_it_does_not_read(capsys):
     _load(f"{AGENTIC} response_length=100 num_return_sequences_in_group=4 reward_norm=group")
     err = capsys.readouterr().err
-    assert "response_length=100 is not used by the agentic pipeline: the agentic pipeline limits each turn instead: " \
-           "use custom_envs.<tag>.max_tokens_per_step" in err
-    assert "num_return_sequences_in_group=4 is not used by the agentic pipeline: the agentic group size is " \
-           "train_env_manager.group_size" in err
-    assert "reward_norm='group' is not used by the agentic pipeline: agentic scores are normalized by " \
-           "reward_normalization" in err
+    assert (
+        "response_length=100 is not used by the agentic pipeline: the agentic pipeline limits each turn instead: "
+        "use custom_envs.<tag>.max_tokens_per_step" in err
+    )
+    assert (
+        "num_return_sequences_in_group=4 is not used by the agentic pipeline: the agentic group size is "
+        "train_env_manager.group_size" in err
+    )
+    assert (
+        "reward_norm='group' is not used by the agentic pipeline: agentic scores are normalized by "
+        "reward_normalization" in err
+    )
 
 
 def test_rlvr_warns_for_shared_keys_it_does_not_read(capsys):
@@ -189,24 +252,48 @@ def test_rlvr_warns_for_shared_keys_it_does_not_read(capsys):
     assert "is not used by" not in capsys.readouterr().err  # the defaults warn about nothing
 
 
-@pytest.mark.parametrize("script, case, line", [
-    ("start_agentic_pipeline.py", f"{AGENTIC} actor_infer.generating_args.temperature=-1",
-     "roll: config error: actor_infer.generating_args.temperature=-1.0: must be >= 0"),
-    ("start_agentic_pipeline.py",
-     f"{AGENTIC} {DS}.zero_stage=7", f"roll: config error: {DS}.zero_stage=7: must be one"),
-    ("start_agentic_pipeline.py", f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
-     "roll: config error: actor_train.training_args.learning_rate=-1e-05: must be > 0"),
-    ("start_agentic_pipeline.py", f"{AGENTIC} actor_train.device_mapping=[0] actor_infer.device_mapping=[0] "
-                                  "num_gpus_per_node=1 actor_train.training_args.per_device_train_batch_size=8",
-     "roll: config error: actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)"),
-    ("start_rlvr_pipeline.py", f"{RLVR} actor_infer.generating_args.top_p=1.7",
-     "roll: config error: actor_infer.generating_args.top_p=1.7: must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "script, case, line",
+    [
+        (
+            "start_agentic_pipeline.py",
+            f"{AGENTIC} actor_infer.generating_args.temperature=-1",
+            "roll: config error: actor_infer.generating_args.temperature=-1.0: must be >= 0",
+        ),
+        (
+            "start_agentic_pipeline.py",
+            f"{AGENTIC} {DS}.zero_stage=7",
+            f"roll: config error: {DS}.zero_stage=7: must be one",
+        ),
+        (
+            "start_agentic_pipeline.py",
+            f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
+            "roll: config error: actor_train.training_args.learning_rate=-1e-05: must be > 0",
+        ),
+        (
+            "start_agentic_pipeline.py",
+            f"{AGENTIC} actor_train.device_mapping=[0] actor_infer.device_mapping=[0] "
+            "num_gpus_per_node=1 actor_train.training_args.per_device_train_batch_size=8",
+            "roll: config error: actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)",
+        ),
+        (
+            "start_rlvr_pipeline.py",
+            f"{RLVR} actor_infer.generating_args.top_p=1.7",
+            "roll: config error: actor_infer.generating_args.top_p=1.7: must be in (0, 1]",
+        ),
+    ],
+)
 def test_start_script_exits_2_with_one_line(tmp_path, script, case, line):
     name, *overrides = case.split()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, whatever the machine has
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / script), "--config-name", name, *overrides],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / script), "--config-name", name, *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.strip() and not x.startswith("roll: config warning")]
     assert len(lines) == 1 and lines[0].startswith(line), proc.stderr[-2000:]
@@ -220,8 +307,10 @@ def test_an_allowed_range_is_its_own_rule():
         in_range(0, "in {0, 1}")
 
 
-@pytest.mark.parametrize("template, placeholder", [("{env_instructions}\n{observation}", "{env_instructions}"),
-                                                   ("{history_summary}", "{history_summary}")])
+@pytest.mark.parametrize(
+    "template, placeholder",
+    [("{env_instructions}\n{observation}", "{env_instructions}"), ("{history_summary}", "{history_summary}")],
+)
 def test_unknown_template_placeholder_is_a_config_error(template, placeholder):
     """A placeholder roll does not fill (a misspelt one of ROLL's step env manager's) is one line before any
     worker, naming the known ones (ROLL's step fields among them)."""
@@ -230,8 +319,9 @@ def test_unknown_template_placeholder_is_a_config_error(template, placeholder):
     from roll.config.loader import load_config
 
     with pytest.raises(ConfigError) as info:
-        load_config("sokoban_tiny", overrides=[f"custom_envs.SimpleSokoban.turn_template='{template}'"],
-                    schema=AgenticConfig)
+        load_config(
+            "sokoban_tiny", overrides=[f"custom_envs.SimpleSokoban.turn_template='{template}'"], schema=AgenticConfig
+        )
     message = str(info.value)
     assert info.value.key == "custom_envs.SimpleSokoban.turn_template"
     assert f"unknown placeholder {placeholder}" in message and "{observation}" in message and "\n" not in message

@@ -3,15 +3,24 @@ log-probs, for a multi-turn trajectory and for single-turn (RLVR) samples."""
 
 import torch
 
-from roll.data.layout import (last_response_index, loss_mask, place_at_last_response, prompt_response_batch,
-                              rollout_log_probs, sample_layouts, trajectories_to_batch)
+from roll.data.layout import (
+    last_response_index,
+    loss_mask,
+    place_at_last_response,
+    prompt_response_batch,
+    rollout_log_probs,
+    sample_layouts,
+    trajectories_to_batch,
+)
 from roll.data.trajectory import Trajectory, Turn
 
 
 def two_turn_trajectory() -> Trajectory:
     """Prompt [1, 2], reply [3, 4] (stopped); observation [5], reply [6, 7] + appended end token 9 (length cut)."""
-    turns = [Turn([1, 2], [3, 4], [-0.1, -0.2], "s0", reward=0.5),
-             Turn([5], [6, 7, 9], [-0.3, -0.4], "s1", reward=1.0, appended_eos=True)]
+    turns = [
+        Turn([1, 2], [3, 4], [-0.1, -0.2], "s0", reward=0.5),
+        Turn([5], [6, 7, 9], [-0.3, -0.4], "s1", reward=1.0, appended_eos=True),
+    ]
     return Trajectory("t", env_id=0, group_id=3, tag="x", seed=0, turns=turns)
 
 

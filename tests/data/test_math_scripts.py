@@ -12,8 +12,14 @@ from roll.rewards.math_answer import answers_match
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
-SHIPPED = ["math_arith/train.jsonl", "math_arith/test.jsonl", "gsm8k_sample/train.jsonl",
-           "gsm8k_sample/test.jsonl", "math_tiny/train.jsonl", "math_tiny/test.jsonl"]
+SHIPPED = [
+    "math_arith/train.jsonl",
+    "math_arith/test.jsonl",
+    "gsm8k_sample/train.jsonl",
+    "gsm8k_sample/test.jsonl",
+    "math_tiny/train.jsonl",
+    "math_tiny/test.jsonl",
+]
 
 
 def run_script(name, *args):
@@ -36,7 +42,7 @@ def test_shipped_data_is_consistent():
     assert any("." in e.ground_truth for e in arith) and any("/" in e.ground_truth for e in arith)
     tiny = load_rlvr_dataset(REPO / "data/math_tiny/train.jsonl")
     for e in tiny:  # "What is a op b?" with the right answer
-        a, op, b = e.prompt[len("What is "):-1].split()
+        a, op, b = e.prompt[len("What is ") : -1].split()
         assert int(e.ground_truth) == (int(a) + int(b) if op == "+" else int(a) - int(b))
     rows = [json.loads(line) for line in (REPO / "data/gsm8k_sample/train.jsonl").read_text().splitlines()]
     assert len(rows) == 160 and all(r["answer"].split("\n")[-1].startswith("#### ") for r in rows)
@@ -44,7 +50,9 @@ def test_shipped_data_is_consistent():
 
 def test_convert_gsm8k_parquet_and_jsonl(tmp_path):
     pq = tmp_path / "gsm.parquet"
-    pd.DataFrame({"question": ["How many? ", "How much?"], "answer": ["1000 + 234\n#### 1,234", "#### 5"]}).to_parquet(pq)
+    pd.DataFrame({"question": ["How many? ", "How much?"], "answer": ["1000 + 234\n#### 1,234", "#### 5"]}).to_parquet(
+        pq
+    )
     jl = tmp_path / "gsm.jsonl"
     jl.write_text(json.dumps({"question": "Q3", "answer": "x\n#### -7"}) + "\n")
     out = tmp_path / "out" / "rlvr.jsonl"
@@ -60,8 +68,16 @@ def test_convert_gsm8k_parquet_and_jsonl(tmp_path):
 
 def test_convert_gsm8k_reports_bad_rows(tmp_path):
     jl = tmp_path / "bad.jsonl"
-    jl.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"question": "ok", "answer": "#### 1"}, {"question": "", "answer": "#### 1"}, {"question": "q", "answer": "2"}]))
+    jl.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"question": "ok", "answer": "#### 1"},
+                {"question": "", "answer": "#### 1"},
+                {"question": "q", "answer": "2"},
+            ]
+        )
+    )
     result = run_script("convert_gsm8k.py", jl, "-o", tmp_path / "o.jsonl")
     assert result.returncode != 0
     assert "2 row(s) cannot be converted" in result.stderr
@@ -70,7 +86,12 @@ def test_convert_gsm8k_reports_bad_rows(tmp_path):
 
 def test_convert_math(tmp_path):
     rows = [
-        {"problem": "Simplify 2/4.", "solution": "Divide: $\\boxed{\\frac{1}{2}}$.", "level": "Level 1", "type": "Algebra"},
+        {
+            "problem": "Simplify 2/4.",
+            "solution": "Divide: $\\boxed{\\frac{1}{2}}$.",
+            "level": "Level 1",
+            "type": "Algebra",
+        },
         {"problem": "Find x.", "solution": "First \\boxed{3}, no: $x = \\boxed{\\{1, 2\\}}$"},
     ]
     jl = tmp_path / "math.jsonl"
@@ -80,7 +101,13 @@ def test_convert_math(tmp_path):
     assert result.returncode == 0, result.stderr
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert written == [
-        {"prompt": "Simplify 2/4.", "ground_truth": "\\frac{1}{2}", "tag": "math", "level": "Level 1", "type": "Algebra"},
+        {
+            "prompt": "Simplify 2/4.",
+            "ground_truth": "\\frac{1}{2}",
+            "tag": "math",
+            "level": "Level 1",
+            "type": "Algebra",
+        },
         {"prompt": "Find x.", "ground_truth": "\\{1, 2\\}", "tag": "math"},
     ]
     assert answers_match("0.5", written[0]["ground_truth"])

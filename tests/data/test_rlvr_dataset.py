@@ -25,7 +25,10 @@ def tokenizer():
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", pad_token="<|endoftext|>", eos_token="<|im_end|>",
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
         additional_special_tokens=["<|im_start|>"],
     )
     tok.chat_template = CHAT_TEMPLATE
@@ -38,16 +41,20 @@ def _write_jsonl(path, rows):
 
 
 def test_load_jsonl_and_parquet(tmp_path):
-    rows = [{"prompt": "what is 1 + 2 ?", "ground_truth": "3", "tag": "math"},
-            {"prompt": "what is 2 + 2 ?", "ground_truth": 4, "tag": "math"}]
+    rows = [
+        {"prompt": "what is 1 + 2 ?", "ground_truth": "3", "tag": "math"},
+        {"prompt": "what is 2 + 2 ?", "ground_truth": 4, "tag": "math"},
+    ]
     jl = _write_jsonl(tmp_path / "a.jsonl", rows)
     pq = tmp_path / "b.parquet"
     # a numeric parquet column: 3.0 and 2.5 become "3" and "2.5"
     pd.DataFrame({"prompt": ["what is 1 + 2 ?", "p"], "ground_truth": [3.0, 2.5], "tag": ["math", "x"]}).to_parquet(pq)
     examples = load_rlvr_dataset([jl, str(pq)])
     assert [(e.prompt, e.ground_truth, e.tag, e.row) for e in examples] == [
-        ("what is 1 + 2 ?", "3", "math", 0), ("what is 2 + 2 ?", "4", "math", 1),
-        ("what is 1 + 2 ?", "3", "math", 0), ("p", "2.5", "x", 1),
+        ("what is 1 + 2 ?", "3", "math", 0),
+        ("what is 2 + 2 ?", "4", "math", 1),
+        ("what is 1 + 2 ?", "3", "math", 0),
+        ("p", "2.5", "x", 1),
     ]
     assert examples[0].source == str(jl) and examples[3].source == str(pq)
 
@@ -111,7 +118,9 @@ def _ex(prompt, row=0):
 
 def test_encode_applies_chat_template(tokenizer):
     ids, report = encode_prompts([_ex("what is 1 + 2 ?")], tokenizer, prompt_length=32, system_prompt="be brief")
-    expected = "<|im_start|> system be brief <|im_end|> <|im_start|> user what is 1 + 2 ? <|im_end|> <|im_start|> assistant"
+    expected = (
+        "<|im_start|> system be brief <|im_end|> <|im_start|> user what is 1 + 2 ? <|im_end|> <|im_start|> assistant"
+    )
     assert ids[0] == tokenizer.convert_tokens_to_ids(expected.split())
     assert report.kept == [0] and report.max_length == 16  # 5 + 9 + 2 tokens
 
@@ -132,21 +141,30 @@ def test_truncation_modes(tokenizer):
     assert report.truncated_rows == [("f.jsonl", 7, 9)] and report.kept == [0, 1]
     right, _ = encode_prompts(examples, tokenizer, prompt_length=6, truncation="right")
     assert tokenizer.convert_ids_to_tokens(right[1]) == ["<|im_start|>", "user", "1", "2", "3", "4"]
-    kept, report = encode_prompts(examples, tokenizer, prompt_length=6, truncation="error", filter_overlong_prompts=True)
+    kept, report = encode_prompts(
+        examples, tokenizer, prompt_length=6, truncation="error", filter_overlong_prompts=True
+    )
     assert len(kept) == 1 and report.kept == [0] and report.filtered_rows == [("f.jsonl", 7, 9)]
     with pytest.raises(ValueError, match="truncation='middle' is not one of"):
         encode_prompts(examples, tokenizer, prompt_length=6, truncation="middle")
 
 
 def test_default_tag_for_rows_without_one(tmp_path):
-    untagged = _write_jsonl(tmp_path / "untagged.jsonl", [{"prompt": "1 + 1 ?", "ground_truth": "2"},
-                                                          {"prompt": "2 + 2 ?", "ground_truth": 4}])
+    untagged = _write_jsonl(
+        tmp_path / "untagged.jsonl",
+        [{"prompt": "1 + 1 ?", "ground_truth": "2"}, {"prompt": "2 + 2 ?", "ground_truth": 4}],
+    )
     with pytest.raises(DatasetValidationError, match=r"column\(s\) \['tag'\] not found.*default_tag="):
         load_rlvr_dataset(untagged)
     assert [e.tag for e in load_rlvr_dataset(untagged, default_tag="math")] == ["math", "math"]
-    mixed = _write_jsonl(tmp_path / "mixed.jsonl", [{"prompt": "a", "ground_truth": "1", "tag": "logic"},
-                                                    {"prompt": "b", "ground_truth": "1", "tag": None},
-                                                    {"prompt": "c", "ground_truth": "1"}])
+    mixed = _write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            {"prompt": "a", "ground_truth": "1", "tag": "logic"},
+            {"prompt": "b", "ground_truth": "1", "tag": None},
+            {"prompt": "c", "ground_truth": "1"},
+        ],
+    )
     assert [e.tag for e in load_rlvr_dataset(mixed, default_tag="math")] == ["logic", "math", "math"]
     with pytest.raises(DatasetValidationError, match=r"row 1 \(line 2\): missing or empty tag None \(default_tag"):
         load_rlvr_dataset(mixed)

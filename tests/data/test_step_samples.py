@@ -6,22 +6,36 @@ import pytest
 import torch
 
 from roll.algorithms.aggregation import agg_loss, episode_token_weights
-from roll.data.layout import (episode_rows, episode_view, from_episode_frame, loss_mask, rollout_log_probs,
-                              sample_layouts, several_samples, to_episode_frame, trajectories_to_batch)
+from roll.data.layout import (
+    episode_rows,
+    episode_view,
+    from_episode_frame,
+    loss_mask,
+    rollout_log_probs,
+    sample_layouts,
+    several_samples,
+    to_episode_frame,
+    trajectories_to_batch,
+)
 from roll.data.trajectory import Trajectory, Turn
 
 
 def append_only() -> Trajectory:
     """Prompt [1, 2], reply [3, 4]; observation [5], reply [6, 7] + appended end token 9 (length cut)."""
-    turns = [Turn([1, 2], [3, 4], [-0.1, -0.2], "s0", reward=0.5),
-             Turn([5], [6, 7, 9], [-0.3, -0.4], "s1", reward=1.0, appended_eos=True)]
+    turns = [
+        Turn([1, 2], [3, 4], [-0.1, -0.2], "s0", reward=0.5),
+        Turn([5], [6, 7, 9], [-0.3, -0.4], "s1", reward=1.0, appended_eos=True),
+    ]
     return Trajectory("t", env_id=0, group_id=3, tag="x", seed=0, turns=turns)
 
 
 def with_break() -> Trajectory:
     """Turn 3 was given a re-rendered prompt (the template rewrote the history): it starts a sample."""
-    turns = [Turn([1, 2], [3], [-0.1], "s0"), Turn([4], [5], [-0.2], "s1"),
-             Turn([1, 2, 8, 4], [6, 7], [-0.3, -0.4], "s2", reward=2.0, starts_sample=True)]
+    turns = [
+        Turn([1, 2], [3], [-0.1], "s0"),
+        Turn([4], [5], [-0.2], "s1"),
+        Turn([1, 2, 8, 4], [6, 7], [-0.3, -0.4], "s2", reward=2.0, starts_sample=True),
+    ]
     return Trajectory("b", env_id=1, group_id=3, tag="x", seed=0, turns=turns)
 
 
@@ -90,8 +104,9 @@ def test_episode_frame_round_trip_and_view():
 def test_episode_token_weights_hand_computed():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float32)
     # seq-mean-token-mean: 1 / the episode's tokens; token-sum: 1; token-sum-norm: 1 / norm_len
-    torch.testing.assert_close(episode_token_weights(mask, "seq-mean-token-mean"),
-                               torch.tensor([[1 / 3] * 3 + [0], [1, 0, 0, 0], [0] * 4]))
+    torch.testing.assert_close(
+        episode_token_weights(mask, "seq-mean-token-mean"), torch.tensor([[1 / 3] * 3 + [0], [1, 0, 0, 0], [0] * 4])
+    )
     assert episode_token_weights(mask, "seq-mean-token-sum").tolist() == mask.tolist()
     assert episode_token_weights(mask, "seq-mean-token-sum-norm", 8).tolist() == (mask / 8).tolist()
     with pytest.raises(ValueError, match="averages over tokens"):
@@ -108,8 +123,11 @@ def test_split_episode_with_weights_aggregates_like_the_episode(mode):
     fractions = torch.tensor([0.5, 0.5, 1.0])
     weights = from_episode_frame(episode_token_weights(to_episode_frame(mask, rows), mode, 4), rows, 3)
     episodes = agg_loss(to_episode_frame(loss, rows), to_episode_frame(mask, rows), mode, 4)
-    hand = {"seq-mean-token-mean": (12 / 3 + 10) / 2, "seq-mean-token-sum": (12 + 10) / 2,
-            "seq-mean-token-sum-norm": (12 / 4 + 10 / 4) / 2}[mode]
+    hand = {
+        "seq-mean-token-mean": (12 / 3 + 10) / 2,
+        "seq-mean-token-sum": (12 + 10) / 2,
+        "seq-mean-token-sum-norm": (12 / 4 + 10 / 4) / 2,
+    }[mode]
     assert float(episodes) == pytest.approx(hand)
     assert float((loss * weights).sum() / fractions.sum()) == pytest.approx(hand)
     assert float(agg_loss(loss, mask, mode, 4)) != pytest.approx(hand)  # per-sample: not the episode loss

@@ -30,8 +30,13 @@ def realistic_batch(n: int, width: int, seed: int = 0) -> Batch:
     last = (shifted * torch.arange(width - 1)).argmax(1)
     has = shifted.sum(1) > 0
     tls[has, last[has]] = scores[has]
-    tensors = {"input_ids": ids, "attention_mask": attn, "response_mask": resp, "scores": scores,
-               "token_level_scores": tls}
+    tensors = {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "scores": scores,
+        "token_level_scores": tls,
+    }
     for key in ("old_log_probs", "ref_log_probs", "advantages", "returns"):
         tensors[key] = torch.randn(n, width - 1, generator=gen)
     meta = {"traj_id": [str(i) for i in range(n)], "group_id": [i // 8 for i in range(n)]}

@@ -5,15 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.data.layout import trajectories_to_batch
-from roll.data.trajectory import Trajectory, Turn
 from roll.data.batch import Batch
 from roll.data.checks import ENV_VAR, BatchCheckError, check_batch, check_batch_if, strict_enabled
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 
 
 def _traj(i: int, prompt: int, reply: int, score: float, appended_eos: bool = False) -> Trajectory:
-    turn = Turn(prompt_ids=list(range(1, prompt + 1)), response_ids=list(range(10, 10 + reply)),
-                response_log_probs=[-0.5] * reply, observation="o", reward=score, appended_eos=appended_eos)
+    turn = Turn(
+        prompt_ids=list(range(1, prompt + 1)),
+        response_ids=list(range(10, 10 + reply)),
+        response_log_probs=[-0.5] * reply,
+        observation="o",
+        reward=score,
+        appended_eos=appended_eos,
+    )
     return Trajectory(f"train-1-g{i}-e0-t0", env_id=0, group_id=i, tag="T", seed=i, turns=[turn])
 
 
@@ -81,8 +87,15 @@ def test_scores_with_wrong_rank():
     _expect(batch, "scores", "(B=3)", "(3, 1)")
 
 
-@pytest.mark.parametrize("key,dtype", [("input_ids", torch.int32), ("response_mask", torch.bool),
-                                       ("advantages", torch.float64), ("old_log_probs", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "key,dtype",
+    [
+        ("input_ids", torch.int32),
+        ("response_mask", torch.bool),
+        ("advantages", torch.float64),
+        ("old_log_probs", torch.bfloat16),
+    ],
+)
 def test_dtype_not_as_declared(key, dtype):
     batch = valid_batch()
     batch[key] = batch[key].to(dtype)

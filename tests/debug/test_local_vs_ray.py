@@ -25,24 +25,49 @@ UNTIMED_EXCLUDE = ("time/", "perf/", "system/", "memory/", "sync/")
 def tiny_overrides(tmp: Path, model_dir: str, mode: str) -> list[str]:
     """2 RL steps (no warm start), 8 trajectories of <= 3 turns, DeepSpeed ZeRO-2 + hf_infer, one thread each."""
     return [
-        f"distributed={mode}", f"pretrain={model_dir}", f"output_dir={tmp}/{mode}/out",
-        f"logging_dir={tmp}/{mode}/logs", "max_steps=2", "eval_steps=0", "save_steps=0", "track_with=stdout",
-        "trajectory_dump_steps=0", "sft_warmup.enabled=false", "val_env_manager=null", "rollout_batch_size=8",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "sequence_length=512",
-        "reward_normalization.method=identity", "custom_envs.SimpleSokoban.max_actions_per_traj=3",
-        "custom_envs.SimpleSokoban.max_tokens_per_step=6", "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
-        "actor_infer.num_cpus_per_worker=1", "strict_data_check=true",
+        f"distributed={mode}",
+        f"pretrain={model_dir}",
+        f"output_dir={tmp}/{mode}/out",
+        f"logging_dir={tmp}/{mode}/logs",
+        "max_steps=2",
+        "eval_steps=0",
+        "save_steps=0",
+        "track_with=stdout",
+        "trajectory_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "val_env_manager=null",
+        "rollout_batch_size=8",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "sequence_length=512",
+        "reward_normalization.method=identity",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        "strict_data_check=true",
     ]
 
 
 def launch(tmp: Path, model_dir: str, mode: str) -> subprocess.Popen:
     """Start the start script in ``mode`` (both runs go at once: most of each is start-up, not compute)."""
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-name", "sokoban_tiny",
-           *tiny_overrides(tmp, model_dir, mode)]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-name",
+        "sokoban_tiny",
+        *tiny_overrides(tmp, model_dir, mode),
+    ]
     log = open(tmp / f"{mode}.log", "w")
-    return subprocess.Popen(cmd, cwd=tmp, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+    )
 
 
 def finish(tmp: Path, mode: str, proc: subprocess.Popen) -> tuple[list[dict], dict[str, torch.Tensor]]:

@@ -36,14 +36,24 @@ def registered():
 
 def rollout_config(model_dir: str) -> AgenticConfig:
     """8 envs in 2 groups of the broken env (every other one raises), short episodes, the tiny model."""
-    cfg = load_config("sokoban_tiny", overrides=[
-        f"pretrain={model_dir}", "sft_warmup.enabled=false", "val_env_manager=null", "rollout_batch_size=4",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
-        "actor_train.training_args.per_device_train_batch_size=2",
-        "actor_train.training_args.gradient_accumulation_steps=1",
-        f"custom_envs.SimpleSokoban.env_type={user.ENV_TYPE}", "custom_envs.SimpleSokoban.max_actions_per_traj=2",
-        "custom_envs.SimpleSokoban.max_tokens_per_step=4", "actor_infer.num_cpus_per_worker=1",
-    ], schema=AgenticConfig)
+    cfg = load_config(
+        "sokoban_tiny",
+        overrides=[
+            f"pretrain={model_dir}",
+            "sft_warmup.enabled=false",
+            "val_env_manager=null",
+            "rollout_batch_size=4",
+            "train_env_manager.env_groups=2",
+            "train_env_manager.group_size=4",
+            "actor_train.training_args.per_device_train_batch_size=2",
+            "actor_train.training_args.gradient_accumulation_steps=1",
+            f"custom_envs.SimpleSokoban.env_type={user.ENV_TYPE}",
+            "custom_envs.SimpleSokoban.max_actions_per_traj=2",
+            "custom_envs.SimpleSokoban.max_tokens_per_step=4",
+            "actor_infer.num_cpus_per_worker=1",
+        ],
+        schema=AgenticConfig,
+    )
     cfg.actor_infer.model_args.model_name_or_path = model_dir  # start_workers does this in a pipeline
     return cfg
 

@@ -34,24 +34,46 @@ def test_async_run_with_train_and_infer_on_different_nodes(tiny_model_dir, tmp_p
     from roll.pipelines.agentic_pipeline import AgenticPipeline
 
     overrides = [
-        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={tmp_path}", f"logging_dir={tmp_path}/logs",
-        "distributed=ray", f"ray_address={two_node_cluster.address}", "track_with=stdout", "max_steps=3",
-        "save_steps=0", "eval_steps=0", "trajectory_dump_steps=0", "sft_warmup.enabled=false",
-        "rollout_batch_size=8", "sequence_length=256", "train_env_manager.env_groups=2",
-        "train_env_manager.group_size=4", "val_env_manager=null",
+        f"pretrain={tiny_model_dir}",
+        "tiny_model=null",
+        f"output_dir={tmp_path}",
+        f"logging_dir={tmp_path}/logs",
+        "distributed=ray",
+        f"ray_address={two_node_cluster.address}",
+        "track_with=stdout",
+        "max_steps=3",
+        "save_steps=0",
+        "eval_steps=0",
+        "trajectory_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=8",
+        "sequence_length=256",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "val_env_manager=null",
         "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=2",
-        "actor_infer.num_cpus_per_worker=2", "custom_envs.SimpleSokoban.max_actions_per_traj=2",
-        "actor_infer.generating_args.max_new_tokens=4", "custom_envs.SimpleSokoban.max_tokens_per_step=4",
-        "zero_signal_patience=0", "reward_normalization.grouping=batch", "reward_normalization.method=identity",
-        "entropy_loss_coef=0.01", "async_generation_ratio=1"]
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.num_cpus_per_worker=2",
+        "actor_infer.num_cpus_per_worker=2",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=2",
+        "actor_infer.generating_args.max_new_tokens=4",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=4",
+        "zero_signal_patience=0",
+        "reward_normalization.grouping=batch",
+        "reward_normalization.method=identity",
+        "entropy_loss_coef=0.01",
+        "async_generation_ratio=1",
+    ]
     pipe = AgenticPipeline(load_config("sokoban_tiny", overrides=overrides))
     pipe.run()
+
     def node_id(worker) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    nodes = {role: ray.get(pipe.roles.groups[role].actors[0].__ray_call__.remote(node_id))
-             for role in ("actor_train", "actor_infer")}
+    nodes = {
+        role: ray.get(pipe.roles.groups[role].actors[0].__ray_call__.remote(node_id))
+        for role in ("actor_train", "actor_infer")
+    }
     assert nodes["actor_train"] != nodes["actor_infer"], nodes
     assert len({n["NodeID"] for n in ray.nodes() if n["Alive"]}) == 2
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]

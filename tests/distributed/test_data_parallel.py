@@ -20,9 +20,9 @@ GLOBAL_BATCH, SEQ = 4, 12
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from roll.distributed.cluster import start_ray
-
     import ray
+
+    from roll.distributed.cluster import start_ray
 
     start_ray(num_cpus=4)
     yield ray

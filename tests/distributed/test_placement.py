@@ -31,10 +31,18 @@ def test_cpu_plan_uses_world_size():
 
 def test_colocated_roles_share_bundles():
     # train on GPUs 0-3, infer (TP=2) on 0-3, reference on 0-1: everything overlaps
-    plan = plan_placement({"actor_train": _w([0, 1, 2, 3]), "actor_infer": _w([0, 1, 2, 3], gpus_per_worker=2),
-                           "reference": _w([0, 1])}, num_gpus_per_node=8)
-    assert plan.bundles == {"node0": [{"GPU": 1.0, "CPU": 3.0}, {"GPU": 1.0, "CPU": 2.0},
-                                      {"GPU": 1.0, "CPU": 2.0}, {"GPU": 1.0, "CPU": 1.0}]}
+    plan = plan_placement(
+        {"actor_train": _w([0, 1, 2, 3]), "actor_infer": _w([0, 1, 2, 3], gpus_per_worker=2), "reference": _w([0, 1])},
+        num_gpus_per_node=8,
+    )
+    assert plan.bundles == {
+        "node0": [
+            {"GPU": 1.0, "CPU": 3.0},
+            {"GPU": 1.0, "CPU": 2.0},
+            {"GPU": 1.0, "CPU": 2.0},
+            {"GPU": 1.0, "CPU": 1.0},
+        ]
+    }
     infer = plan.roles["actor_infer"]
     assert [s.gpu_ids for s in infer] == [(0, 1), (2, 3)]
     assert [s.bundle for s in infer] == [0, 2]
@@ -52,8 +60,13 @@ def test_disaggregated_roles_and_nodes():
     assert plan.colocated == {"actor_train": set(), "actor_infer": set()}
     assert set(plan.bundles) == {"node0", "node1"}
     slot = plan.roles["actor_infer"][1]
-    assert (slot.gpu_ids, slot.local_gpu_ids, slot.group_key, slot.bundle, slot.num_gpus) == ((5,), (1,), "node1",
-                                                                                              1, 1.0)
+    assert (slot.gpu_ids, slot.local_gpu_ids, slot.group_key, slot.bundle, slot.num_gpus) == (
+        (5,),
+        (1,),
+        "node1",
+        1,
+        1.0,
+    )
 
 
 def test_worker_across_nodes_and_mixed_cpu_gpu_rejected():
@@ -89,10 +102,15 @@ def test_colocation_phases_offload_then_reload():
     assert phases.activate(groups, {"actor_infer"}) == [("actor_train", "offload")]
     assert phases.activate(groups, {"actor_infer"}) == []  # already in that phase
     # back to training: infer offloads first (frees memory), then train reloads; reference (GPU 1) never moves
-    assert phases.activate(groups, {"actor_train", "reference", "critic"}) == [("actor_infer", "offload"),
-                                                                                ("actor_train", "reload")]
-    assert log == [("actor_train", "offload_states"), ("actor_infer", "offload_states"),
-                   ("actor_train", "reload_states")]
+    assert phases.activate(groups, {"actor_train", "reference", "critic"}) == [
+        ("actor_infer", "offload"),
+        ("actor_train", "reload"),
+    ]
+    assert log == [
+        ("actor_train", "offload_states"),
+        ("actor_infer", "offload_states"),
+        ("actor_train", "reload_states"),
+    ]
 
 
 def test_cpu_phases_never_offload():
@@ -121,8 +139,11 @@ def test_auto_policy_stays_resident_when_measured_to_fit(trainer_peak, resident)
     second rollout on nothing moves. A 60 GiB peak does not (96 > 80): offloading goes on."""
     plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0])}, 1)
     log: list = []
-    train = _Measured("actor_train", log, {"reserved_gib": 0.5, "gpu_used_gib": 30.5, "gpu_total_gib": 80.0,
-                                           "peak_reserved_gib": trainer_peak})
+    train = _Measured(
+        "actor_train",
+        log,
+        {"reserved_gib": 0.5, "gpu_used_gib": 30.5, "gpu_total_gib": 80.0, "peak_reserved_gib": trainer_peak},
+    )
     groups = {"actor_train": train, "actor_infer": _Recorder("actor_infer", log)}
     phases = ColocationPhases(plan.colocated, "auto")
     phases.activate(groups, {"actor_infer"})  # first rollout: like "always"
@@ -179,8 +200,9 @@ def test_gpu_worker_on_a_raylet_started_with_cuda_visible_devices(monkeypatch, t
         config.device_mapping, config.world_size, config.num_cpus_per_worker = [1], 1, 1
         plan = plan_placement({"actor_infer": config}, num_gpus_per_node=2)
         groups = create_placement_groups(plan)
-        group = RayWorkerGroup("actor_infer", config, timeout_s=120, gpu_ids=[1], slots=plan.roles["actor_infer"],
-                               placement_groups=groups)
+        group = RayWorkerGroup(
+            "actor_infer", config, timeout_s=120, gpu_ids=[1], slots=plan.roles["actor_infer"], placement_groups=groups
+        )
         env = ray.get(group.actors[0].__ray_call__.remote(lambda w: dict(__import__("os").environ)))
         assert env["CUDA_VISIBLE_DEVICES"] == "7"
         assert "ROLL_LOCAL_GPU_IDS" not in env

@@ -28,12 +28,14 @@ REPO = HERE.parents[1]
 def _weights() -> list[tuple[str, torch.Tensor]]:
     """Mixed dtypes and shapes, one tensor larger than a bucket, one non-contiguous (a transposed view)."""
     g = torch.Generator().manual_seed(0)
-    return [("embed.weight", torch.randn(40, 8, generator=g).to(torch.bfloat16)),
-            ("layers.0.q.weight", torch.randn(8, 8, generator=g)),
-            ("layers.0.norm.weight", torch.randn(8, generator=g).to(torch.bfloat16)),
-            ("layers.0.mlp.weight", torch.randn(16, 8, generator=g).t()),
-            ("layers.0.mlp.bias", torch.randn(16, generator=g)),
-            ("head.scale", torch.tensor([1.5]))]
+    return [
+        ("embed.weight", torch.randn(40, 8, generator=g).to(torch.bfloat16)),
+        ("layers.0.q.weight", torch.randn(8, 8, generator=g)),
+        ("layers.0.norm.weight", torch.randn(8, generator=g).to(torch.bfloat16)),
+        ("layers.0.mlp.weight", torch.randn(16, 8, generator=g).t()),
+        ("layers.0.mlp.bias", torch.randn(16, generator=g)),
+        ("head.scale", torch.tensor([1.5])),
+    ]
 
 
 def test_plan_matches_sender_buckets():
@@ -64,8 +66,13 @@ def test_store_prefixes_and_bad_backend():
 
 def _peer(port: int, rank: int, world: int, metas: Path, kind: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, str(HERE / "weight_group_peer.py"), str(port), str(rank), str(world),
-                             str(metas), kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "weight_group_peer.py"), str(port), str(rank), str(world), str(metas), kind],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def test_gloo_broadcast_reaches_sglang_style_and_roll_receivers(tmp_path):

@@ -14,9 +14,9 @@ from roll.config.loader import load_config
 from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
+from roll.distributed.roles import ActorProxy, InferProxy
 from roll.distributed.weight_group import WeightGroup
 from roll.distributed.weight_sync import GROUP_NAME, WeightSync
-from roll.distributed.roles import ActorProxy, InferProxy
 from roll.distributed.worker import Worker
 from roll.pipelines.preflight import check_strategy_options, check_weight_sync
 from roll.strategies.base import GenerationOutput
@@ -25,37 +25,58 @@ from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets
 
 
 # ---------------------------------------------------------------------------- mode decision
-@pytest.mark.parametrize("mappings, distributed, receives, mode, why", [
-    ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
-    ({"actor_train": [0, 1, 2, 3], "actor_infer": [4, 5, 6, 7], "reference": [0, 1]}, "ray", True, "nccl",
-     "disjoint"),
-    ({"actor_train": [0], "actor_infer": [0]}, "ray", True, "copy", "GPUs [0] are in both"),
-    ({"actor_train": [0, 1], "actor_infer": [1, 2]}, "ray", True, "copy", "GPUs [1] are in both"),  # partial overlap
-    ({"actor_train": [0], "actor_infer": [1], "reference": [1]}, "ray", True, "copy",
-     "shares GPUs [1] with reference"),
-    ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
-    ({"actor_train": [0], "actor_infer": [1]}, "local", True, "direct", "distributed=local"),
-    ({"actor_train": [0], "actor_infer": [1]}, "ray", False, "copy", "only sglang"),
-])
+@pytest.mark.parametrize(
+    "mappings, distributed, receives, mode, why",
+    [
+        ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
+        (
+            {"actor_train": [0, 1, 2, 3], "actor_infer": [4, 5, 6, 7], "reference": [0, 1]},
+            "ray",
+            True,
+            "nccl",
+            "disjoint",
+        ),
+        ({"actor_train": [0], "actor_infer": [0]}, "ray", True, "copy", "GPUs [0] are in both"),
+        (
+            {"actor_train": [0, 1], "actor_infer": [1, 2]},
+            "ray",
+            True,
+            "copy",
+            "GPUs [1] are in both",
+        ),  # partial overlap
+        (
+            {"actor_train": [0], "actor_infer": [1], "reference": [1]},
+            "ray",
+            True,
+            "copy",
+            "shares GPUs [1] with reference",
+        ),
+        ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
+        ({"actor_train": [0], "actor_infer": [1]}, "local", True, "direct", "distributed=local"),
+        ({"actor_train": [0], "actor_infer": [1]}, "ray", False, "copy", "only sglang"),
+    ],
+)
 def test_mode_from_device_mapping(mappings, distributed, receives, mode, why):
     got, reason = weight_sync_mode(mappings, distributed, receives)
     assert got == mode and why in reason
     assert (nccl_sync_blocker(mappings, distributed, receives) is None) == (mode == "nccl")
 
 
-@pytest.mark.parametrize("mappings, distributed, subprocess, mode, why", [
-    ({"actor_train": [0], "actor_infer": [0]}, "ray", False, "cuda_ipc", "each hold an actor_train rank"),
-    ({"actor_train": [0, 1], "actor_infer": [0, 1]}, "ray", True, "cuda_ipc", "each hold"),  # TP-2 colocated
-    ({"actor_train": [0], "actor_infer": [0]}, "local", True, "cuda_ipc", "each hold"),  # sglang: own processes
-    ({"actor_train": [0], "actor_infer": [0]}, "local", False, "direct", "share this process"),  # hf_infer local
-    ({"actor_train": [0], "actor_infer": [0, 1]}, "ray", True, "copy", "GPUs [1] hold no actor_train rank"),
-    ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
-    ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
-    ({"actor_train": [], "actor_infer": []}, "local", False, "direct", "share this process"),
-])
+@pytest.mark.parametrize(
+    "mappings, distributed, subprocess, mode, why",
+    [
+        ({"actor_train": [0], "actor_infer": [0]}, "ray", False, "cuda_ipc", "each hold an actor_train rank"),
+        ({"actor_train": [0, 1], "actor_infer": [0, 1]}, "ray", True, "cuda_ipc", "each hold"),  # TP-2 colocated
+        ({"actor_train": [0], "actor_infer": [0]}, "local", True, "cuda_ipc", "each hold"),  # sglang: own processes
+        ({"actor_train": [0], "actor_infer": [0]}, "local", False, "direct", "share this process"),  # hf_infer local
+        ({"actor_train": [0], "actor_infer": [0, 1]}, "ray", True, "copy", "GPUs [1] hold no actor_train rank"),
+        ({"actor_train": [0], "actor_infer": [1]}, "ray", True, "nccl", "disjoint"),
+        ({"actor_train": [], "actor_infer": []}, "ray", True, "copy", "CPU run"),
+        ({"actor_train": [], "actor_infer": []}, "local", False, "direct", "share this process"),
+    ],
+)
 def test_mode_with_cuda_ipc_receivers(mappings, distributed, subprocess, mode, why):
-    got, reason = weight_sync_mode(mappings, distributed, True, infer_supports_ipc=True,
-                                   infer_in_subprocess=subprocess)
+    got, reason = weight_sync_mode(mappings, distributed, True, infer_supports_ipc=True, infer_in_subprocess=subprocess)
     assert got == mode and why in reason
     with pytest.raises(ValueError, match="cuda_ipc is impossible here"):
         weight_sync_mode({"actor_train": [0], "actor_infer": [1]}, "ray", True, "cuda_ipc", True, True)
@@ -104,8 +125,9 @@ def test_config_checks_of_weight_sync():
     check_weight_sync(_cfg(infer_gpus=(0,), weight_sync="cuda_ipc"))
     with pytest.raises(ConfigError, match="weight_sync='fast': must be one of auto, nccl, cuda_ipc, copy"):
         check_weight_sync(_cfg(weight_sync="fast"))
-    with pytest.raises(ConfigError, match="weight_sync='copy': not a key of HFInferOptions; allowed: "
-                                          "generate_batch_size"):
+    with pytest.raises(
+        ConfigError, match="weight_sync='copy': not a key of HFInferOptions; allowed: generate_batch_size"
+    ):
         check_strategy_options(_cfg("hf_infer", weight_sync="copy"))  # it always receives weights by copy
 
 
@@ -120,20 +142,34 @@ def test_config_check_of_sglang_tp_size():
     check_weight_sync(cfg)  # tp_size defaults to num_gpus_per_worker
 
 
-@pytest.mark.parametrize("name, extra, mode", [
-    ("sokoban_qwen05b_sglang_disagg", [], "nccl"),
-    ("sokoban_qwen05b_sglang", [], "cuda_ipc"),
-    ("sokoban_qwen05b_sglang", ["num_gpus_per_node=2", "actor_infer.device_mapping=[0,1]",  # the tp2 GPU check
-                                "actor_infer.num_gpus_per_worker=2",
-                                "+actor_infer.strategy_args.strategy_config.tp_size=2"], "copy"),
-])
+@pytest.mark.parametrize(
+    "name, extra, mode",
+    [
+        ("sokoban_qwen05b_sglang_disagg", [], "nccl"),
+        ("sokoban_qwen05b_sglang", [], "cuda_ipc"),
+        (
+            "sokoban_qwen05b_sglang",
+            [
+                "num_gpus_per_node=2",
+                "actor_infer.device_mapping=[0,1]",  # the tp2 GPU check
+                "actor_infer.num_gpus_per_worker=2",
+                "+actor_infer.strategy_args.strategy_config.tp_size=2",
+            ],
+            "copy",
+        ),
+    ],
+)
 def test_gpu_example_configs_pick_their_mode(name, extra, mode):
     """The GPU examples validate (``ray_address`` set: the driver need not have SGLang) and pick their mode."""
     from roll.distributed.placement import role_mappings
 
     cfg = load_config(name, overrides=[*extra, "ray_address=auto", "pretrain=/nonexistent"])
-    assert weight_sync_mode(role_mappings(cfg), cfg.distributed, True, infer_supports_ipc=True,
-                            infer_in_subprocess=True)[0] == mode
+    assert (
+        weight_sync_mode(role_mappings(cfg), cfg.distributed, True, infer_supports_ipc=True, infer_in_subprocess=True)[
+            0
+        ]
+        == mode
+    )
 
 
 def test_from_config_reads_mode_buckets_and_tp(capsys):
@@ -230,12 +266,16 @@ class _Engine:
 
     def init_weight_group(self, master_address, master_port, rank_offset, world_size, group_name, backend):
         self.joins.append((rank_offset, world_size, group_name))
-        self.groups = self._each_rank(lambda i: WeightGroup(master_address, master_port, rank_offset + i,
-                                                            world_size, group_name, backend, timeout_s=60))
+        self.groups = self._each_rank(
+            lambda i: WeightGroup(
+                master_address, master_port, rank_offset + i, world_size, group_name, backend, timeout_s=60
+            )
+        )
 
     def update_weights_distributed(self, metas, group_name) -> float:
-        per_rank = self._each_rank(lambda i: [kv for m in metas for kv in
-                                              self.groups[i].receive_bucket(BucketMeta(**m))])
+        per_rank = self._each_rank(
+            lambda i: [kv for m in metas for kv in self.groups[i].receive_bucket(BucketMeta(**m))]
+        )
         for received in per_rank[1:]:  # every TP rank got the same tensors
             assert all(torch.equal(a, b) for (_, a), (_, b) in zip(per_rank[0], received))
         self.weights = dict(per_rank[0])
@@ -264,7 +304,8 @@ def _groups(engines):
 
 def _equal(engine: _Engine, trainer: _Trainer) -> bool:
     return list(engine.weights) == [n for n, _ in trainer.weights] and all(
-        torch.equal(engine.weights[n], t) for n, t in trainer.weights)
+        torch.equal(engine.weights[n], t) for n, t in trainer.weights
+    )
 
 
 def test_broadcast_sync_two_engines_of_tp2_over_gloo():
@@ -277,7 +318,7 @@ def test_broadcast_sync_two_engines_of_tp2_over_gloo():
     metas = [bucket_meta(b) for b in iter_buckets(trainer.weights, 100)]
     assert sync.metas == [m.to_dict() for m in metas] and len(metas) == 3  # 48 B tensors, two per 100 B bucket
     assert first["sync/mode"] == 1.0 and first["sync/buckets"] == 3.0
-    assert first["sync/gib"] == pytest.approx(5 * 48 / 2 ** 30) and first["time/sync"] >= first["time/sync_push"] > 0
+    assert first["sync/gib"] == pytest.approx(5 * 48 / 2**30) and first["time/sync"] >= first["time/sync_push"] > 0
     trainer.weights = _weights(shift=1.0)  # the next step's weights: same group, new tensors
     sync()
     assert all(_equal(e, trainer) for e in engines) and all(len(e.joins) == 1 for e in engines)
@@ -309,14 +350,18 @@ def test_direct_sync_loads_the_trainers_buckets_in_process():
     trainer, train, infer = _groups(engines)
     out = WeightSync(train, infer, "direct", bucket_bytes=100)()
     assert all(_equal(e, trainer) for e in engines)
-    assert out["sync/mode"] == 3.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2 ** 30)
+    assert out["sync/mode"] == 3.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2**30)
 
 
 def test_flattened_bucket_round_trip_mixed_dtypes():
     from roll.strategies.ipc_buckets import flatten_bucket, share_bucket, unflatten_bucket
 
-    named = [("a", torch.arange(6, dtype=torch.float32).view(2, 3)), ("b", torch.tensor(7, dtype=torch.int64)),
-             ("c", torch.linspace(-1, 1, 5).to(torch.bfloat16)), ("d", torch.ones(3, 1, dtype=torch.float16))]
+    named = [
+        ("a", torch.arange(6, dtype=torch.float32).view(2, 3)),
+        ("b", torch.tensor(7, dtype=torch.int64)),
+        ("c", torch.linspace(-1, 1, 5).to(torch.bfloat16)),
+        ("d", torch.ones(3, 1, dtype=torch.float16)),
+    ]
     buffer, slots = flatten_bucket(named)
     assert buffer.dtype == torch.uint8 and buffer.numel() == 24 + 8 + 10 + 6
     assert [(s.start_idx, s.end_idx) for s in slots] == [(0, 24), (24, 32), (32, 42), (42, 48)]

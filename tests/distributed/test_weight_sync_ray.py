@@ -49,8 +49,12 @@ def test_copy_sync_between_ray_actors(ray_session, tiny_model_dir, tmp_path, sha
 def test_shared_file_round_trip_keeps_names_dtypes_and_values(tmp_path):
     from roll.distributed.shared_weights import ALIGN, read_shared, write_shared
 
-    named = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.arange(5)),
-             ("empty", torch.zeros(0))]
+    named = [
+        ("a", torch.randn(3, 5)),
+        ("b", torch.randn(7).to(torch.bfloat16)),
+        ("c", torch.arange(5)),
+        ("empty", torch.zeros(0)),
+    ]
     layout = write_shared(str(tmp_path / "w"), named)
     assert [entry[3] for entry in layout] == [0, ALIGN, 2 * ALIGN, 3 * ALIGN]  # 60, 14 and 40 bytes, aligned
     got = read_shared(str(tmp_path / "w"), layout)

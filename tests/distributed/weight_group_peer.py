@@ -31,10 +31,21 @@ def sglang_style_group(init_method: str, rank: int, world_size: int, backend: st
     timeout = timedelta(seconds=60)
     store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
-    options = "backend_options" if "backend_options" in inspect.signature(_new_process_group_helper).parameters \
+    options = (
+        "backend_options"
+        if "backend_options" in inspect.signature(_new_process_group_helper).parameters
         else "pg_options"
-    pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), PrefixStore(GROUP, store),
-                                      group_name=GROUP, timeout=timeout, **{options: None})
+    )
+    pg, _ = _new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        Backend(backend),
+        PrefixStore(GROUP, store),
+        group_name=GROUP,
+        timeout=timeout,
+        **{options: None},
+    )
     _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
     return pg
 

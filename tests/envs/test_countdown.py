@@ -26,8 +26,21 @@ def test_parse_and_evaluate(text, value):
 
 @pytest.mark.parametrize(
     "text",
-    ["__import__('os').system('echo hi')", "2 ** 10", "-3 + 5", "3.5 + 1", "abs(3)", "x + 1", "3 // 2", "True + 1",
-     "", "(" * 300 + "1" + ")" * 300, "1 + ", "[1, 2]", "3 % 2"],
+    [
+        "__import__('os').system('echo hi')",
+        "2 ** 10",
+        "-3 + 5",
+        "3.5 + 1",
+        "abs(3)",
+        "x + 1",
+        "3 // 2",
+        "True + 1",
+        "",
+        "(" * 300 + "1" + ")" * 300,
+        "1 + ",
+        "[1, 2]",
+        "3 % 2",
+    ],
 )
 def test_rejected_expressions(text):
     assert parse_expression(text) is None
@@ -48,8 +61,13 @@ def test_correct_answer_rewards_one():
 
 @pytest.mark.parametrize(
     "text, feedback",
-    [("50 + 25", "50 + 25 = 75, not 71"), ("50 + 25 - 3 - 3 + 2", "uses [2, 3], which are not available"),
-     ("25 / (7 - 7)", "uses [7]"), ("3 / (50 - 50)", "uses [50]"), ("71", "uses [71]")],
+    [
+        ("50 + 25", "50 + 25 = 75, not 71"),
+        ("50 + 25 - 3 - 3 + 2", "uses [2, 3], which are not available"),
+        ("25 / (7 - 7)", "uses [7]"),
+        ("3 / (50 - 50)", "uses [50]"),
+        ("71", "uses [71]"),
+    ],
 )
 def test_wrong_answers_reward_zero_and_single_turn_ends(text, feedback):
     env = CountdownEnv()
@@ -92,7 +110,11 @@ def test_use_all_numbers():
 
 
 def test_generated_tasks_are_solvable_and_deterministic():
-    for config in ({}, {"num_numbers": 3, "max_number": 20, "max_target": 100}, {"num_numbers": 6, "use_all_numbers": True}):
+    for config in (
+        {},
+        {"num_numbers": 3, "max_number": 20, "max_target": 100},
+        {"num_numbers": 6, "use_all_numbers": True},
+    ):
         env = make_env("countdown", config)
         tasks = []
         for seed in range(40):
@@ -105,8 +127,10 @@ def test_generated_tasks_are_solvable_and_deterministic():
         assert tasks == [env.reset(seed=s)[0] for s in range(40)] and len(set(tasks)) > 30
 
 
-@pytest.mark.parametrize("config, message", [({"num_numbers": 1}, "num_numbers=1"), ({"min_number": 0}, "min_number=0"),
-                                             ({"max_target": 0}, "max_target=0")])
+@pytest.mark.parametrize(
+    "config, message",
+    [({"num_numbers": 1}, "num_numbers=1"), ({"min_number": 0}, "min_number=0"), ({"max_target": 0}, "max_target=0")],
+)
 def test_bad_config(config, message):
     with pytest.raises(ValueError, match=message):
         make_env("countdown", config)

@@ -63,8 +63,9 @@ def test_custom_regex():
     assert ActionParser(r"(?i)move\s+(\w+)").parse("MOVE up") == "up"
 
 
-@pytest.mark.parametrize("bad, message", [("(a)(b)", "2 capture groups"), ("no group", "0 capture groups"),
-                                          ("(unclosed", "neither one of")])
+@pytest.mark.parametrize(
+    "bad, message", [("(a)(b)", "2 capture groups"), ("no group", "0 capture groups"), ("(unclosed", "neither one of")]
+)
 def test_bad_formats_raise(bad, message):
     with pytest.raises(ValueError, match=message):
         ActionParser(bad)

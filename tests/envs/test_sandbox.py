@@ -108,9 +108,13 @@ def test_writing_outside_the_sandbox_is_blocked(tmp_path, code):
     target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
     result = run_python(f"TARGET = {str(target)!r}\n" + code, wall_timeout_s=WALL)
     # refused by the write rule, or earlier: a symlink out of the sandbox, a chdir out of it
-    assert not result.ok and result.error.startswith(("blocked: write outside the sandbox directory",
-                                                      "blocked: symlink to a path outside the sandbox",
-                                                      "blocked: changing directory outside the sandbox"))
+    assert not result.ok and result.error.startswith(
+        (
+            "blocked: write outside the sandbox directory",
+            "blocked: symlink to a path outside the sandbox",
+            "blocked: changing directory outside the sandbox",
+        )
+    )
     assert not target.exists()
 
 
@@ -122,9 +126,11 @@ def test_removing_outside_files_is_blocked(tmp_path):
 
 
 def test_writing_inside_the_sandbox_works():
-    code = "import os, tempfile\nos.mkdir('d')\nopen('d/f.txt', 'w').write('ok')\n" \
-           "with tempfile.NamedTemporaryFile('w', delete=False) as f:\n    f.write('t')\n" \
-           "os.rename('d/f.txt', 'g.txt')\nprint(open('g.txt').read(), sorted(os.listdir('.'))[:2])"
+    code = (
+        "import os, tempfile\nos.mkdir('d')\nopen('d/f.txt', 'w').write('ok')\n"
+        "with tempfile.NamedTemporaryFile('w', delete=False) as f:\n    f.write('t')\n"
+        "os.rename('d/f.txt', 'g.txt')\nprint(open('g.txt').read(), sorted(os.listdir('.'))[:2])"
+    )
     result = run_python(code, wall_timeout_s=WALL)
     assert result.ok, result.stderr
     assert result.stdout.startswith("ok ['d', 'g.txt']")
@@ -151,8 +157,9 @@ def test_ctypes_is_blocked():
 
 
 def test_raising_limits_or_signalling_the_caller_is_blocked():
-    raise_limit = run_python("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))",
-                             wall_timeout_s=WALL)
+    raise_limit = run_python(
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))", wall_timeout_s=WALL
+    )
     assert raise_limit.error == "blocked: resource.setrlimit"
     kill = run_python(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)", wall_timeout_s=WALL)
     assert kill.error.startswith("blocked: signalling another process")
@@ -191,8 +198,7 @@ def test_grandchild_in_new_session_dies_with_pid_namespace():
     if "--pid" not in namespace_prefix():
         pytest.skip("unshare --pid does not work here")
     marker = f"{uuid.uuid4().int % 10**6 + 10**6}.75"
-    code = (f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
-            "time.sleep(30)")
+    code = f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\ntime.sleep(30)"
     result = run_python(code, wall_timeout_s=1.0, allow_processes=True)
     assert result.error == "timeout"
     assert processes_with(marker) == []

@@ -35,14 +35,19 @@ ATTACKS = {
     "scandir secret dir": "import os\nprint([e.name for e in os.scandir(SECRET_DIR)])",
     "pathlib iterdir": "import pathlib\nprint(list(pathlib.Path(SECRET_DIR).iterdir()))",
     "glob": "import glob\nprint(glob.glob(SECRET_DIR + '/*') or NOTHING)",
-    "dir fd climb": ("import os\nbase = os.open('.', os.O_RDONLY)\nos.makedirs('a/' * 40)\nos.chdir('a/' * 40)\n"
-                     "fd = os.open('../' * 40 + SECRET_FROM_WORK, os.O_RDONLY, dir_fd=base)\nprint(os.read(fd, 100))"),
-    "sqlite uri": ("import sqlite3\nsqlite3.connect('file:' + SECRET + '?mode=ro', uri=True).execute('select 1')\n"
-                   "print('connected')"),
-    "readline history": ("import readline\nreadline.read_history_file(SECRET)\n"
-                         "print(readline.get_history_item(1))"),
-    "descriptor passed in": ("import os\nfor fd in range(3, 64):\n    try:\n        print(os.read(fd, 100))\n"
-                             "    except OSError:\n        pass\nraise SystemExit(5)"),
+    "dir fd climb": (
+        "import os\nbase = os.open('.', os.O_RDONLY)\nos.makedirs('a/' * 40)\nos.chdir('a/' * 40)\n"
+        "fd = os.open('../' * 40 + SECRET_FROM_WORK, os.O_RDONLY, dir_fd=base)\nprint(os.read(fd, 100))"
+    ),
+    "sqlite uri": (
+        "import sqlite3\nsqlite3.connect('file:' + SECRET + '?mode=ro', uri=True).execute('select 1')\n"
+        "print('connected')"
+    ),
+    "readline history": ("import readline\nreadline.read_history_file(SECRET)\nprint(readline.get_history_item(1))"),
+    "descriptor passed in": (
+        "import os\nfor fd in range(3, 64):\n    try:\n        print(os.read(fd, 100))\n"
+        "    except OSError:\n        pass\nraise SystemExit(5)"
+    ),
 }
 """Code that tries to print the secret file's content (or list its directory) from the sandbox. Library calls that
 swallow the refusal (``glob``, ``linecache``) print ``NOTHING`` instead."""
@@ -85,10 +90,15 @@ def kernel_only(code: str, tmp_path: Path, *, passed_fd: int | None = None) -> s
     work = root / "work"
     work.mkdir(parents=True)
     rules = sandbox_paths(str(root), str(work))
-    return subprocess.run([interpreter(), "-I", "-S", sandbox._LANDLOCK, json.dumps(rules), "--", interpreter(),
-                           "-I", "-S", "-c", code], cwd=work, capture_output=True, text=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
-                          pass_fds=() if passed_fd is None else (passed_fd,))
+    return subprocess.run(
+        [interpreter(), "-I", "-S", sandbox._LANDLOCK, json.dumps(rules), "--", interpreter(), "-I", "-S", "-c", code],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
+        pass_fds=() if passed_fd is None else (passed_fd,),
+    )
 
 
 def assert_no_leak(text: str, secret: str = SECRET) -> None:
@@ -207,11 +217,13 @@ def test_landlock_alone_leaves_the_password_database_empty(tmp_path):
 @needs_landlock
 def test_landlock_alone_refuses_writes_network_and_signals(tmp_path):
     target = tmp_path / "escape.txt"
-    code = (f"import os, socket\nfor attempt in (lambda: open({str(target)!r}, 'w'),\n"
-            "                lambda: socket.create_connection(('127.0.0.1', 22), timeout=1),\n"
-            f"                lambda: os.kill({os.getpid()}, 0)):\n"
-            "    try:\n        attempt()\n        print('allowed')\n    except OSError as exc:\n"
-            "        print(type(exc).__name__)")
+    code = (
+        f"import os, socket\nfor attempt in (lambda: open({str(target)!r}, 'w'),\n"
+        "                lambda: socket.create_connection(('127.0.0.1', 22), timeout=1),\n"
+        f"                lambda: os.kill({os.getpid()}, 0)):\n"
+        "    try:\n        attempt()\n        print('allowed')\n    except OSError as exc:\n"
+        "        print(type(exc).__name__)"
+    )
     done = kernel_only(code, tmp_path)
     assert done.stdout.split() == ["PermissionError"] * 3, done.stderr
     assert not target.exists()
@@ -235,8 +247,13 @@ os.makedirs('out/deep'); open('out/deep/f.txt', 'w').write('kept'); shutil.copyt
 print(sorted(os.listdir('.')), open('out2/deep/f.txt').read(), hashlib.sha256(b'').hexdigest()[:8])
 print(statistics.mean([1, 2, 3]), decimal.Decimal(1) / 7 > 0, fractions.Fraction(1, 3) * 3)
 """
-STDLIB_EXPECTED = ["True 2432902008176640000 4 True", "True True", "False 5",
-                   "['out', 'out2'] kept e3b0c442", "2 True 1"]
+STDLIB_EXPECTED = [
+    "True 2432902008176640000 4 True",
+    "True True",
+    "False 5",
+    "['out', 'out2'] kept e3b0c442",
+    "2 True 1",
+]
 
 
 @pytest.mark.parametrize("use_landlock", [True, False])

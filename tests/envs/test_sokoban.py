@@ -126,8 +126,14 @@ def test_render_modes():
     assert text_env.render_mode == "ansi" and text_env.reset(seed=0)[0] == (text_env.render() or "")
 
 
-@pytest.mark.parametrize("config, message", [({"dim_room": (4, 6)}, "dim_room"), ({"num_boxes": 0}, "num_boxes"),
-                                             ({"max_solution_length": 0}, "max_solution_length")])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"dim_room": (4, 6)}, "dim_room"),
+        ({"num_boxes": 0}, "num_boxes"),
+        ({"max_solution_length": 0}, "max_solution_length"),
+    ],
+)
 def test_bad_config_raises(config, message):
     with pytest.raises(ValueError, match=message):
         make_env("sokoban", config)

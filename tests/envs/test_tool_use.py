@@ -23,9 +23,19 @@ def call(name: str, **arguments) -> str:
 # ----------------------------------------------------------------- calculator
 @pytest.mark.parametrize(
     "expression, expected",
-    [("2**10", 1024), ("(12345 * 6789) % 97", 71), ("7 // 2", 3), ("-3 % 5", 2), ("10 / 4", 2.5),
-     ("sqrt(16)", 4.0), ("abs(-5)", 5), ("2 ** -1", 0.5), ("(1 + 2) * -3", -9), ("2 * pi", 2 * 3.141592653589793),
-     ("123456789 * 987654321", 121932631112635269)],
+    [
+        ("2**10", 1024),
+        ("(12345 * 6789) % 97", 71),
+        ("7 // 2", 3),
+        ("-3 % 5", 2),
+        ("10 / 4", 2.5),
+        ("sqrt(16)", 4.0),
+        ("abs(-5)", 5),
+        ("2 ** -1", 0.5),
+        ("(1 + 2) * -3", -9),
+        ("2 * pi", 2 * 3.141592653589793),
+        ("123456789 * 987654321", 121932631112635269),
+    ],
 )
 def test_calculator_values(expression, expected):
     assert CalculatorTool().evaluate(expression) == expected
@@ -35,11 +45,24 @@ def test_calculator_values(expression, expected):
 
 @pytest.mark.parametrize(
     "expression, message",
-    [("9**9**9", "bits"), ("2**100000", "bits"), ("10**5000", "bits"), ("(10**1000) ** 5", "bits"),
-     ("__import__('os').system('ls')", "not allowed"), ("x + 1", "not allowed"), ("[1, 2]", "not allowed"),
-     ("'a' * 3", "not allowed"), ("True + 1", "not allowed"), ("1 if 1 else 2", "not allowed"),
-     ("1 / 0", "ZeroDivisionError"), ("(-8) ** 0.5", "complex"), ("sqrt(-1)", "ValueError"),
-     ("2.0 ** 10000", "OverflowError"), ("1 +", "cannot parse"), ("1" * 600, "characters")],
+    [
+        ("9**9**9", "bits"),
+        ("2**100000", "bits"),
+        ("10**5000", "bits"),
+        ("(10**1000) ** 5", "bits"),
+        ("__import__('os').system('ls')", "not allowed"),
+        ("x + 1", "not allowed"),
+        ("[1, 2]", "not allowed"),
+        ("'a' * 3", "not allowed"),
+        ("True + 1", "not allowed"),
+        ("1 if 1 else 2", "not allowed"),
+        ("1 / 0", "ZeroDivisionError"),
+        ("(-8) ** 0.5", "complex"),
+        ("sqrt(-1)", "ValueError"),
+        ("2.0 ** 10000", "OverflowError"),
+        ("1 +", "cannot parse"),
+        ("1" * 600, "characters"),
+    ],
 )
 def test_calculator_refuses_tricky_inputs(expression, message):
     result = make_tool("calculator")({"expression": expression})
@@ -48,8 +71,12 @@ def test_calculator_refuses_tricky_inputs(expression, message):
 
 @pytest.mark.parametrize(
     "arguments, message",
-    [({}, "missing required argument(s) ['expression']"), ({"expression": 3}, "must be a string"),
-     ({"expression": "1", "x": 2}, "unknown argument(s) ['x']"), ([1], "must be a JSON object")],
+    [
+        ({}, "missing required argument(s) ['expression']"),
+        ({"expression": 3}, "must be a string"),
+        ({"expression": "1", "x": 2}, "unknown argument(s) ['x']"),
+        ([1], "must be a JSON object"),
+    ],
 )
 def test_tool_argument_errors(arguments, message):
     result = make_tool("calculator")(arguments)
@@ -90,11 +117,13 @@ def test_parse_tool_calls_variants():
 
 @pytest.mark.parametrize(
     "text, message",
-    [("<tool_call>{name: python}</tool_call>", "not valid JSON"),
-     ('<tool_call>{"arguments": {}}</tool_call>', 'string "name"'),
-     ('<tool_call>["python"]</tool_call>', 'string "name"'),
-     ('<tool_call>{"name": "python"}</tool_call>', '"arguments" JSON object'),
-     ('<tool_call>{"name": "python", "arguments": "code"}</tool_call>', "not a JSON object")],
+    [
+        ("<tool_call>{name: python}</tool_call>", "not valid JSON"),
+        ('<tool_call>{"arguments": {}}</tool_call>', 'string "name"'),
+        ('<tool_call>["python"]</tool_call>', 'string "name"'),
+        ('<tool_call>{"name": "python"}</tool_call>', '"arguments" JSON object'),
+        ('<tool_call>{"name": "python", "arguments": "code"}</tool_call>', "not a JSON object"),
+    ],
 )
 def test_parse_tool_calls_errors(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -103,8 +132,17 @@ def test_parse_tool_calls_errors(text, message):
 
 @pytest.mark.parametrize(
     "text, value",
-    [("1234", 1234), ("1,234", 1234), (" 1 234 ", 1234), ("-17", -17), ("1234.", 1234), ("1234.0", 1234),
-     ("12.5", None), ("twelve", None), ("", None)],
+    [
+        ("1234", 1234),
+        ("1,234", 1234),
+        (" 1 234 ", 1234),
+        ("-17", -17),
+        ("1234.", 1234),
+        ("1234.0", 1234),
+        ("12.5", None),
+        ("twelve", None),
+        ("", None),
+    ],
 )
 def test_parse_integer(text, value):
     assert parse_integer(text) == value
@@ -160,7 +198,9 @@ def test_scripted_episode_python_then_correct_answer():
     env = ToolUseEnv(max_steps=3)
     question, _ = env.reset(seed=1, options={"task": "multiply"})
     a, b = map(int, re.findall(r"\d+", question))
-    obs, reward, terminated, truncated, info = env.step("I will compute it. " + call("python", code=f"print({a} * {b})"))
+    obs, reward, terminated, truncated, info = env.step(
+        "I will compute it. " + call("python", code=f"print({a} * {b})")
+    )
     assert obs == f"{a * b}\n" and reward == 0.0 and not terminated and not truncated
     assert info["message_role"] == "tool" and info["action_is_valid"]
     assert info["tool_results"] == [{"name": "python", "ok": True}]
@@ -178,11 +218,13 @@ def test_wrong_answer_terminates_with_zero():
 
 @pytest.mark.parametrize(
     "action, role, message",
-    [("<tool_call>{not json}</tool_call>", "tool", "not valid JSON"),
-     (call("shell", cmd="ls"), "tool", "unknown tool 'shell'; available tools: ['calculator', 'python']"),
-     (call("python"), "tool", "missing required argument(s) ['code']"),
-     (call("calculator", expression="1") * 2, "tool", "2 tool calls in one turn; at most 1"),
-     ("the answer is 5", "user", FORMAT_HELP)],
+    [
+        ("<tool_call>{not json}</tool_call>", "tool", "not valid JSON"),
+        (call("shell", cmd="ls"), "tool", "unknown tool 'shell'; available tools: ['calculator', 'python']"),
+        (call("python"), "tool", "missing required argument(s) ['code']"),
+        (call("calculator", expression="1") * 2, "tool", "2 tool calls in one turn; at most 1"),
+        ("the answer is 5", "user", FORMAT_HELP),
+    ],
 )
 def test_bad_tool_calls_cost_format_penalty_and_are_counted(action, role, message):
     env = ToolUseEnv(format_penalty=-0.25)

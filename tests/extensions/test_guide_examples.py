@@ -16,8 +16,14 @@ from roll.config.rlvr import RLVRConfig
 from roll.pipelines.launch import load_checked
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["distributed=local", "max_steps=1", "eval_steps=0", "track_with=stdout", "actor_train.num_cpus_per_worker=1",
-        "actor_infer.num_cpus_per_worker=1"]
+TINY = [
+    "distributed=local",
+    "max_steps=1",
+    "eval_steps=0",
+    "track_with=stdout",
+    "actor_train.num_cpus_per_worker=1",
+    "actor_infer.num_cpus_per_worker=1",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +54,10 @@ def test_reward_example_scores_by_hand():
     worker = RewardWorker(dict(cfg.rewards.reward_options), dict(cfg.rewards.tag_to_reward))
     results = worker.compute(["<answer>7</answer>", "<answer> 8 </answer>", "7"], ["7", "7", "7"], ["math"] * 3)
     assert [(r.score, r.correct, r.extracted, r.format_ok) for r in results] == [
-        (1.0, True, "7", True), (0.1, False, "8", True), (0.0, False, None, False)]
+        (1.0, True, "7", True),
+        (0.1, False, "8", True),
+        (0.0, False, None, False),
+    ]
 
 
 def test_tool_and_task_example_play_an_episode():
@@ -73,22 +82,54 @@ def test_tool_and_task_example_play_an_episode():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, schema, extra", [
-    ("rlvr_custom_reward_tiny", RLVRConfig,
-     ["tiny_model=null", "sft_warmup.enabled=false", "validation.file_name=[]", "rollout_batch_size=2",
-      "num_return_sequences_in_group=2", "dynamic_sampling.enabled=false", "is_use_additional_prompts=false",
-      "rewards.num_workers=1", "actor_train.training_args.per_device_train_batch_size=4",
-      "actor_train.training_args.gradient_accumulation_steps=1"]),
-    ("unit_tool_tiny", AgenticConfig,
-     ["val_env_manager=null", "rollout_batch_size=8", "train_env_manager.env_groups=2",
-      "train_env_manager.group_size=4", "actor_train.training_args.per_device_train_batch_size=4",
-      "actor_train.training_args.gradient_accumulation_steps=2", "custom_envs.ToolUse.max_tokens_per_step=8"]),
-])
+@pytest.mark.parametrize(
+    "name, schema, extra",
+    [
+        (
+            "rlvr_custom_reward_tiny",
+            RLVRConfig,
+            [
+                "tiny_model=null",
+                "sft_warmup.enabled=false",
+                "validation.file_name=[]",
+                "rollout_batch_size=2",
+                "num_return_sequences_in_group=2",
+                "dynamic_sampling.enabled=false",
+                "is_use_additional_prompts=false",
+                "rewards.num_workers=1",
+                "actor_train.training_args.per_device_train_batch_size=4",
+                "actor_train.training_args.gradient_accumulation_steps=1",
+            ],
+        ),
+        (
+            "unit_tool_tiny",
+            AgenticConfig,
+            [
+                "val_env_manager=null",
+                "rollout_batch_size=8",
+                "train_env_manager.env_groups=2",
+                "train_env_manager.group_size=4",
+                "actor_train.training_args.per_device_train_batch_size=4",
+                "actor_train.training_args.gradient_accumulation_steps=2",
+                "custom_envs.ToolUse.max_tokens_per_step=8",
+            ],
+        ),
+    ],
+)
 def test_example_trains_one_step(name, schema, extra, tiny_model_dir, tmp_path):
     from roll.pipelines.agentic_pipeline import AgenticPipeline
     from roll.pipelines.rlvr_pipeline import RLVRPipeline
 
-    cfg = load_checked(name, overrides=[f"pretrain={tiny_model_dir}", f"output_dir={tmp_path}/out",
-                                        f"logging_dir={tmp_path}/logs", *TINY, *extra], schema=schema)
+    cfg = load_checked(
+        name,
+        overrides=[
+            f"pretrain={tiny_model_dir}",
+            f"output_dir={tmp_path}/out",
+            f"logging_dir={tmp_path}/logs",
+            *TINY,
+            *extra,
+        ],
+        schema=schema,
+    )
     metrics = (RLVRPipeline if schema is RLVRConfig else AgenticPipeline)(cfg).run()
     assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/skipped_updates"] == 0.0

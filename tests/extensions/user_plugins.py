@@ -57,8 +57,18 @@ def needs_a_critic(inputs: AdvantageInputs) -> AdvantageOutputs:
 
 
 @register_policy_loss("vanilla_pg")
-def vanilla_pg(log_probs, old_log_probs, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None,
-               loss_agg_mode="token-mean", norm_len=None):
+def vanilla_pg(
+    log_probs,
+    old_log_probs,
+    advantages,
+    mask,
+    *,
+    clip_low=0.2,
+    clip_high=0.2,
+    dual_clip=None,
+    loss_agg_mode="token-mean",
+    norm_len=None,
+):
     """REINFORCE with the importance ratio and no clip: ``l = -A exp(logp - old_logp)``."""
     loss = agg_loss(-advantages * torch.exp(log_probs - old_log_probs), mask, loss_agg_mode, norm_len)
     return loss, {"actor/pg_loss": loss.detach().item()}
@@ -152,5 +162,12 @@ class CountingDeepSpeed(DeepSpeedTrainStrategy):
         return metrics
 
 
-register_strategy("counting_deepspeed", f"{MODULE}:CountingDeepSpeed", {"actor_train"}, requires="deepspeed",
-                  module="deepspeed", packages=("deepspeed",), options="roll.config.strategies:DeepSpeedTrainOptions")
+register_strategy(
+    "counting_deepspeed",
+    f"{MODULE}:CountingDeepSpeed",
+    {"actor_train"},
+    requires="deepspeed",
+    module="deepspeed",
+    packages=("deepspeed",),
+    options="roll.config.strategies:DeepSpeedTrainOptions",
+)

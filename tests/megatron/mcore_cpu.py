@@ -5,7 +5,8 @@ frequencies, gradient buffers), ``device="cuda"`` literals (optimizer scalars, g
 token counts), ``.cuda()`` calls, and the CUDA RNG tracker that attention dropout forks (dropout is 0 in roll's
 models). :func:`apply_cpu_shim` makes ``current_device()`` return ``"cpu"``, turns the tracker's fork into a
 no-op and installs a torch function mode that maps a CUDA ``device`` argument to CPU, ``Tensor.cuda()`` to the
-identity and ``Tensor.type()`` to the CUDA type name (gradient clipping asserts it). It is for tests only: the strategies never patch megatron, and on GPU nothing is patched.
+identity and ``Tensor.type()`` to the CUDA type name (gradient clipping asserts it). It is for tests only: the
+strategies never patch megatron, and on GPU nothing is patched.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 import pickle
 import socket
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -57,8 +59,16 @@ def _free_port() -> int:
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue: Any, shim: bool) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                       "LOCAL_RANK": str(rank) if not shim else "0", "WORLD_SIZE": str(world), "HF_HUB_OFFLINE": "1"})
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank) if not shim else "0",
+            "WORLD_SIZE": str(world),
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
     torch.set_num_threads(1 if shim else 4)
     try:
         if shim:

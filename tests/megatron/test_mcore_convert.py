@@ -29,8 +29,9 @@ def test_split_qkv_inverts_fuse_and_works_on_one_tp_shard():
     assert torch.equal(q1, q[6:]) and torch.equal(k1, k[3:]) and torch.equal(v1, v[3:])
 
 
-@pytest.mark.parametrize("kind, shape", [("qkv", (24, 4)), ("vocab", (8, 4)), ("row", (4, 8)), ("fc1", (16, 4)),
-                                         ("none", (4,))])
+@pytest.mark.parametrize(
+    "kind, shape", [("qkv", (24, 4)), ("vocab", (8, 4)), ("row", (4, 8)), ("fc1", (16, 4)), ("none", (4,))]
+)
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_shard_then_unshard_is_identity(kind, shape, tp):
     full = torch.randn(*shape)
@@ -40,9 +41,11 @@ def test_shard_then_unshard_is_identity(kind, shape, tp):
 
 def test_fc1_shard_holds_its_gate_rows_then_its_up_rows():
     gate, up = torch.arange(4.0)[:, None], 10 + torch.arange(4.0)[:, None]
-    fc1 = convert.hf_to_mcore("decoder.layers.0.mlp.linear_fc1.weight",
-                              {"model.layers.0.mlp.gate_proj.weight": gate, "model.layers.0.mlp.up_proj.weight": up},
-                              SHAPE)
+    fc1 = convert.hf_to_mcore(
+        "decoder.layers.0.mlp.linear_fc1.weight",
+        {"model.layers.0.mlp.gate_proj.weight": gate, "model.layers.0.mlp.up_proj.weight": up},
+        SHAPE,
+    )
     assert convert.shard(fc1, "fc1", 1, 2)[:, 0].tolist() == [2, 3, 12, 13]
 
 

@@ -56,8 +56,13 @@ def _score_and_step(rank, model_dir, tp, sequence_parallel=False):
     before = s.compute_log_probs(_batch(), with_entropy=True)
     weights0 = dict(s.named_weights())
     metrics = s.train_step(_batch(), loss_fn, with_entropy=True)
-    return {"before": before, "weights0": weights0, "metrics": metrics, "weights1": dict(s.named_weights()),
-            "info": s.data_parallel_info()}
+    return {
+        "before": before,
+        "weights0": weights0,
+        "metrics": metrics,
+        "weights1": dict(s.named_weights()),
+        "info": s.data_parallel_info(),
+    }
 
 
 @pytest.fixture(scope="module")

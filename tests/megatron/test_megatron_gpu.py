@@ -26,10 +26,14 @@ import torch
 
 MODEL = os.environ.get("ROLL_GPU_MODEL", "/tmp/roll-models/qwen05b-rand")
 pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (megatron-core's CUDA paths); on "
-                                                             "CPU see test_megatron_cpu.py"),
-    pytest.mark.skipif(not (Path(MODEL) / "config.json").is_file(),
-                       reason=f"no model at {MODEL}: python scripts/build_qwen05b_rand.py {MODEL}"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU (megatron-core's CUDA paths); on CPU see test_megatron_cpu.py",
+    ),
+    pytest.mark.skipif(
+        not (Path(MODEL) / "config.json").is_file(),
+        reason=f"no model at {MODEL}: python scripts/build_qwen05b_rand.py {MODEL}",
+    ),
 ]
 #: Adam's first step moves a weight by ~lr: 1e-5 keeps the step first-order on this model and still moves the
 #: bf16 weights of small magnitude (the others' fp32 master weights move below one bf16 rounding step).
@@ -69,7 +73,7 @@ def _run(rank, strategy, options, offload=False):
     if offload:
         before = torch.cuda.memory_allocated()
         s.offload_states()
-        out["freed_gib"] = (before - torch.cuda.memory_allocated()) / 2 ** 30
+        out["freed_gib"] = (before - torch.cuda.memory_allocated()) / 2**30
         s.reload_states()
         out["after_reload"] = s.compute_log_probs(batch)["log_probs"]
     out["probe"] = probe_actor(s, batch)  # one more offload / reload cycle inside, then the PPO step
@@ -119,9 +123,12 @@ def _learns_like(name, result, ref_name, ref):
     cosine = update_cosine(a, b)
     per_name = sorted((update_cosine_of(a, b, n), n) for n in a.update if a.update[n].abs().sum() > 0)
     print(f"[gpu-equiv] {DTYPE} {name} vs {ref_name}: lowest per-weight cosines {per_name[:4]}")
-    print(f"[gpu-equiv] {DTYPE} {name} vs {ref_name}: log-probs max {worst:.4f} mean {mean:.5f}; grad norm {a.grad_norm:.4f} "
-          f"vs {b.grad_norm:.4f}; loss {a.loss_before:.5f} -> {a.loss_after:.5f} vs {b.loss_before:.5f} -> "
-          f"{b.loss_after:.5f}; update norm {a.update_norm:.3e} vs {b.update_norm:.3e}, cosine {cosine:.4f}")
+    print(
+        f"[gpu-equiv] {DTYPE} {name} vs {ref_name}: log-probs max {worst:.4f} mean {mean:.5f}; "
+        f"grad norm {a.grad_norm:.4f} vs {b.grad_norm:.4f}; "
+        f"loss {a.loss_before:.5f} -> {a.loss_after:.5f} vs {b.loss_before:.5f} -> {b.loss_after:.5f}; "
+        f"update norm {a.update_norm:.3e} vs {b.update_norm:.3e}, cosine {cosine:.4f}"
+    )
     assert check_learned(a, name) == [] and check_learned(b, ref_name) == []
     assert worst < LOGP_MAX and mean < LOGP_MEAN
     assert a.grad_norm == pytest.approx(b.grad_norm, rel=GRAD_RTOL)

@@ -19,8 +19,16 @@ def tiny(kind: str):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, initializer_range=0.2, pad_token_id=PAD, eos_token_id=2)
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        initializer_range=0.2,
+        pad_token_id=PAD,
+        eos_token_id=2,
+    )
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**common, num_key_value_heads=2)).eval()
     return Qwen2ForCausalLM(Qwen2Config(**common, num_key_value_heads=2 if kind == "qwen2-gqa" else 4)).eval()
@@ -46,13 +54,23 @@ SAMPLING = {
 def reference(model, ids, mask, new_tokens: int, sampling: dict, past=None):
     """``generate`` as ``hf_infer`` calls it: (tokens, log-probs, cache)."""
     sample = sampling.get("do_sample", True)
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=sample,
-                         temperature=sampling.get("temperature", 1.0) if sample else None,
-                         top_p=sampling.get("top_p", 1.0) if sample else None, top_k=sampling.get("top_k"),
-                         min_new_tokens=sampling.get("min_new_tokens"), eos_token_id=STOPS, pad_token_id=PAD,
-                         return_dict_in_generate=True, output_scores=True, past_key_values=past)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        do_sample=sample,
+        temperature=sampling.get("temperature", 1.0) if sample else None,
+        top_p=sampling.get("top_p", 1.0) if sample else None,
+        top_k=sampling.get("top_k"),
+        min_new_tokens=sampling.get("min_new_tokens"),
+        eos_token_id=STOPS,
+        pad_token_id=PAD,
+        return_dict_in_generate=True,
+        output_scores=True,
+        past_key_values=past,
+    )
     log_probs = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-    return out.sequences[:, ids.shape[1]:], log_probs, out.past_key_values
+    return out.sequences[:, ids.shape[1] :], log_probs, out.past_key_values
 
 
 def assert_same(ours, theirs, mask: torch.Tensor) -> None:
@@ -107,7 +125,7 @@ def test_rows_past_their_stop_token_hold_padding_and_decoding_ends_when_all_stop
     assert ours.tokens.shape[1] < 40  # all rows stopped early
     for row in ours.tokens.tolist():
         end = next(i for i, t in enumerate(row) if t in STOPS)
-        assert all(t == PAD for t in row[end + 1:])
+        assert all(t == PAD for t in row[end + 1 :])
 
 
 @torch.no_grad()
@@ -121,8 +139,12 @@ def test_continues_from_a_prefix_cache_as_generate_does():
     heads = [torch.randint(8, VOCAB, (n,), generator=gen).tolist() for n in (5, 8, 8, 3)]
     full = [h + torch.randint(8, VOCAB, (n,), generator=gen).tolist() for h, n in zip(heads, (4, 2, 6, 7))]
     head_ids, head_mask, _ = batch_layout(heads, [0] * len(heads), PAD)
-    out = model(input_ids=head_ids, attention_mask=head_mask, use_cache=True,
-                position_ids=(head_mask.cumsum(-1) - 1).clamp(min=0))
+    out = model(
+        input_ids=head_ids,
+        attention_mask=head_mask,
+        use_cache=True,
+        position_ids=(head_mask.cumsum(-1) - 1).clamp(min=0),
+    )
     kvs = split_cache(out.past_key_values, head_mask, [0] * len(heads))
     cached = [len(h) for h in heads]
     ids, mask, width = batch_layout(full, cached, PAD)
@@ -133,8 +155,11 @@ def test_continues_from_a_prefix_cache_as_generate_does():
         if run == "generate":
             results.append(reference(model, ids, mask, 10, SAMPLING["sampled"], past=past))
         else:
-            results.append(decode(model, ids, mask, 10, past=past, past_width=width, stop_ids=STOPS, pad_id=PAD,
-                                  **SAMPLING["sampled"]))
+            results.append(
+                decode(
+                    model, ids, mask, 10, past=past, past_width=width, stop_ids=STOPS, pad_id=PAD, **SAMPLING["sampled"]
+                )
+            )
     assert_same(results[1], results[0], mask)
 
 

@@ -25,8 +25,7 @@ def test_chunk_math_equals_autograd_through_full_logits(temperature):
     want_lp = torch.log_softmax(z, -1).gather(-1, labels[:, None]).squeeze(-1)
     p = torch.softmax(z, -1)
     want_ent = -(p * torch.log_softmax(z, -1)).sum(-1)
-    g_lp, g_ent = torch.randn(6, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen,
-                                                                                dtype=torch.float64)
+    g_lp, g_ent = torch.randn(6, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
     (want_grad,) = torch.autograd.grad((want_lp * g_lp + want_ent * g_ent).sum(), logits, retain_graph=True)
 
     lp, log_z, ent = logit_stats(logits.detach(), labels, temperature, True)
@@ -34,8 +33,9 @@ def test_chunk_math_equals_autograd_through_full_logits(temperature):
     torch.testing.assert_close(ent.double(), want_ent.detach(), atol=1e-5, rtol=1e-5)
     (want_lp_only,) = torch.autograd.grad((want_lp * g_lp).sum(), logits)
     for grad_fn in (logit_grad, _logit_grad_eager):  # the compile target and the in-place eager form
-        grad = grad_fn(logits.detach().clone(), labels, log_z, ent, g_lp.float(), g_ent.float(), temperature,
-                       torch.float64)
+        grad = grad_fn(
+            logits.detach().clone(), labels, log_z, ent, g_lp.float(), g_ent.float(), temperature, torch.float64
+        )
         torch.testing.assert_close(grad, want_grad, atol=1e-5, rtol=1e-4)
         # without the entropy term: only d lp / dz
         grad = grad_fn(logits.detach().clone(), labels, log_z, ent, g_lp.float(), None, temperature, torch.float64)
@@ -53,17 +53,27 @@ def test_liger_on_cpu_names_the_key(tmp_path):
 
     from roll.models.loading import load_causal_lm
 
-    AutoModelForCausalLM.from_config(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                                 num_attention_heads=2, num_key_value_heads=1,
-                                                 vocab_size=64)).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(
+        Qwen2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=64,
+        )
+    ).save_pretrained(tmp_path)
     with pytest.raises(RuntimeError, match="model_args.use_liger_kernel: .*need a CUDA GPU"):
         load_causal_lm(str(tmp_path), use_liger_kernel=True)
 
 
 def test_preflight_refuses_liger_without_gpus_or_package():
     cfg = load_config("rlvr_tiny", None, ["actor_train.model_args.use_liger_kernel=true"], RLVRConfig)
-    with pytest.raises(ConfigError, match=r"actor_train.model_args.use_liger_kernel=True: Liger's kernels run on "
-                                          r"CUDA GPUs; give actor_train a device_mapping"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_train.model_args.use_liger_kernel=True: Liger's kernels run on "
+        r"CUDA GPUs; give actor_train a device_mapping",
+    ):
         check_kernels(cfg)
     cfg.actor_train.device_mapping = [0]
     if importlib.util.find_spec("liger_kernel") is None:

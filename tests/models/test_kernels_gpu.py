@@ -17,8 +17,15 @@ LENGTHS = [37, 5, 64, 18, 50, 9]
 def _save_model(path, vocab: int = 1000) -> None:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    cfg = Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-                      num_key_value_heads=2, vocab_size=vocab, tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=vocab,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).save_pretrained(path)
 

@@ -17,7 +17,7 @@ def _right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, rows))
     ids, mask = torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width, dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
     return ids, mask
 
 
@@ -43,12 +43,14 @@ def test_layout_by_hand():
     assert lay.input_ids.tolist() == [[5, 6, 7, 1, 2, 3]]
     assert lay.position_ids.tolist() == [[0, 1, 2, 3, 3, 4]]
     allowed = lay.allowed[0, 0].int().tolist()
-    assert allowed == [[1, 0, 0, 0, 0, 0],
-                       [1, 1, 0, 0, 0, 0],
-                       [1, 1, 1, 0, 0, 0],
-                       [1, 1, 1, 1, 0, 0],   # A's token sees the prefix and itself
-                       [1, 1, 1, 0, 1, 0],   # B's first token does not see A's
-                       [1, 1, 1, 0, 1, 1]]
+    assert allowed == [
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],  # A's token sees the prefix and itself
+        [1, 1, 1, 0, 1, 0],  # B's first token does not see A's
+        [1, 1, 1, 0, 1, 1],
+    ]
     # distinct scored positions: prefix 0->6, 1->7 (once), then A: 2->1; B: 2->2, 4->3
     assert lay.src.tolist() == [0, 1, 2, 2, 4]
     assert lay.labels.tolist() == [6, 7, 1, 2, 3]
@@ -74,7 +76,7 @@ def _groups(seed: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         prompt = torch.randint(3, 500, (7 + 2 * g + g % 2,), generator=gen).tolist()
         for j in range(4):
             answer = torch.randint(3, 500, (int(torch.randint(1, 7, (), generator=gen)),), generator=gen).tolist()
-            rows.append(prompt + (rows[-1][len(prompt):] if j == 3 else answer))
+            rows.append(prompt + (rows[-1][len(prompt) :] if j == 3 else answer))
     rows.append([42])
     ids, mask = _right_padded(rows)
     if left:
@@ -156,8 +158,10 @@ def test_config_refuses_what_cannot_share():
     check_prefix_sharing(worker, "actor_infer")  # the strategy's part is its registry entry's, checked at launch
 
 
-@pytest.mark.parametrize("role, name, why", [("actor_infer", "sglang", "radix cache"),
-                                             ("reference", "megatron_infer", "runs its own forward")])
+@pytest.mark.parametrize(
+    "role, name, why",
+    [("actor_infer", "sglang", "radix cache"), ("reference", "megatron_infer", "runs its own forward")],
+)
 def test_launch_refuses_prefix_sharing_where_the_strategy_entry_says_so(role, name, why):
     """What a strategy does about prefixes is its registry entry's ``prefix_sharing``; the preflight reads it."""
     from types import SimpleNamespace
@@ -166,11 +170,15 @@ def test_launch_refuses_prefix_sharing_where_the_strategy_entry_says_so(role, na
 
     worker = WorkerConfig()
     worker.use_prefix_sharing, worker.strategy_args.strategy_name = True, name
-    cfg = SimpleNamespace(ray_address="auto", **{r: None for r in ("actor_train", "actor_infer", "reference",
-                                                                    "critic")})
+    cfg = SimpleNamespace(
+        ray_address="auto", **{r: None for r in ("actor_train", "actor_infer", "reference", "critic")}
+    )
     setattr(cfg, role, worker)
-    with pytest.raises(ConfigError, match=rf"{role}.use_prefix_sharing=True: {name} .*{why}.*prefix sharing is for "
-                                          r".*deepspeed_infer, deepspeed_train, fsdp2_infer, fsdp2_train, hf_infer"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"{role}.use_prefix_sharing=True: {name} .*{why}.*prefix sharing is for "
+        r".*deepspeed_infer, deepspeed_train, fsdp2_infer, fsdp2_train, hf_infer",
+    ):
         check_strategies(cfg)
 
 
@@ -200,8 +208,9 @@ def test_auto_is_on_where_it_applies_and_off_where_it_cannot():
     # auto on an engine that shares prefixes itself (SGLang) passes the launch check that true fails
     engine = WorkerConfig()
     engine.strategy_args.strategy_name = "sglang"
-    check_strategies(SimpleNamespace(ray_address="auto", actor_train=None, actor_infer=engine, reference=None,
-                                     critic=None))
+    check_strategies(
+        SimpleNamespace(ray_address="auto", actor_train=None, actor_infer=engine, reference=None, critic=None)
+    )
 
 
 def _rows_seen(model: torch.nn.Module) -> list[int]:
@@ -257,6 +266,8 @@ def test_groups_that_share_only_a_system_prompt_keep_rows_of_their_own():
     for _ in range(2):
         prompt = system + torch.randint(3, 500, (12,), generator=gen).tolist()
         samples += [prompt + torch.randint(3, 500, (64,), generator=gen).tolist() for _ in range(4)]
-    assert [sorted(members) for _, members in plan_rows(samples, 4 * 192, pair_cost(128))] == [[0, 1, 2, 3],
-                                                                                           [4, 5, 6, 7]]
+    assert [sorted(members) for _, members in plan_rows(samples, 4 * 192, pair_cost(128))] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
     assert len(plan_rows(samples, 4 * 192, pair_cost(128) / 2)) == 1

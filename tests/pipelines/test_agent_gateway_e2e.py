@@ -17,14 +17,34 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_example(tmp_path: Path, model: str, *extra: str) -> dict[int, dict]:
     """``sokoban_agent_tiny`` through the start script, 16 episodes a step; returns each step's merged metrics."""
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-name",
-           "sokoban_agent_tiny", f"pretrain={model}", "distributed=local", "eval_steps=0",
-           "sft_warmup.enabled=false", "rollout_batch_size=16", "train_env_manager.env_groups=2",
-           "train_env_manager.group_size=8", "val_env_manager=null", "save_steps=0", "trajectory_dump_steps=0",
-           "zero_signal_patience=0", "max_train_minutes=0", f"output_dir={tmp_path / 'out'}",
-           f"logging_dir={tmp_path / 'out' / 'logs'}", *extra]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-name",
+        "sokoban_agent_tiny",
+        f"pretrain={model}",
+        "distributed=local",
+        "eval_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=16",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=8",
+        "val_env_manager=null",
+        "save_steps=0",
+        "trajectory_dump_steps=0",
+        "zero_signal_patience=0",
+        "max_train_minutes=0",
+        f"output_dir={tmp_path / 'out'}",
+        f"logging_dir={tmp_path / 'out' / 'logs'}",
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+    }
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps: dict[int, dict] = {}

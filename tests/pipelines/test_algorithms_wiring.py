@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll.data.layout import trajectories_to_batch
-from roll.data.trajectory import Trajectory, Turn
 from roll.algorithms.advantages import AdvantageInputs, compute_advantage, whiten_and_clip_advantages
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
@@ -26,11 +24,13 @@ from roll.algorithms.reward_norm import normalize_scores
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.validation import validate
-from roll.pipelines.launch import load_checked
-from roll.pipelines.preflight import check_algorithms, preflight
+from roll.data.layout import trajectories_to_batch
+from roll.data.trajectory import Trajectory, Turn
 from roll.pipelines.epochs import actor_loss_config
-from roll.pipelines.ppo import advantage_step, group_keys
+from roll.pipelines.launch import load_checked
 from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
+from roll.pipelines.ppo import advantage_step
+from roll.pipelines.preflight import check_algorithms, preflight
 
 REPO = Path(__file__).resolve().parents[2]
 ALGOS = ["ppo", "grpo", "dr_grpo", "dapo", "reinforce_plus_plus", "rloo", "gigpo"]
@@ -38,7 +38,7 @@ R = 1 / math.sqrt(2)  # 0.7071...: a two-sample group {1, 0} standardized with t
 
 
 # ---------------------------------------------------------------- example configs and config errors
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loaded(name: str):
     return load_config(f"algo_{name}")
 
@@ -63,31 +63,36 @@ def test_every_algo_config_loads_with_its_recipe(name):
     assert cfg.adv_estimator == {"ppo": "gae", "dapo": "grpo"}.get(name, name)
     assert (cfg.critic is not None) == (name == "ppo")
     assert cfg.exp_name == f"algo_{name}" and cfg.train_env_manager.tags == ["SimpleSokoban"]  # from sokoban_tiny
-    recipe = {"ppo": dict(add_token_level_kl=True, whiten_advantages=True, value_clip=0.5, target_kl=0.1),
-              "grpo": dict(use_kl_loss=True, kl_loss_coef=0.001, loss_agg_mode="seq-mean-token-mean"),
-              "dr_grpo": dict(loss_agg_mode="seq-mean-token-sum-norm", use_kl_loss=False),
-              "dapo": dict(pg_clip_low=0.2, pg_clip_high=0.28, use_kl_loss=False, add_token_level_kl=False),
-              "reinforce_plus_plus": dict(add_token_level_kl=True, init_kl_coef=0.01),
-              "rloo": dict(add_token_level_kl=True, init_kl_coef=0.05),
-              "gigpo": dict(gamma=0.95)}[name]
+    recipe = {
+        "ppo": dict(add_token_level_kl=True, whiten_advantages=True, value_clip=0.5, target_kl=0.1),
+        "grpo": dict(use_kl_loss=True, kl_loss_coef=0.001, loss_agg_mode="seq-mean-token-mean"),
+        "dr_grpo": dict(loss_agg_mode="seq-mean-token-sum-norm", use_kl_loss=False),
+        "dapo": dict(pg_clip_low=0.2, pg_clip_high=0.28, use_kl_loss=False, add_token_level_kl=False),
+        "reinforce_plus_plus": dict(add_token_level_kl=True, init_kl_coef=0.01),
+        "rloo": dict(add_token_level_kl=True, init_kl_coef=0.05),
+        "gigpo": dict(gamma=0.95),
+    }[name]
     for key, value in recipe.items():
         assert getattr(cfg, key) == value, key
     if name == "gigpo":
         assert cfg.estimator_args() == {"episode_adv_weight": 1.0, "step_adv_weight": 1.0, "step_adv_norm": "mean_std"}
 
 
-@pytest.mark.parametrize("name, overrides, key", [
-    ("ppo", {"critic": None}, "adv_estimator"),                    # gae without a critic
-    ("ppo", {"adv_estimator": "grpo"}, "critic"),                  # a critic nobody uses
-    ("ppo", {"kl_penalty": "full"}, "kl_penalty"),                 # vocabulary KL: rejected
-    ("ppo", {"use_kl_loss": True}, "use_kl_loss"),                 # KL in reward and loss
-    ("ppo", {"critic_warmup": -1}, "critic_warmup"),
-    ("ppo", {"value_clip": 0.0}, "value_clip"),
-    ("ppo", {"pg_clip_low": 1.0}, "pg_clip_low"),
-    ("grpo", {"kl_loss_coef": 0.0}, "kl_loss_coef"),               # use_kl_loss with nothing to weigh
-    ("grpo", {"critic_warmup": 2}, "critic_warmup"),               # warm-up of a critic that does not exist
-    ("grpo", {"adv_estimator": "bogus"}, "adv_estimator"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, key",
+    [
+        ("ppo", {"critic": None}, "adv_estimator"),  # gae without a critic
+        ("ppo", {"adv_estimator": "grpo"}, "critic"),  # a critic nobody uses
+        ("ppo", {"kl_penalty": "full"}, "kl_penalty"),  # vocabulary KL: rejected
+        ("ppo", {"use_kl_loss": True}, "use_kl_loss"),  # KL in reward and loss
+        ("ppo", {"critic_warmup": -1}, "critic_warmup"),
+        ("ppo", {"value_clip": 0.0}, "value_clip"),
+        ("ppo", {"pg_clip_low": 1.0}, "pg_clip_low"),
+        ("grpo", {"kl_loss_coef": 0.0}, "kl_loss_coef"),  # use_kl_loss with nothing to weigh
+        ("grpo", {"critic_warmup": 2}, "critic_warmup"),  # warm-up of a critic that does not exist
+        ("grpo", {"adv_estimator": "bogus"}, "adv_estimator"),
+    ],
+)
 def test_contradictory_settings_are_config_errors(name, overrides, key):
     with pytest.raises(ConfigError) as err:
         algo_cfg(name, overrides)
@@ -109,16 +114,28 @@ def _traj(group: int, k: int, turns: list[tuple[str, float]], eos_on_first: bool
     out = []
     for j, (obs, reward) in enumerate(turns):
         appended = eos_on_first and j == 0
-        out.append(Turn(prompt_ids=[5, 6, 7], response_ids=[8, 9] + ([2] if appended else []),
-                        response_log_probs=[-1.0, -1.0], observation=obs, reward=reward, appended_eos=appended))
+        out.append(
+            Turn(
+                prompt_ids=[5, 6, 7],
+                response_ids=[8, 9] + ([2] if appended else []),
+                response_log_probs=[-1.0, -1.0],
+                observation=obs,
+                reward=reward,
+                appended_eos=appended,
+            )
+        )
     return Trajectory(traj_id=f"t-{group}-{k}", env_id=k, group_id=group, tag="SimpleSokoban", seed=group, turns=out)
 
 
 def make_batch():
     """Group 0: A (S0 -> S1, reward 1 on turn 2) and B (S0 -> S2, no reward); group 1: C, D with no reward,
     their first turn in a state with the same text S0 (a different group, so never compared with A/B)."""
-    trajs = [_traj(0, 0, [("S0", 0.0), ("S1", 1.0)]), _traj(0, 1, [("S0", 0.0), ("S2", 0.0)], eos_on_first=True),
-             _traj(1, 0, [("S0", 0.0), ("S3", 0.0)]), _traj(1, 1, [("S0", 0.0), ("S3", 0.0)])]
+    trajs = [
+        _traj(0, 0, [("S0", 0.0), ("S1", 1.0)]),
+        _traj(0, 1, [("S0", 0.0), ("S2", 0.0)], eos_on_first=True),
+        _traj(1, 0, [("S0", 0.0), ("S3", 0.0)]),
+        _traj(1, 1, [("S0", 0.0), ("S3", 0.0)]),
+    ]
     batch = trajectories_to_batch(trajs, pad_id=0)
     gen = torch.Generator().manual_seed(0)
     shape = batch["token_level_scores"].shape
@@ -156,14 +173,18 @@ def direct_advantages(cfg, batch, kl_coef):
     for i in range(len(batch)):
         rewards[i, mask[i].nonzero().max()] = scores[i]
     if cfg.add_token_level_kl:
-        rewards, _ = apply_kl_penalty(rewards, batch["old_log_probs"], batch["ref_log_probs"], mask, kl_coef,
-                                      cfg.kl_penalty)
+        rewards, _ = apply_kl_penalty(
+            rewards, batch["old_log_probs"], batch["ref_log_probs"], mask, kl_coef, cfg.kl_penalty
+        )
     if cfg.whiten_rewards:
         rewards = masked_whiten(rewards, mask, shift_mean=False)
     values = batch["values"] if cfg.adv_estimator == "gae" else None
-    out = compute_advantage(cfg.adv_estimator, AdvantageInputs(rewards, mask, values=values,
-                                                                group_ids=torch.tensor(batch["group_id"]),
-                                                                gamma=cfg.gamma, lambd=cfg.lambd))
+    out = compute_advantage(
+        cfg.adv_estimator,
+        AdvantageInputs(
+            rewards, mask, values=values, group_ids=torch.tensor(batch["group_id"]), gamma=cfg.gamma, lambd=cfg.lambd
+        ),
+    )
     return whiten_and_clip_advantages(out.advantages, mask, cfg.whiten_advantages, cfg.advantage_clip), out.returns
 
 
@@ -177,15 +198,35 @@ def pipeline_advantages(name, overrides, kl_coef=0.3):
 
 
 ADV_CASES = [
-    ("grpo", {}), ("dr_grpo", {}), ("rloo", {}), ("reinforce_plus_plus", {}), ("ppo", {}),
+    ("grpo", {}),
+    ("dr_grpo", {}),
+    ("rloo", {}),
+    ("reinforce_plus_plus", {}),
+    ("ppo", {}),
     ("ppo", {"lambd": 0.5, "gamma": 0.9, "whiten_advantages": False}),
-    ("ppo", {"kl_penalty": "abs"}), ("ppo", {"kl_penalty": "mse"}), ("ppo", {"kl_penalty": "low_var_kl"}),
+    ("ppo", {"kl_penalty": "abs"}),
+    ("ppo", {"kl_penalty": "mse"}),
+    ("ppo", {"kl_penalty": "low_var_kl"}),
     ("grpo", {"whiten_rewards": True, "adv_estimator": "reinforce"}),
-    ("grpo", {"whiten_advantages": True}), ("grpo", {"advantage_clip": 0.3}),
-    ("grpo", {"reward_normalization.method": "mean_std", "reward_normalization.grouping": "batch",
-              "adv_estimator": "reinforce", "reward_clip": 0.5}),
-    ("grpo", {"reward_normalization.method": "asym_clip", "reward_normalization.grouping": "inductive",
-              "adv_estimator": "reinforce"}),
+    ("grpo", {"whiten_advantages": True}),
+    ("grpo", {"advantage_clip": 0.3}),
+    (
+        "grpo",
+        {
+            "reward_normalization.method": "mean_std",
+            "reward_normalization.grouping": "batch",
+            "adv_estimator": "reinforce",
+            "reward_clip": 0.5,
+        },
+    ),
+    (
+        "grpo",
+        {
+            "reward_normalization.method": "asym_clip",
+            "reward_normalization.grouping": "inductive",
+            "adv_estimator": "reinforce",
+        },
+    ),
 ]
 
 
@@ -215,9 +256,16 @@ def test_grpo_and_reward_clip_hand_computed():
     assert float(batch["advantages"][mask == 0].abs().max()) == 0.0
     # batch mean_std of {1, 0, 0, 0}: mean 0.25, sample std 0.5 -> {1.5, -0.5, -0.5, -0.5}; reward_clip 0.5 after
     # normalization -> {0.5, -0.5, -0.5, -0.5}; reinforce with gamma 1 puts the return on every response token
-    _, batch, _ = pipeline_advantages("grpo", {"reward_normalization.method": "mean_std", "reward_clip": 0.5,
-                                               "reward_normalization.grouping": "batch", "adv_estimator": "reinforce",
-                                               "gamma": 1.0})
+    _, batch, _ = pipeline_advantages(
+        "grpo",
+        {
+            "reward_normalization.method": "mean_std",
+            "reward_clip": 0.5,
+            "reward_normalization.grouping": "batch",
+            "adv_estimator": "reinforce",
+            "gamma": 1.0,
+        },
+    )
     for i, want in enumerate([0.5, -0.5, -0.5, -0.5]):
         torch.testing.assert_close(batch["advantages"][i][mask[i] > 0], torch.full((4,), want), atol=1e-5, rtol=0)
 
@@ -230,8 +278,9 @@ def test_gigpo_hand_computed():
     want = [[R + 0.5 * R, R], [-R - 0.5 * R, -R], [0.0, 0.0], [0.0, 0.0]]
     for i in range(4):
         for turn, idx in enumerate(turn_tokens(batch, i)):
-            torch.testing.assert_close(batch["advantages"][i, idx], torch.full((len(idx),), want[i][turn]),
-                                       atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                batch["advantages"][i, idx], torch.full((len(idx),), want[i][turn]), atol=1e-5, rtol=0
+            )
     assert float(batch["advantages"][loss_mask(batch) == 0].abs().max()) == 0.0
     torch.testing.assert_close(batch["returns"], batch["advantages"])
 
@@ -246,11 +295,19 @@ def test_gigpo_without_turns_is_a_clear_error():
 
 
 # ---------------------------------------------------------------- the loss step
-LOSS_CASES = [{}, {"pg_clip": 0.1}, {"pg_clip_low": 0.1, "pg_clip_high": 0.05}, {"dual_clip_loss": True, "dual_clip_c": 1.5},
-              {"loss_agg_mode": "token-mean"}, {"loss_agg_mode": "seq-mean-token-sum"},
-              {"loss_agg_mode": "seq-mean-token-sum-norm"}, {"entropy_loss_coef": 0.1},
-              {"kl_loss_coef": 0.5, "kl_loss_type": "mse"}, {"use_kl_loss": False},
-              {"policy_loss": "gspo", "pg_clip": 0.01}]
+LOSS_CASES = [
+    {},
+    {"pg_clip": 0.1},
+    {"pg_clip_low": 0.1, "pg_clip_high": 0.05},
+    {"dual_clip_loss": True, "dual_clip_c": 1.5},
+    {"loss_agg_mode": "token-mean"},
+    {"loss_agg_mode": "seq-mean-token-sum"},
+    {"loss_agg_mode": "seq-mean-token-sum-norm"},
+    {"entropy_loss_coef": 0.1},
+    {"kl_loss_coef": 0.5, "kl_loss_type": "mse"},
+    {"use_kl_loss": False},
+    {"policy_loss": "gspo", "pg_clip": 0.01},
+]
 
 
 @pytest.mark.parametrize("overrides", LOSS_CASES)
@@ -265,14 +322,29 @@ def test_actor_loss_step_equals_direct_call(overrides):
     log_probs = batch["old_log_probs"] + torch.randn(mask.shape, generator=gen) * 0.5  # ratios far outside 1 +- 0.2
     entropy = torch.rand(mask.shape, generator=gen)
     loss, metrics = ppo_actor_loss(log_probs, entropy, batch, cfg=actor_loss_config(cfg))
-    direct = ActorLossConfig(pg_clip=cfg.pg_clip, pg_clip_low=cfg.pg_clip_low, pg_clip_high=cfg.pg_clip_high,
-                             dual_clip_loss=cfg.dual_clip_loss, dual_clip_c=cfg.dual_clip_c,
-                             loss_agg_mode=cfg.loss_agg_mode, norm_len=cfg.sequence_length,
-                             entropy_loss_coef=cfg.entropy_loss_coef, use_kl_loss=cfg.use_kl_loss,
-                             kl_loss_coef=cfg.kl_loss_coef, kl_loss_type=cfg.kl_loss_type,
-                             policy_loss=cfg.policy_loss)
-    want, want_metrics = actor_loss(log_probs, batch["old_log_probs"], batch["advantages"], mask, direct,
-                                    entropy=entropy, ref_log_probs=batch["ref_log_probs"])
+    direct = ActorLossConfig(
+        pg_clip=cfg.pg_clip,
+        pg_clip_low=cfg.pg_clip_low,
+        pg_clip_high=cfg.pg_clip_high,
+        dual_clip_loss=cfg.dual_clip_loss,
+        dual_clip_c=cfg.dual_clip_c,
+        loss_agg_mode=cfg.loss_agg_mode,
+        norm_len=cfg.sequence_length,
+        entropy_loss_coef=cfg.entropy_loss_coef,
+        use_kl_loss=cfg.use_kl_loss,
+        kl_loss_coef=cfg.kl_loss_coef,
+        kl_loss_type=cfg.kl_loss_type,
+        policy_loss=cfg.policy_loss,
+    )
+    want, want_metrics = actor_loss(
+        log_probs,
+        batch["old_log_probs"],
+        batch["advantages"],
+        mask,
+        direct,
+        entropy=entropy,
+        ref_log_probs=batch["ref_log_probs"],
+    )
     torch.testing.assert_close(loss, want)
     assert metrics == want_metrics
     for key in ("actor/pg_loss", "actor/clip_frac", "actor/approx_kl", "actor/entropy", "actor/ref_kl"):
@@ -300,8 +372,14 @@ def test_critic_value_loss_uses_value_clip():
 def dist_env():
     from roll.distributed.group import free_port
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "DS_ACCELERATOR": "cpu"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "DS_ACCELERATOR": "cpu",
+    }
     for k, v in env.items():
         os.environ.setdefault(k, v)
     yield
@@ -339,7 +417,8 @@ def test_deepspeed_infer_log_probs_equal_transformers(tiny_model_dir, dist_env, 
     from roll.strategies.registry import get_strategy_class
 
     strategy = get_strategy_class("deepspeed_infer", "reference")(
-        _worker_config(tiny_model_dir, "deepspeed_infer", zero_stage=stage))
+        _worker_config(tiny_model_dir, "deepspeed_infer", zero_stage=stage)
+    )
     strategy.initialize(StrategyContext())
     batch = _sequences()
     got = strategy.compute_log_probs(batch)["log_probs"]
@@ -380,8 +459,9 @@ def test_critic_strategy_values_training_and_backbone_sync(tiny_model_dir, dist_
     assert values.shape == (3, 4) and float(values.abs().max()) == 0.0  # a new head starts at zero
     batch["values"] = values
     batch["returns"] = torch.ones(3, 4)
-    losses = [critic.train_step(batch.select([0, 1]), lambda v, e, mb: critic_value_loss(v, e, mb, None))
-              for _ in range(5)]
+    losses = [
+        critic.train_step(batch.select([0, 1]), lambda v, e, mb: critic_value_loss(v, e, mb, None)) for _ in range(5)
+    ]
     assert losses[-1]["critic/vf_loss"] < losses[0]["critic/vf_loss"]
     assert {"critic/grad_norm", "critic/lr", "critic/vf_clip_frac"} <= set(losses[0])
     actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -396,37 +476,74 @@ def test_critic_strategy_values_training_and_backbone_sync(tiny_model_dir, dist_
 # ---------------------------------------------------------------- end to end
 #: Backends of the three torch roles: the config's DeepSpeed ones, or FSDP2 for all (strategy names only: the
 #: DeepSpeed strategy_config's zero_stage is ignored with a warning).
-FSDP2_ROLES = ["actor_train.strategy_args.strategy_name=fsdp2_train", "critic.strategy_args.strategy_name=fsdp2_train",
-               "reference.strategy_args.strategy_name=fsdp2_infer"]
+FSDP2_ROLES = [
+    "actor_train.strategy_args.strategy_name=fsdp2_train",
+    "critic.strategy_args.strategy_name=fsdp2_train",
+    "reference.strategy_args.strategy_name=fsdp2_infer",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backends", [[], FSDP2_ROLES], ids=["deepspeed", "fsdp2"])
 def test_algo_ppo_two_local_steps(tmp_path, tiny_model_dir, backends):
     overrides = [
-        "distributed=local", f"pretrain={tiny_model_dir}", f"output_dir={tmp_path}/out",
-        f"logging_dir={tmp_path}/logs", "max_steps=2", "eval_steps=0", "track_with=stdout", "val_env_manager=null",
-        "sft_warmup.steps=3", "sft_warmup.num_demos=16", "sft_warmup.batch_size=8", "rollout_batch_size=8",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "sequence_length=512",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "custom_envs.SimpleSokoban.max_tokens_per_step=6",
+        "distributed=local",
+        f"pretrain={tiny_model_dir}",
+        f"output_dir={tmp_path}/out",
+        f"logging_dir={tmp_path}/logs",
+        "max_steps=2",
+        "eval_steps=0",
+        "track_with=stdout",
+        "val_env_manager=null",
+        "sft_warmup.steps=3",
+        "sft_warmup.num_demos=16",
+        "sft_warmup.batch_size=8",
+        "rollout_batch_size=8",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "sequence_length=512",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6",
         "actor_train.training_args.per_device_train_batch_size=4",
         "actor_train.training_args.gradient_accumulation_steps=1",
-        "critic.training_args.per_device_train_batch_size=4", "critic.training_args.gradient_accumulation_steps=1",
+        "critic.training_args.per_device_train_batch_size=4",
+        "critic.training_args.gradient_accumulation_steps=1",
         *backends,
     ]
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-name", "algo_ppo",
-           *overrides]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-name",
+        "algo_ppo",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2]
     for row in steps:
-        for key in ("actor/pg_loss", "actor/clip_frac", "actor/approx_kl", "actor/ref_kl", "actor/entropy",
-                    "actor/grad_norm", "actor/reward_kl", "actor/kl_coef", "critic/advantages_mean",
-                    "critic/advantages_max", "critic/returns_mean", "critic/returns_min", "critic/vf_loss",
-                    "critic/vf_clip_frac", "critic/explained_variance", "critic/grad_norm", "critic/values_mean"):
+        for key in (
+            "actor/pg_loss",
+            "actor/clip_frac",
+            "actor/approx_kl",
+            "actor/ref_kl",
+            "actor/entropy",
+            "actor/grad_norm",
+            "actor/reward_kl",
+            "actor/kl_coef",
+            "critic/advantages_mean",
+            "critic/advantages_max",
+            "critic/returns_mean",
+            "critic/returns_min",
+            "critic/vf_loss",
+            "critic/vf_clip_frac",
+            "critic/explained_variance",
+            "critic/grad_norm",
+            "critic/values_mean",
+        ):
             assert key in row and math.isfinite(row[key]), key
     # the reference is the warm-started actor, so the first rollout's KL is 0, and the adaptive controller
     # (target 0.1, horizon 10000) moves the coefficient by e = -0.2 over 8 samples: 0.2 * (1 - 0.2 * 8 / 10000)

@@ -1,4 +1,4 @@
-"""``async_generation_ratio: 0`` is the synchronous path, bit for bit: short ``sokoban_tiny`` and ``rlvr_tiny`` runs
+r"""``async_generation_ratio: 0`` is the synchronous path, bit for bit: short ``sokoban_tiny`` and ``rlvr_tiny`` runs
 (tiny model built from its config, warm start, validation) log exactly the metrics stored in
 ``tests/pipelines/data/`` (timings excepted, compared by ``scripts/compare_metrics.py``). The references were written
 by the code before asynchronous rollouts existed (commit f07da49), with one later change applied to it: the
@@ -6,7 +6,8 @@ prefix-sharing planner's attention cost per pair, ``1 / (4 d)`` instead of ``1 /
 samples share a row and so the last bits of the metrics:
 
     git archive f07da49 | tar -x -C /tmp/f07da49
-    sed -i 's|return 1.0 / (8 \* hidden_size)|return 1.0 / (4 * hidden_size)|' /tmp/f07da49/roll/models/prefix_sharing.py
+    sed -i 's|return 1.0 / (8 \* hidden_size)|return 1.0 / (4 * hidden_size)|' \\
+        /tmp/f07da49/roll/models/prefix_sharing.py
     PYTHONPATH=/tmp/f07da49 python tests/pipelines/test_async_k0_unchanged.py tests/pipelines/data
 
 A change that alters a synchronous run (a new metric key included) fails here; if it is meant to, write the references
@@ -23,23 +24,54 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-COMMON = ["tiny_model.hidden_size=32", "tiny_model.intermediate_size=64", "tiny_model.num_hidden_layers=1",
-          "tiny_model.vocab_size=400", "track_with=stdout", "distributed=local", "save_steps=0", "max_steps=3",
-          "sft_warmup.steps=3", "zero_signal_patience=0", "actor_train.num_cpus_per_worker=1",
-          "actor_infer.num_cpus_per_worker=1"]
+COMMON = [
+    "tiny_model.hidden_size=32",
+    "tiny_model.intermediate_size=64",
+    "tiny_model.num_hidden_layers=1",
+    "tiny_model.vocab_size=400",
+    "track_with=stdout",
+    "distributed=local",
+    "save_steps=0",
+    "max_steps=3",
+    "sft_warmup.steps=3",
+    "zero_signal_patience=0",
+    "actor_train.num_cpus_per_worker=1",
+    "actor_infer.num_cpus_per_worker=1",
+]
 ADDED = {"rollout/template_breaks": 0.0}  # trajectory_mode (issue 30): no sample splits in these runs
 RUNS = {
-    "sokoban": ("sokoban_tiny", [
-        "rollout_batch_size=8", "train_env_manager.env_groups=2", "train_env_manager.group_size=4",
-        "val_env_manager.env_groups=4", "eval_steps=2", "trajectory_dump_steps=0", "sequence_length=256",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "sft_warmup.batch_size=4", "sft_warmup.num_demos=16"]),
-    "rlvr": ("rlvr_tiny", [
-        "rollout_batch_size=4", "num_return_sequences_in_group=4", "eval_steps=2", "validation.max_samples=4",
-        "rollout_dump_steps=0", "actor_infer.generating_args.max_new_tokens=8",
-        "actor_train.training_args.per_device_train_batch_size=8",
-        "actor_train.training_args.gradient_accumulation_steps=2", "sft_warmup.batch_size=16",
-        "rewards.num_workers=1"]),
+    "sokoban": (
+        "sokoban_tiny",
+        [
+            "rollout_batch_size=8",
+            "train_env_manager.env_groups=2",
+            "train_env_manager.group_size=4",
+            "val_env_manager.env_groups=4",
+            "eval_steps=2",
+            "trajectory_dump_steps=0",
+            "sequence_length=256",
+            "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+            "actor_train.training_args.per_device_train_batch_size=4",
+            "actor_train.training_args.gradient_accumulation_steps=1",
+            "sft_warmup.batch_size=4",
+            "sft_warmup.num_demos=16",
+        ],
+    ),
+    "rlvr": (
+        "rlvr_tiny",
+        [
+            "rollout_batch_size=4",
+            "num_return_sequences_in_group=4",
+            "eval_steps=2",
+            "validation.max_samples=4",
+            "rollout_dump_steps=0",
+            "actor_infer.generating_args.max_new_tokens=8",
+            "actor_train.training_args.per_device_train_batch_size=8",
+            "actor_train.training_args.gradient_accumulation_steps=2",
+            "sft_warmup.batch_size=16",
+            "rewards.num_workers=1",
+        ],
+    ),
 }
 
 
@@ -50,8 +82,14 @@ def run(name: str, root: Path, *extra: str) -> Path:
     config, overrides = RUNS[name]
     out = root / name
     shutil.rmtree(out, ignore_errors=True)
-    args = [f"pretrain={root}/model-{name}", f"output_dir={out}", f"logging_dir={out}/logs", *COMMON, *overrides,
-            *extra]
+    args = [
+        f"pretrain={root}/model-{name}",
+        f"output_dir={out}",
+        f"logging_dir={out}/logs",
+        *COMMON,
+        *overrides,
+        *extra,
+    ]
     if name == "rlvr":
         from roll.config.rlvr import RLVRConfig
         from roll.pipelines.rlvr_pipeline import RLVRPipeline

@@ -35,11 +35,20 @@ def test_two_steps_with_fsdp2_actor_and_reference(tmp_path, tiny_model_dir):
 
     configs = tmp_path / "configs"
     configs.mkdir()
-    (configs / "sokoban_fsdp2.yaml").write_text((REPO / "examples" / "config" / "sokoban_tiny.yaml").read_text()
-                                                + REFERENCE)
+    (configs / "sokoban_fsdp2.yaml").write_text(
+        (REPO / "examples" / "config" / "sokoban_tiny.yaml").read_text() + REFERENCE
+    )
     overrides = [o.replace("max_steps=3", "max_steps=2") for o in small_run_overrides(tmp_path, tiny_model_dir)]
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-path", str(configs),
-           "--config-name", "sokoban_fsdp2", *overrides, "actor_train.strategy_args.strategy_name=fsdp2_train"]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-path",
+        str(configs),
+        "--config-name",
+        "sokoban_fsdp2",
+        *overrides,
+        "actor_train.strategy_args.strategy_name=fsdp2_train",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "roll: config warning: actor_train.strategy_args.strategy_config.zero_stage is ignored" in proc.stderr

@@ -7,35 +7,52 @@ is never picked, and ``resume_from_checkpoint`` accepts a path.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from roll.config.agentic import AgenticConfig
 from roll.config.loader import load_config
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.agentic_pipeline import AgenticPipeline
-from roll.config.agentic import AgenticConfig
 
 STEPS = 4
 
 
 def _config(tiny_model_dir: str, out: Path, *extra: str) -> AgenticConfig:
     overrides = [
-        f"pretrain={tiny_model_dir}", "tiny_model=null", f"output_dir={out}", f"logging_dir={out}/logs",
-        "distributed=local", "track_with=stdout", f"max_steps={STEPS}", "save_steps=2", "eval_steps=0",
-        "trajectory_dump_steps=0", "sft_warmup.enabled=false", "rollout_batch_size=8", "sequence_length=256",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "val_env_manager=null",
+        f"pretrain={tiny_model_dir}",
+        "tiny_model=null",
+        f"output_dir={out}",
+        f"logging_dir={out}/logs",
+        "distributed=local",
+        "track_with=stdout",
+        f"max_steps={STEPS}",
+        "save_steps=2",
+        "eval_steps=0",
+        "trajectory_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=8",
+        "sequence_length=256",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "val_env_manager=null",
         "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.training_args.learning_rate=1e-3",
-        "actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=3", "actor_infer.generating_args.max_new_tokens=6",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.training_args.learning_rate=1e-3",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "actor_infer.generating_args.max_new_tokens=6",
         "custom_envs.SimpleSokoban.max_tokens_per_step=6",
         # identity normalization: an untrained model's equal scores still give non-zero advantages, so every
         # step changes the weights (mean_std would zero them and make the comparison vacuous)
-        "reward_normalization.grouping=batch", "reward_normalization.method=identity", "entropy_loss_coef=0.01",
-        *extra]
+        "reward_normalization.grouping=batch",
+        "reward_normalization.method=identity",
+        "entropy_loss_coef=0.01",
+        *extra,
+    ]
     return load_config("sokoban_tiny", overrides=overrides)
 
 
@@ -85,8 +102,11 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, stra
 
     a, b = _metrics_by_step(straight), _metrics_by_step(resumed)
     for step in range(STEPS // 2 + 1, STEPS + 1):
-        keys = [k for k in a[step] if not k.startswith(("time/", "perf/train_tokens_per_s")) and k != "step"
-                and isinstance(a[step][k], float)]
+        keys = [
+            k
+            for k in a[step]
+            if not k.startswith(("time/", "perf/train_tokens_per_s")) and k != "step" and isinstance(a[step][k], float)
+        ]
         assert "rollout/mean_reward" in keys, keys
         assert a[step]["actor/pg_loss"] != 0.0
         for k in keys:
@@ -100,8 +120,7 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, stra
     for out in (straight, resumed):
         step2 = ckpt.checkpoints_root(out) / "step_2"
         assert ckpt.is_complete(step2)
-        for part in ("actor_train", "actor_hf/config.json", "rng_actor_train.pt", "rng_actor_infer.pt",
-                     "pipeline.pt"):
+        for part in ("actor_train", "actor_hf/config.json", "rng_actor_train.pt", "rng_actor_infer.pt", "pipeline.pt"):
             assert (step2 / part).exists(), part
         state = ckpt.read_state(step2)
         assert state["step"] == 2 and state["tracker_run_id"] and "kl_ctl" in state

@@ -17,23 +17,41 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "tests" / "config" / "roll_format"
 #: What a ROLL user changes for a CPU try-out (docs/migrating_from_roll.md): no GPUs, no device mappings, hf_infer
 #: instead of vLLM (with vLLM's options removed).
-ROLL_CPU_OVERRIDES = ["num_gpus_per_node=0", "~actor_train.device_mapping", "~actor_infer.device_mapping",
-                      "~reference.device_mapping", "actor_infer.strategy_args.strategy_name=hf_infer",
-                      "~actor_infer.strategy_args.strategy_config"]
+ROLL_CPU_OVERRIDES = [
+    "num_gpus_per_node=0",
+    "~actor_train.device_mapping",
+    "~actor_infer.device_mapping",
+    "~reference.device_mapping",
+    "actor_infer.strategy_args.strategy_name=hf_infer",
+    "~actor_infer.strategy_args.strategy_config",
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, tags", [("agentic_sokoban", {"SimpleSokoban"}),
-                                        ("agentic_frozen_lake", {"FrozenLake"}),
-                                        ("agentic_sokoban_gigpo", {"SimpleSokoban"})])
+@pytest.mark.parametrize(
+    "name, tags",
+    [
+        ("agentic_sokoban", {"SimpleSokoban"}),
+        ("agentic_frozen_lake", {"FrozenLake"}),
+        ("agentic_sokoban_gigpo", {"SimpleSokoban"}),
+    ],
+)
 def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name, tags):
-    cmd = [sys.executable, str(REPO / "examples" / "start_agentic_pipeline.py"), "--config-path", str(CONFIGS),
-           "--config-name", name, f"pretrain={tiny_model_dir}", f"reward_pretrain={tiny_model_dir}",
-           *ROLL_CPU_OVERRIDES]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-path",
+        str(CONFIGS),
+        "--config-name",
+        name,
+        f"pretrain={tiny_model_dir}",
+        f"reward_pretrain={tiny_model_dir}",
+        *ROLL_CPU_OVERRIDES,
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if "ROLL keys without meaning in roll" in line]
-    assert len(warnings) == 1 and "custom_envs.%s.use_thread_lock" % sorted(tags)[0] in warnings[0]
+    assert len(warnings) == 1 and f"custom_envs.{sorted(tags)[0]}.use_thread_lock" in warnings[0]
     rows = [json.loads(line) for line in (tmp_path / "output" / "logs" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2]

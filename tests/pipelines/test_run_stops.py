@@ -27,13 +27,28 @@ NAN_FILE = REPO / "tests" / "debug" / "nan_reward.py"
 def overrides(model_dir: str, out: Path, *extra: str) -> list[str]:
     """A tiny RLVR run in local mode, no warm start, no validation."""
     return [
-        f"pretrain={model_dir}", "tiny_model=null", f"output_dir={out}", f"logging_dir={out}/logs",
-        "distributed=local", "track_with=stdout", "save_steps=0", "rollout_dump_steps=0", "rollout_batch_size=2",
-        "num_return_sequences_in_group=2", "dynamic_sampling.enabled=false", "is_use_additional_prompts=false",
-        "rewards.num_workers=1", "actor_infer.generating_args.max_new_tokens=4", "sft_warmup.enabled=false",
-        "eval_steps=0", "validation.file_name=[]", "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.num_cpus_per_worker=1",
-        "actor_infer.num_cpus_per_worker=1", *extra,
+        f"pretrain={model_dir}",
+        "tiny_model=null",
+        f"output_dir={out}",
+        f"logging_dir={out}/logs",
+        "distributed=local",
+        "track_with=stdout",
+        "save_steps=0",
+        "rollout_dump_steps=0",
+        "rollout_batch_size=2",
+        "num_return_sequences_in_group=2",
+        "dynamic_sampling.enabled=false",
+        "is_use_additional_prompts=false",
+        "rewards.num_workers=1",
+        "actor_infer.generating_args.max_new_tokens=4",
+        "sft_warmup.enabled=false",
+        "eval_steps=0",
+        "validation.file_name=[]",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        *extra,
     ]
 
 
@@ -50,22 +65,43 @@ def unregister_debug_rewards():
 
 
 def test_resume_command_replaces_an_earlier_resume_flag():
-    assert resume_command(["examples/start_rlvr_pipeline.py", "--config-name", "rlvr_tiny", "max_steps=5",
-                           "resume_from_checkpoint=false"]) == \
-        "python examples/start_rlvr_pipeline.py --config-name rlvr_tiny max_steps=5 resume_from_checkpoint=true"
+    assert (
+        resume_command(
+            [
+                "examples/start_rlvr_pipeline.py",
+                "--config-name",
+                "rlvr_tiny",
+                "max_steps=5",
+                "resume_from_checkpoint=false",
+            ]
+        )
+        == "python examples/start_rlvr_pipeline.py --config-name rlvr_tiny max_steps=5 resume_from_checkpoint=true"
+    )
 
 
 @pytest.mark.slow
 def test_nan_reward_stops_the_run_with_one_line_naming_it(tiny_model_dir, tmp_path):
-    cmd = [sys.executable, str(REPO / "examples" / "start_rlvr_pipeline.py"), "--config-name", "rlvr_tiny",
-           *overrides(tiny_model_dir, tmp_path, "max_steps=3", "save_steps=1",
-                      "+rewards.tag_to_reward.math='tests.debug.nan_reward:debug_nan_reward'")]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_rlvr_pipeline.py"),
+        "--config-name",
+        "rlvr_tiny",
+        *overrides(
+            tiny_model_dir,
+            tmp_path,
+            "max_steps=3",
+            "save_steps=1",
+            "+rewards.tag_to_reward.math='tests.debug.nan_reward:debug_nan_reward'",
+        ),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     line = next(i for i, text in enumerate(NAN_FILE.read_text().splitlines(), 1) if text.startswith("def nan_reward"))
-    assert last.startswith(f"roll: run stopped: train step 1: reward function 'debug_nan_reward' (nan_reward defined "
-                           f"at {NAN_FILE}:{line}) returned score=nan for sample 0 (tag 'math', response "), last
+    assert last.startswith(
+        f"roll: run stopped: train step 1: reward function 'debug_nan_reward' (nan_reward defined "
+        f"at {NAN_FILE}:{line}) returned score=nan for sample 0 (tag 'math', response "
+    ), last
     assert "final actor saved" not in proc.stdout and "Traceback" not in proc.stderr
     assert "[roll] run stopped by RunStopped at step 1; no checkpoint to resume from (save_steps=1)" in proc.stdout
 
@@ -74,17 +110,30 @@ def test_nan_reward_stops_the_run_with_one_line_naming_it(tiny_model_dir, tmp_pa
 def test_skipped_updates_are_counted_and_stop_the_run(tiny_model_dir, tmp_path, capsys):
     """A finite but huge reward (3e38) overflows the gradients: each update is skipped; after 2 in a row the run
     stops, with the metric logged for both steps and the checkpoint of the step before named in the resume line."""
-    cfg = load_config("rlvr_tiny", overrides=overrides(
-        tiny_model_dir, tmp_path, "max_steps=6", "max_skipped_updates=2", "adv_estimator=reinforce", "save_steps=1",
-        "+rewards.tag_to_reward.math='tests.debug.nan_reward:debug_huge_reward'"), schema=RLVRConfig)
+    cfg = load_config(
+        "rlvr_tiny",
+        overrides=overrides(
+            tiny_model_dir,
+            tmp_path,
+            "max_steps=6",
+            "max_skipped_updates=2",
+            "adv_estimator=reinforce",
+            "save_steps=1",
+            "+rewards.tag_to_reward.math='tests.debug.nan_reward:debug_huge_reward'",
+        ),
+        schema=RLVRConfig,
+    )
     with pytest.raises(RunStopped) as info:
         RLVRPipeline(cfg).run()
-    assert str(info.value).startswith("the actor's last 2 updates (steps 1-2) had a non-finite gradient norm "
-                                      "(actor/grad_norm=inf)"), str(info.value)
+    assert str(info.value).startswith(
+        "the actor's last 2 updates (steps 1-2) had a non-finite gradient norm (actor/grad_norm=inf)"
+    ), str(info.value)
     assert "max_skipped_updates=2" in str(info.value)
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["actor/grad_norm"], r["actor/skipped_updates"]) for r in rows] == [(1, None, 1.0),
-                                                                                          (2, None, 1.0)]
+    assert [(r["step"], r["actor/grad_norm"], r["actor/skipped_updates"]) for r in rows] == [
+        (1, None, 1.0),
+        (2, None, 1.0),
+    ]
     out = capsys.readouterr().out
     assert "final actor saved" not in out and not (tmp_path / "final").exists()
     assert "[roll] run stopped by RunStopped at step 2; resume from the step-1 checkpoint with: python " in out
@@ -96,9 +145,13 @@ def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_mod
     """A run killed with SIGTERM after its first checkpoint exits 130 with the command that resumes it, and that
     command (run as printed) continues from the checkpoint to the end."""
     script = REPO / "examples" / "start_rlvr_pipeline.py"
-    cmd = [sys.executable, str(script), "--config-name", "rlvr_tiny", *overrides(tiny_model_dir, tmp_path,
-                                                                                "max_steps=400", "save_steps=1",
-                                                                                "zero_signal_patience=0")]
+    cmd = [
+        sys.executable,
+        str(script),
+        "--config-name",
+        "rlvr_tiny",
+        *overrides(tiny_model_dir, tmp_path, "max_steps=400", "save_steps=1", "zero_signal_patience=0"),
+    ]
     # zero_signal_patience=0: the untrained tiny model scores 0 everywhere, and the run must still be going when killed
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600

@@ -8,13 +8,19 @@ from roll.envs.parsing import ActionParser
 from roll.models.loading import load_tokenizer
 from roll.pipelines.sft_warmup import make_demo_batches
 
-SPEC = CustomEnvConfig(env_type="sokoban", env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10,
-                                                        "max_solution_length": 6},
-                       max_actions_per_traj=10, max_tokens_per_step=24, system_prompt="You are a Sokoban player.")
+SPEC = CustomEnvConfig(
+    env_type="sokoban",
+    env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "max_solution_length": 6},
+    max_actions_per_traj=10,
+    max_tokens_per_step=24,
+    system_prompt="You are a Sokoban player.",
+)
 
 
-@pytest.mark.parametrize("action_format, pattern", [("answer", "<answer>{}</answer>"),
-                                                    ("think_answer", "<think></think><answer>{}</answer>")])
+@pytest.mark.parametrize(
+    "action_format, pattern",
+    [("answer", "<answer>{}</answer>"), ("think_answer", "<think></think><answer>{}</answer>")],
+)
 def test_demonstrations_use_the_env_action_format(tiny_model_dir, action_format, pattern):
     tokenizer = load_tokenizer(tiny_model_dir)
     kwargs = {**SPEC.env_config, "action_format": action_format}
@@ -57,8 +63,7 @@ def test_no_demonstration_says_why(tiny_model_dir):
     try:
         spec = CustomEnvConfig(env_type="unsolved_test", max_actions_per_traj=4, max_tokens_per_step=8)
         with pytest.raises(RuntimeError) as info:
-            make_demo_batches(spec, {}, load_tokenizer(tiny_model_dir), "U", num_demos=4, batch_size=4, steps=1,
-                              seed=1)
+            make_demo_batches(spec, {}, load_tokenizer(tiny_model_dir), "U", num_demos=4, batch_size=4, steps=1, seed=1)
     finally:
         _ENVS.pop("unsolved_test")
         gymnasium.registry.pop(gym_id("unsolved_test"), None)

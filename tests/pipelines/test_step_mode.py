@@ -24,8 +24,14 @@ TURNS = [1, 3, 2, 4]  # turns of the four episodes (groups of two share a seed)
 def dist_env():
     from roll.distributed.group import free_port
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "DS_ACCELERATOR": "cpu"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "DS_ACCELERATOR": "cpu",
+    }
     for k, v in env.items():
         os.environ.setdefault(k, v)
 
@@ -43,8 +49,15 @@ def episodes(seed: int = 0) -> list[Trajectory]:
         turns = []
         for k in range(n):
             reply = ids(int(torch.randint(1, 7, (1,), generator=gen)))
-            turns.append(Turn(ids(int(torch.randint(2, 6, (1,), generator=gen))), reply, [0.0] * len(reply),
-                              observation=f"state{k % 2}", reward=float(torch.randn(1, generator=gen))))
+            turns.append(
+                Turn(
+                    ids(int(torch.randint(2, 6, (1,), generator=gen))),
+                    reply,
+                    [0.0] * len(reply),
+                    observation=f"state{k % 2}",
+                    reward=float(torch.randn(1, generator=gen)),
+                )
+            )
         out.append(Trajectory(f"e{e}", env_id=e % 2, group_id=e // 2, tag="x", seed=0, turns=turns))
     return out
 
@@ -154,23 +167,50 @@ def test_native_env_manager_trains_step_samples_with_a_critic(tmp_path, tiny_mod
 
     repo = Path(__file__).resolve().parents[2]
     overrides = [
-        "distributed=local", f"pretrain={tiny_model_dir}", f"output_dir={tmp_path}/out", f"logging_dir={tmp_path}/logs",
-        "max_steps=1", "eval_steps=0", "track_with=stdout", "val_env_manager=null", "sft_warmup.enabled=false",
-        "zero_signal_patience=0", "rollout_batch_size=8", "train_env_manager.env_groups=2",
-        "train_env_manager.group_size=4", "sequence_length=512", "custom_envs.SimpleSokoban.max_actions_per_traj=3",
-        "custom_envs.SimpleSokoban.max_tokens_per_step=6", "custom_envs.SimpleSokoban.trajectory_mode=step",
+        "distributed=local",
+        f"pretrain={tiny_model_dir}",
+        f"output_dir={tmp_path}/out",
+        f"logging_dir={tmp_path}/logs",
+        "max_steps=1",
+        "eval_steps=0",
+        "track_with=stdout",
+        "val_env_manager=null",
+        "sft_warmup.enabled=false",
+        "zero_signal_patience=0",
+        "rollout_batch_size=8",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.group_size=4",
+        "sequence_length=512",
+        "custom_envs.SimpleSokoban.max_actions_per_traj=3",
+        "custom_envs.SimpleSokoban.max_tokens_per_step=6",
+        "custom_envs.SimpleSokoban.trajectory_mode=step",
         "actor_train.training_args.per_device_train_batch_size=4",
         "actor_train.training_args.gradient_accumulation_steps=2",
-        "critic.training_args.per_device_train_batch_size=4", "critic.training_args.gradient_accumulation_steps=2"]
-    cmd = [sys.executable, str(repo / "examples" / "start_agentic_pipeline.py"), "--config-name", "algo_ppo",
-           *overrides]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        "critic.training_args.per_device_train_batch_size=4",
+        "critic.training_args.gradient_accumulation_steps=2",
+    ]
+    cmd = [
+        sys.executable,
+        str(repo / "examples" / "start_agentic_pipeline.py"),
+        "--config-name",
+        "algo_ppo",
+        *overrides,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
     (row,) = [r for r in rows if r["step"] == 1]
     assert row["perf/samples"] > row["rollout/batch_size"] == 8  # one sample per turn
     assert row["rollout/template_breaks"] == 0  # token history: no turn starts a sample of its own
-    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "actor/reward_kl",
-                "critic/advantages_mean", "actor/lr"):
+    for key in (
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "critic/vf_loss",
+        "critic/grad_norm",
+        "actor/reward_kl",
+        "critic/advantages_mean",
+        "actor/lr",
+    ):
         assert key in row and math.isfinite(row[key]), key

@@ -15,9 +15,14 @@ from roll.pipelines.ppo import NoLearningSignal, SignalWatch, dead_signal_cause,
 def _batch(adv_per_sample, groups, scores):
     n = len(groups)
     response = torch.tensor([[0, 1, 1, 1]] * n)
-    return Batch({"advantages": torch.tensor(adv_per_sample, dtype=torch.float32)[:, None].expand(n, 3).clone(),
-                  "response_mask": response, "scores": torch.tensor(scores, dtype=torch.float32)},
-                 {"group_id": list(groups)})
+    return Batch(
+        {
+            "advantages": torch.tensor(adv_per_sample, dtype=torch.float32)[:, None].expand(n, 3).clone(),
+            "response_mask": response,
+            "scores": torch.tensor(scores, dtype=torch.float32),
+        },
+        {"group_id": list(groups)},
+    )
 
 
 def test_zero_signal_groups_counts_groups_without_any_non_zero_advantage():
@@ -28,11 +33,14 @@ def test_zero_signal_groups_counts_groups_without_any_non_zero_advantage():
     assert zero_signal_groups(batch) == (2, 3)
 
 
-@pytest.mark.parametrize("groups, scores, cause", [
-    ([0, 1, 2], [1, 0, 1], "one sample"),
-    ([0, 0, 1, 1], [0, 0, 0, 0], "every sample scored 0"),
-    ([0, 0, 1, 1], [1, 1, 0, 0], "within each group"),
-])
+@pytest.mark.parametrize(
+    "groups, scores, cause",
+    [
+        ([0, 1, 2], [1, 0, 1], "one sample"),
+        ([0, 0, 1, 1], [0, 0, 0, 0], "every sample scored 0"),
+        ([0, 0, 1, 1], [1, 1, 0, 0], "within each group"),
+    ],
+)
 def test_dead_signal_cause(groups, scores, cause):
     assert cause in dead_signal_cause(_batch([0.0] * len(groups), groups, scores))
 
@@ -76,11 +84,16 @@ def test_launch_turns_the_stop_into_one_line_and_exit_1(capsys, monkeypatch):
     assert err == ["roll: run stopped: 5 steps in a row had only zero advantages: because"]
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (["adv_estimator=grpo", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"], "grpo compares"),
-    (["adv_estimator=reinforce", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"],
-     "reward_normalization"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["adv_estimator=grpo", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"], "grpo compares"),
+        (
+            ["adv_estimator=reinforce", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"],
+            "reward_normalization",
+        ),
+    ],
+)
 def test_groups_of_one_are_refused_before_any_worker(overrides, match):
     from roll.config.agentic import AgenticConfig
     from roll.pipelines.launch import load_checked
@@ -94,6 +107,13 @@ def test_groups_of_one_with_a_batch_normalization_are_allowed():
     from roll.config.agentic import AgenticConfig
     from roll.pipelines.launch import load_checked
 
-    load_checked("sokoban_tiny", overrides=["adv_estimator=reinforce", "train_env_manager.group_size=1",
-                                            "train_env_manager.env_groups=64", "reward_normalization.grouping=batch"],
-                 schema=AgenticConfig)
+    load_checked(
+        "sokoban_tiny",
+        overrides=[
+            "adv_estimator=reinforce",
+            "train_env_manager.group_size=1",
+            "train_env_manager.env_groups=64",
+            "reward_normalization.grouping=batch",
+        ],
+        schema=AgenticConfig,
+    )

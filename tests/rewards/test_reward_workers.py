@@ -76,8 +76,9 @@ def test_non_finite_score_is_named_at_its_source(bad):
     from roll.rewards.workers import NonFiniteReward
 
     name = "test_nan_reward"
-    register_reward(name)(lambda response, ground_truth: RewardResult(bad if response == "x" else 1.0, False, None,
-                                                                     False))
+    register_reward(name)(
+        lambda response, ground_truth: RewardResult(bad if response == "x" else 1.0, False, None, False)
+    )
     try:
         worker = RewardWorker()
         assert [r.score for r in worker.compute(["a", "b"], ["", ""], [name] * 2)] == [1.0, 1.0]
@@ -85,11 +86,14 @@ def test_non_finite_score_is_named_at_its_source(bad):
             worker.compute(["a", "x"], ["", ""], [name] * 2)
     finally:
         registry.REWARDS.unregister(name)
-    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
-                if "register_reward(name)(lambda" in text)
-    assert str(info.value) == (f"reward function {name!r} (test_non_finite_score_is_named_at_its_source.<locals>."
-                               f"<lambda> defined at {__file__}:{line}) returned score={bad!r} for sample 1 (tag "
-                               f"{name!r}, response 'x'); a reward must return RewardResult with a finite float score")
+    line = next(
+        i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "register_reward(name)(lambda" in text
+    )
+    assert str(info.value) == (
+        f"reward function {name!r} (test_non_finite_score_is_named_at_its_source.<locals>."
+        f"<lambda> defined at {__file__}:{line}) returned score={bad!r} for sample 1 (tag "
+        f"{name!r}, response 'x'); a reward must return RewardResult with a finite float score"
+    )
 
 
 def _never_returns(response: str, ground_truth: str) -> RewardResult:
@@ -102,8 +106,10 @@ def _never_returns(response: str, ground_truth: str) -> RewardResult:
 
 
 def _hang_message(line_of_def: int) -> str:
-    return (f"reward function 'test_hang_reward' (_never_returns defined at {__file__}:{line_of_def}) did not return "
-            f"within rewards.timeout_s=0.5s for sample 1 (tag 'test_hang_reward', response 'wait')")
+    return (
+        f"reward function 'test_hang_reward' (_never_returns defined at {__file__}:{line_of_def}) did not return "
+        f"within rewards.timeout_s=0.5s for sample 1 (tag 'test_hang_reward', response 'wait')"
+    )
 
 
 @pytest.fixture

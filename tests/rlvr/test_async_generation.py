@@ -22,15 +22,33 @@ STEPS = 4
 
 def _config(model_dir: str, out: Path, *extra: str) -> RLVRConfig:
     overrides = [
-        f"pretrain={model_dir}", "tiny_model=null", f"output_dir={out}", f"logging_dir={out}/logs",
-        "distributed=local", "track_with=stdout", f"max_steps={STEPS}", "save_steps=2", "eval_steps=0",
-        "rollout_dump_steps=0", "sft_warmup.enabled=false", "rollout_batch_size=4", "num_return_sequences_in_group=4",
-        "dynamic_sampling.enabled=false", "is_use_additional_prompts=false", "validation.file_name=[]",
-        "rewards.num_workers=1", "actor_infer.generating_args.max_new_tokens=8",
+        f"pretrain={model_dir}",
+        "tiny_model=null",
+        f"output_dir={out}",
+        f"logging_dir={out}/logs",
+        "distributed=local",
+        "track_with=stdout",
+        f"max_steps={STEPS}",
+        "save_steps=2",
+        "eval_steps=0",
+        "rollout_dump_steps=0",
+        "sft_warmup.enabled=false",
+        "rollout_batch_size=4",
+        "num_return_sequences_in_group=4",
+        "dynamic_sampling.enabled=false",
+        "is_use_additional_prompts=false",
+        "validation.file_name=[]",
+        "rewards.num_workers=1",
+        "actor_infer.generating_args.max_new_tokens=8",
         "actor_train.training_args.per_device_train_batch_size=16",
-        "actor_train.training_args.gradient_accumulation_steps=1", "actor_train.training_args.learning_rate=1e-3",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "actor_train.training_args.learning_rate=1e-3",
         # the entropy term moves the weights every step even where all rewards are equal (zero advantages)
-        "entropy_loss_coef=0.01", "actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1", *extra]
+        "entropy_loss_coef=0.01",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
+        *extra,
+    ]
     return load_config("rlvr_tiny", overrides=overrides, schema=RLVRConfig)
 
 
@@ -66,9 +84,18 @@ def test_async_batches_are_one_update_old(tiny_model_dir, tmp_path):
 
 def test_rlvr_staleness_stays_within_k(tiny_model_dir, tmp_path):
     steps_run = 5
-    RLVRPipeline(_config(tiny_model_dir, tmp_path, f"max_steps={steps_run}", "save_steps=0", "rollout_batch_size=2",
-                         "actor_train.training_args.per_device_train_batch_size=8", "zero_signal_patience=0",
-                         "async_generation_ratio=2")).run()
+    RLVRPipeline(
+        _config(
+            tiny_model_dir,
+            tmp_path,
+            f"max_steps={steps_run}",
+            "save_steps=0",
+            "rollout_batch_size=2",
+            "actor_train.training_args.per_device_train_batch_size=8",
+            "zero_signal_patience=0",
+            "async_generation_ratio=2",
+        )
+    ).run()
     rows = _rows(tmp_path)
     steps = [rows[s] for s in range(1, steps_run + 1)]
     assert all(r["rollout/staleness_max"] <= 2 and r["rollout/buffered_groups_peak"] <= 3 * 2 for r in steps)
@@ -103,8 +130,13 @@ def test_async_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch
     a, b = _rows(straight), _rows(resumed)
     for step in range(STEPS // 2 + 1, STEPS + 1):
         # the buffer's peak occupancy depends on when the producer thread runs, like the timings
-        keys = [k for k in a[step] if not k.startswith(("time/", "perf/")) and isinstance(a[step][k], float)
-                and k != "rollout/buffered_groups_peak"]
+        keys = [
+            k
+            for k in a[step]
+            if not k.startswith(("time/", "perf/"))
+            and isinstance(a[step][k], float)
+            and k != "rollout/buffered_groups_peak"
+        ]
         assert "rollout/mean_reward" in keys and "rollout/logprob_mismatch" in keys
         for k in keys:
             assert b[step][k] == pytest.approx(a[step][k], rel=1e-5, abs=1e-6), (step, k)
@@ -119,15 +151,28 @@ def test_async_generation_is_refused_where_it_cannot_run():
     with pytest.raises(ConfigError, match=r"async_generation_ratio=-1.0: must be >= 0"):
         load_config("rlvr_tiny", overrides=["async_generation_ratio=-1"], schema=RLVRConfig)
     for name, schema in (("rlvr_qwen05b_gpu", RLVRConfig), ("sokoban_qwen05b_gpu", None)):
-        with pytest.raises(ConfigError, match=r"^async_generation_ratio=2.0: generating while training needs "
-                                              r"actor_infer on GPUs of its own; GPUs \[0\] are shared .* "
-                                              r"disaggregate: give actor_infer its own device_mapping") as err:
+        with pytest.raises(
+            ConfigError,
+            match=r"^async_generation_ratio=2.0: generating while training needs "
+            r"actor_infer on GPUs of its own; GPUs \[0\] are shared .* "
+            r"disaggregate: give actor_infer its own device_mapping",
+        ) as err:
             load_config(name, overrides=["async_generation_ratio=2"], schema=schema)
         assert "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"^train_env_manager.num_env_managers=1: with async_generation_ratio=1 each "
-                                          r"env manager plays 16 groups a round, more than \(k \+ 1\) x the batch's 2"):
-        load_config("sokoban_tiny", overrides=["async_generation_ratio=1", "rollout_batch_size=16",
-                                               "train_env_manager.env_groups=16", "train_env_manager.group_size=8"])
+    with pytest.raises(
+        ConfigError,
+        match=r"^train_env_manager.num_env_managers=1: with async_generation_ratio=1 each "
+        r"env manager plays 16 groups a round, more than \(k \+ 1\) x the batch's 2",
+    ):
+        load_config(
+            "sokoban_tiny",
+            overrides=[
+                "async_generation_ratio=1",
+                "rollout_batch_size=16",
+                "train_env_manager.env_groups=16",
+                "train_env_manager.group_size=8",
+            ],
+        )
     # on CPU (no device_mapping) both pipelines take any k
     assert load_config("sokoban_tiny", overrides=["async_generation_ratio=2"]).async_generation_ratio == 2
     assert load_config("rlvr_tiny", overrides=["async_generation_ratio=2"], schema=RLVRConfig)
@@ -138,8 +183,10 @@ def test_oversubscribed_cpu_roles_are_warned_about():
 
     cfg = load_config("rlvr_tiny", overrides=["async_generation_ratio=1"], schema=RLVRConfig)
     (line,) = check_async_threads(cfg, cores=2)  # 2 + 2 threads on 2 cores
-    assert line.startswith("async_generation_ratio=1: actor_train and actor_infer generate and train at the same "
-                           "time on CPU with 4 threads on 2 cores")
+    assert line.startswith(
+        "async_generation_ratio=1: actor_train and actor_infer generate and train at the same "
+        "time on CPU with 4 threads on 2 cores"
+    )
     cfg.actor_train.num_cpus_per_worker = cfg.actor_infer.num_cpus_per_worker = 1
     assert check_async_threads(cfg, cores=2) == []
     cfg.async_generation_ratio = 0.0

@@ -14,18 +14,21 @@ class G:
     scores: list
 
 
-@pytest.mark.parametrize("scores, cfg, expected", [
-    ([1, 1, 1, 1], DynamicSamplingConfig(enabled=True), "all_equal"),
-    ([0, 0, 0, 0], DynamicSamplingConfig(enabled=True), "all_equal"),
-    ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True), None),
-    ([1, 1, 1, 1], DynamicSamplingConfig(enabled=True, drop_all_equal=False), None),
-    # mean 0.25, population std sqrt(3)/4 = 0.433
-    ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, std_min=0.44), "std_low"),
-    ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, std_min=0.43), None),
-    ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, mean_low=0.3), "mean_low"),
-    ([0, 1, 1, 1], DynamicSamplingConfig(enabled=True, mean_high=0.7), "mean_high"),
-    ([0, 1, 1, 1], DynamicSamplingConfig(enabled=True, mean_low=0.75, mean_high=0.75), None),
-])
+@pytest.mark.parametrize(
+    "scores, cfg, expected",
+    [
+        ([1, 1, 1, 1], DynamicSamplingConfig(enabled=True), "all_equal"),
+        ([0, 0, 0, 0], DynamicSamplingConfig(enabled=True), "all_equal"),
+        ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True), None),
+        ([1, 1, 1, 1], DynamicSamplingConfig(enabled=True, drop_all_equal=False), None),
+        # mean 0.25, population std sqrt(3)/4 = 0.433
+        ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, std_min=0.44), "std_low"),
+        ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, std_min=0.43), None),
+        ([0, 1, 0, 0], DynamicSamplingConfig(enabled=True, mean_low=0.3), "mean_low"),
+        ([0, 1, 1, 1], DynamicSamplingConfig(enabled=True, mean_high=0.7), "mean_high"),
+        ([0, 1, 1, 1], DynamicSamplingConfig(enabled=True, mean_low=0.75, mean_high=0.75), None),
+    ],
+)
 def test_filter_reason(scores, cfg, expected):
     assert filter_reason(scores, cfg) == expected
 

@@ -2,9 +2,9 @@
 
 import torch
 
+from roll.data.layout import prompt_response_batch as build_batch
 from roll.data.rlvr_dataset import RLVRExample
 from roll.pipelines.loss_fns import loss_mask
-from roll.data.layout import prompt_response_batch as build_batch
 from roll.pipelines.rlvr_pipeline import PromptGroup, groups_to_batch, rollout_metrics
 
 PAD = 0
@@ -25,8 +25,16 @@ def test_build_batch_layout():
 
 def group(index, scores, correct, lengths, truncated=None):
     ids = [[1] * n for n in lengths]
-    return PromptGroup(index, [7, 7], ids, ["x"] * len(scores), scores, correct, [True] * len(scores),
-                       truncated or [False] * len(scores))
+    return PromptGroup(
+        index,
+        [7, 7],
+        ids,
+        ["x"] * len(scores),
+        scores,
+        correct,
+        [True] * len(scores),
+        truncated or [False] * len(scores),
+    )
 
 
 def test_groups_to_batch_and_metrics():

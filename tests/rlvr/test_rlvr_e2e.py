@@ -16,14 +16,26 @@ SCRIPT = str(REPO / "examples" / "start_rlvr_pipeline.py")
 
 def small_run_overrides(tmp: Path, model_dir: str) -> list[str]:
     return [
-        f"pretrain={model_dir}", "tiny_model=null", f"output_dir={tmp}/out", f"logging_dir={tmp}/logs",
-        "max_steps=2", "save_steps=1", "eval_steps=1", "track_with=tensorboard", "rollout_dump_steps=1",
-        "sft_warmup.steps=2", "sft_warmup.batch_size=8",
-        "rollout_batch_size=4", "num_return_sequences_in_group=4", "max_additional_running_prompts=4",
-        "validation.max_samples=8", "rewards.num_workers=2",
+        f"pretrain={model_dir}",
+        "tiny_model=null",
+        f"output_dir={tmp}/out",
+        f"logging_dir={tmp}/logs",
+        "max_steps=2",
+        "save_steps=1",
+        "eval_steps=1",
+        "track_with=tensorboard",
+        "rollout_dump_steps=1",
+        "sft_warmup.steps=2",
+        "sft_warmup.batch_size=8",
+        "rollout_batch_size=4",
+        "num_return_sequences_in_group=4",
+        "max_additional_running_prompts=4",
+        "validation.max_samples=8",
+        "rewards.num_workers=2",
         "actor_train.training_args.per_device_train_batch_size=8",
         "actor_train.training_args.gradient_accumulation_steps=1",
-        "actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1",
+        "actor_train.num_cpus_per_worker=1",
+        "actor_infer.num_cpus_per_worker=1",
     ]
 
 
@@ -41,10 +53,21 @@ def test_two_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
     assert by_step[0]["sft/first_loss"] > 0 and "val/accuracy" in by_step[0]
     for step in (1, 2):
         row = by_step[step]
-        for key in ("rollout/accuracy", "rollout/mean_reward", "rollout/response_length", "actor/pg_loss",
-                    "actor/grad_norm", "critic/advantages_mean", "dynamic_sampling/groups_filtered",
-                    "dynamic_sampling/batch_groups", "val/accuracy", "val/math/accuracy", "time/rollout",
-                    "time/train", "time/sync"):
+        for key in (
+            "rollout/accuracy",
+            "rollout/mean_reward",
+            "rollout/response_length",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "critic/advantages_mean",
+            "dynamic_sampling/groups_filtered",
+            "dynamic_sampling/batch_groups",
+            "val/accuracy",
+            "val/math/accuracy",
+            "time/rollout",
+            "time/train",
+            "time/sync",
+        ):
             assert key in row and row[key] is not None and math.isfinite(row[key]), (step, key)
         assert row["dynamic_sampling/batch_groups"] == 4
         assert row["dynamic_sampling/prompts_drawn"] <= 4 + 4
@@ -79,11 +102,24 @@ def test_two_steps_through_ray_deepspeed_hf_infer(tmp_path, tiny_model_dir):
 
 def test_malformed_data_stops_cli_before_workers(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "What is 1 + 1?", "ground_truth": "2", "tag": "math"}\n'
-                   '{"prompt": "", "ground_truth": "2", "tag": "math"}\n')
-    proc = subprocess.run([sys.executable, SCRIPT, "--config-name", "rlvr_tiny",
-                           f"actor_train.data_args.file_name=[{bad}]", f"output_dir={tmp_path}/out"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    bad.write_text(
+        '{"prompt": "What is 1 + 1?", "ground_truth": "2", "tag": "math"}\n'
+        '{"prompt": "", "ground_truth": "2", "tag": "math"}\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--config-name",
+            "rlvr_tiny",
+            f"actor_train.data_args.file_name=[{bad}]",
+            f"output_dir={tmp_path}/out",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "actor_train.data_args.file_name" in proc.stderr and "row 1 (line 2): empty prompt" in proc.stderr
     assert not (tmp_path / "out").exists()
@@ -96,9 +132,19 @@ def test_untagged_data_and_no_validation_block(tmp_path, tiny_model_dir):
     untagged = tmp_path / "untagged.jsonl"
     untagged.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "tag"}) + "\n" for r in rows[:64]))
     overrides = [o for o in small_run_overrides(tmp_path, tiny_model_dir) if not o.startswith("validation.")]
-    cmd = [sys.executable, SCRIPT, "--config-name", "rlvr_tiny", *overrides, "max_steps=1", "save_steps=0",
-           "distributed=local", f"actor_train.data_args.file_name=[{untagged}]", "default_tag=math",
-           "validation=null"]
+    cmd = [
+        sys.executable,
+        SCRIPT,
+        "--config-name",
+        "rlvr_tiny",
+        *overrides,
+        "max_steps=1",
+        "save_steps=0",
+        "distributed=local",
+        f"actor_train.data_args.file_name=[{untagged}]",
+        "default_tag=math",
+        "validation=null",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]

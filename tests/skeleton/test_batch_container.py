@@ -7,8 +7,10 @@ from roll.data.batch import Batch
 
 
 def make(n=5, width=3):
-    return Batch({"x": torch.arange(n * width).view(n, width), "s": torch.arange(n).float()},
-                 {"tag": [f"t{i}" for i in range(n)]})
+    return Batch(
+        {"x": torch.arange(n * width).view(n, width), "s": torch.arange(n).float()},
+        {"tag": [f"t{i}" for i in range(n)]},
+    )
 
 
 def test_mismatched_sizes_raise():

@@ -35,10 +35,14 @@ def test_turn_delta_matches_template(tiny_model_dir):
     fmt = ChatFormatter(tok, "sys")
     reply = fmt.encode("<answer>Up</answer>") + [fmt.eos_id]
     ids = fmt.first_prompt("grid one") + reply + fmt.turn_delta("grid two")
-    messages = [{"role": "user", "content": "grid one"}, {"role": "assistant", "content": "<answer>Up</answer>"},
-                {"role": "user", "content": "grid two"}]
-    expected = tok.apply_chat_template([{"role": "system", "content": "sys"}] + messages, tokenize=False,
-                                       add_generation_prompt=True)
+    messages = [
+        {"role": "user", "content": "grid one"},
+        {"role": "assistant", "content": "<answer>Up</answer>"},
+        {"role": "user", "content": "grid two"},
+    ]
+    expected = tok.apply_chat_template(
+        [{"role": "system", "content": "sys"}] + messages, tokenize=False, add_generation_prompt=True
+    )
     assert tok.decode(ids) == expected
 
 
@@ -46,8 +50,15 @@ def test_initializer_range_reaches_the_weights(tmp_path):
     """The std of the initial weights is the configured one (0.1 by default; HF's 0.02 stalls a model this small)."""
     from roll.models.tiny import build_tiny_model
 
-    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=300, corpus=["a b c", "<answer>Up</answer>"])
+    small = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=300,
+        corpus=["a b c", "<answer>Up</answer>"],
+    )
     for std in (0.1, 0.02):
         path = build_tiny_model(tmp_path / f"m{std}", initializer_range=std, **small)
         model = AutoModelForCausalLM.from_pretrained(path)
@@ -61,8 +72,15 @@ def test_ensure_never_replaces_a_model_and_warns_about_a_stale_build(tmp_path, c
 
     from roll.models.tiny import SPEC_FILE, ensure_tiny_model
 
-    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=300, corpus=["a b c", "<answer>Up</answer>"])
+    small = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=300,
+        corpus=["a b c", "<answer>Up</answer>"],
+    )
     path = ensure_tiny_model(tmp_path / "m", **small)
     assert json.loads((path / SPEC_FILE).read_text())["num_hidden_layers"] == 1
     stamp = (path / "model.safetensors").stat().st_mtime_ns
@@ -84,8 +102,14 @@ def test_ensure_keeps_a_build_from_the_env_corpus(tmp_path, capsys):
     """No corpus given (the built-in envs' text): the second call finds the same build and keeps it."""
     from roll.models.tiny import ensure_tiny_model
 
-    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=400)
+    small = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=400,
+    )
     path = ensure_tiny_model(tmp_path / "m", **small)
     stamp = (path / "model.safetensors").stat().st_mtime_ns
     ensure_tiny_model(path, **small)

@@ -41,8 +41,15 @@ ORDER = [0, 4, 2, 6, 1, 5, 3, 7]
 OPTIONS = json.loads(os.environ.get("FSDP2_OPTIONS", "{}"))
 
 
-def strategy(model_dir: str, name: str = "fsdp2_train", role: str = "actor_train", per_device: int = 2,
-             accum: int = 4, options: dict | None = None, dynamic: bool = False):
+def strategy(
+    model_dir: str,
+    name: str = "fsdp2_train",
+    role: str = "actor_train",
+    per_device: int = 2,
+    accum: int = 4,
+    options: dict | None = None,
+    dynamic: bool = False,
+):
     """A strategy of this rank; ``per_device x accum x WORLD`` is the global step."""
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -88,9 +95,14 @@ def train(model_dir: str, out: Path) -> dict:
     s = strategy(model_dir, per_device=2, accum=4 // WORLD, dynamic=True)
     calls = count_reduce_scatters()
     metrics = s.train_step(chunk, PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean")))
-    return {"metrics": metrics, "grads": applied_grads(s), "reduce_scatters": calls[0],
-            "units": len(s.model.model.layers) + 1, "micro_batches": len(s._micro(chunk, train=True)),
-            "mesh": tuple(s.mesh.shape)}
+    return {
+        "metrics": metrics,
+        "grads": applied_grads(s),
+        "reduce_scatters": calls[0],
+        "units": len(s.model.model.layers) + 1,
+        "micro_batches": len(s._micro(chunk, train=True)),
+        "mesh": tuple(s.mesh.shape),
+    }
 
 
 def resume(model_dir: str, out: Path) -> dict:
@@ -105,8 +117,13 @@ def resume(model_dir: str, out: Path) -> dict:
     second.load_checkpoint(str(out / "ckpt"))
     loaded = snapshot(second)
     resumed = second.train_step(batches[1], loss)
-    return {"straight": (straight, dict(first.named_weights())), "resumed": (resumed, dict(second.named_weights())),
-            "steps": (first.optimizer_steps, second.optimizer_steps), "saved": saved, "loaded": loaded}
+    return {
+        "straight": (straight, dict(first.named_weights())),
+        "resumed": (resumed, dict(second.named_weights())),
+        "steps": (first.optimizer_steps, second.optimizer_steps),
+        "saved": saved,
+        "loaded": loaded,
+    }
 
 
 def snapshot(s) -> dict[str, torch.Tensor]:
@@ -134,9 +151,14 @@ def weights(model_dir: str, out: Path) -> dict:
     fully_shard(odd, mesh=s.mesh)
     value = torch.arange(15, dtype=torch.float32, device=s.device).view(5, 3)
     load_full(odd.weight, value)
-    return {"metas": [m.to_dict() for m in metas], "buckets": buckets, "named": dict(s.named_weights()),
-            "new": dict(new), "odd_local": odd.weight.to_local().clone(),
-            "odd_full": full_tensor(odd.weight, s.device)}
+    return {
+        "metas": [m.to_dict() for m in metas],
+        "buckets": buckets,
+        "named": dict(s.named_weights()),
+        "new": dict(new),
+        "odd_local": odd.weight.to_local().clone(),
+        "odd_full": full_tensor(odd.weight, s.device),
+    }
 
 
 def infer(model_dir: str, out: Path) -> dict:

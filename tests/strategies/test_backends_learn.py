@@ -64,8 +64,10 @@ ACTORS = {
 
 @pytest.fixture(scope="module")
 def actors(tiny_model_dir):
-    return {name: _run(tiny_model_dir, strategy, options, world=world)
-            for name, (strategy, options, world) in ACTORS.items()}
+    return {
+        name: _run(tiny_model_dir, strategy, options, world=world)
+        for name, (strategy, options, world) in ACTORS.items()
+    }
 
 
 @pytest.mark.slow
@@ -74,8 +76,10 @@ def test_actor_backend_learns(actors, name):
     from roll.pipelines.learning_probe import check_learned
 
     result = actors[name]
-    print(f"[learn] {name}: grad_norm {result.grad_norm:.6f} loss {result.loss_before:.6f} -> "
-          f"{result.loss_after:.6f} update norm {result.update_norm:.4e}")
+    print(
+        f"[learn] {name}: grad_norm {result.grad_norm:.6f} loss {result.loss_before:.6f} -> "
+        f"{result.loss_after:.6f} update norm {result.update_norm:.4e}"
+    )
     assert check_learned(result, name) == []
 
 

@@ -44,8 +44,16 @@ def test_lock_left_by_a_killed_build_is_stale_with_the_command_that_removes_it(t
 
 def test_lock_held_open_by_a_live_builder_is_not_stale(tmp_path):
     lock = stale_lock(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
-                               "print('open', flush=True); time.sleep(60)", str(lock)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); print('open', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         [found] = find_build_locks(tmp_path)
@@ -108,12 +116,24 @@ def test_deepspeed_start_on_cpu_proceeds_past_a_stale_lock_and_builds_nothing(tm
     lock = stale_lock(root)
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(root)}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "config" / "ds_fragment_worker.py"), tiny_model_dir,
-                           str(free_port()), "deepspeed_zero,deepspeed_zero3"],
-                          env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "config" / "ds_fragment_worker.py"),
+            tiny_model_dir,
+            str(free_port()),
+            "deepspeed_zero,deepspeed_zero3",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [line.split()[:3] for line in proc.stdout.splitlines() if line.startswith("RESULT")] == [
-        ["RESULT", "deepspeed_zero", "1"], ["RESULT", "deepspeed_zero3", "1"]]
+        ["RESULT", "deepspeed_zero", "1"],
+        ["RESULT", "deepspeed_zero3", "1"],
+    ]
     assert time.monotonic() - start < 120
     assert f"rm {lock}" in proc.stderr
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [SHM_COMM_OP, f"{SHM_COMM_OP}/lock"]

@@ -19,8 +19,19 @@ def scratch_registry(monkeypatch):
     monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
 
 
-@pytest.mark.parametrize("name", ["hf_infer", "deepspeed_train", "deepspeed_infer", "fsdp2_train", "fsdp2_infer",
-                                  "megatron_train", "megatron_infer", "sglang"])  # sglang imports SGLang lazily
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hf_infer",
+        "deepspeed_train",
+        "deepspeed_infer",
+        "fsdp2_train",
+        "fsdp2_infer",
+        "megatron_train",
+        "megatron_infer",
+        "sglang",
+    ],
+)  # sglang imports SGLang lazily
 def test_every_builtin_class_fulfils_its_entry(name):
     spec = registry.strategy_spec(name)
     for role in spec.roles:
@@ -39,8 +50,11 @@ def test_critics_have_values_and_no_log_probs(name):
 
 def test_ability_protocols_name_the_methods_callers_use():
     assert protocol_members(ABILITIES["submit"]) == ["submit", "poll", "abort"]
-    assert protocol_members(ABILITIES["weight_group"]) == ["weight_group_ranks", "init_weight_group",
-                                                           "update_weights_distributed"]
+    assert protocol_members(ABILITIES["weight_group"]) == [
+        "weight_group_ranks",
+        "init_weight_group",
+        "update_weights_distributed",
+    ]
     assert protocol_members(ABILITIES["ipc_weights"]) == ["load_weight_bucket"]
 
 
@@ -67,21 +81,34 @@ class _Generator(InferenceStrategy):
 
 def test_registration_refuses_a_class_missing_a_declared_ability(scratch_registry):
     module = _user_module(Generator=_Generator)
-    with pytest.raises(TypeError, match=r"cannot serve actor_infer with abilities \['weight_group'\]: implement "
-                                        r"weight_group_ranks \(ability weight_group\); implement init_weight_group"):
-        registry.register_strategy("user_gen", f"{module}:Generator", {"actor_infer"}, abilities={"weight_group"},
-                                   options="roll.config.strategies:HFInferOptions")
+    with pytest.raises(
+        TypeError,
+        match=r"cannot serve actor_infer with abilities \['weight_group'\]: implement "
+        r"weight_group_ranks \(ability weight_group\); implement init_weight_group",
+    ):
+        registry.register_strategy(
+            "user_gen",
+            f"{module}:Generator",
+            {"actor_infer"},
+            abilities={"weight_group"},
+            options="roll.config.strategies:HFInferOptions",
+        )
     assert "user_gen" not in registry.list_strategies()
-    registry.register_strategy("user_gen", f"{module}:Generator", {"actor_infer"},
-                               options="roll.config.strategies:HFInferOptions")
+    registry.register_strategy(
+        "user_gen", f"{module}:Generator", {"actor_infer"}, options="roll.config.strategies:HFInferOptions"
+    )
     assert registry.get_strategy_class("user_gen", "actor_infer") is _Generator
 
 
 def test_a_class_serving_a_role_it_does_not_derive_from_is_refused(scratch_registry):
     module = _user_module(Generator=_Generator)
     with pytest.raises(TypeError, match="cannot serve reference .*: subclass ScoringStrategy"):
-        registry.register_strategy("user_gen2", f"{module}:Generator", {"actor_infer", "reference"},
-                                   options="roll.config.strategies:HFInferOptions")
+        registry.register_strategy(
+            "user_gen2",
+            f"{module}:Generator",
+            {"actor_infer", "reference"},
+            options="roll.config.strategies:HFInferOptions",
+        )
 
 
 def test_a_class_imported_later_is_checked_when_resolved(scratch_registry, tmp_path, monkeypatch):
@@ -89,10 +116,12 @@ def test_a_class_imported_later_is_checked_when_resolved(scratch_registry, tmp_p
         "from roll.strategies.base import InferenceStrategy\n"
         "class Late(InferenceStrategy):\n"
         "    def initialize(self, ctx): pass\n"
-        "    def load_weights(self, named_tensors): pass\n")  # no generate: still abstract
+        "    def load_weights(self, named_tensors): pass\n"
+    )  # no generate: still abstract
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry.register_strategy("user_late", "late_backend_mod:Late", {"actor_infer"},
-                               options="roll.config.strategies:HFInferOptions")  # not imported yet: accepted
+    registry.register_strategy(
+        "user_late", "late_backend_mod:Late", {"actor_infer"}, options="roll.config.strategies:HFInferOptions"
+    )  # not imported yet: accepted
     with pytest.raises(TypeError, match="cannot serve actor_infer .*: implement generate"):
         registry.get_strategy_class("user_late", "actor_infer")
 

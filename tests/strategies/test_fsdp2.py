@@ -29,15 +29,31 @@ PPO = PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean"))
 def dist_env():
     from roll.distributed.group import free_port
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "DS_ACCELERATOR": "cpu"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "DS_ACCELERATOR": "cpu",
+    }
     for k, v in env.items():
         os.environ.setdefault(k, v)
 
 
-def _build(model_dir: str, name: str, options: dict, *, role: str = "actor_train", dynamic: bool = False,
-           pack: bool = False, checkpointing: bool = False, dtype: str = "fp32", per_device: int = 2,
-           accum: int = 4):
+def _build(
+    model_dir: str,
+    name: str,
+    options: dict,
+    *,
+    role: str = "actor_train",
+    dynamic: bool = False,
+    pack: bool = False,
+    checkpointing: bool = False,
+    dtype: str = "fp32",
+    per_device: int = 2,
+    accum: int = 4,
+):
     """Strategy ``name`` for ``role`` at world size 1 with the settings of ``test_train_step._strategy``."""
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -82,8 +98,9 @@ def _assert_close(got: dict, want: dict, atol: float = 1e-6, rtol: float = 1e-4)
 
 
 # ---------------------------------------------------------------- the training step against deepspeed_train
-@pytest.mark.parametrize("dynamic, pack, checkpointing", [(False, False, False), (True, True, False),
-                                                          (True, False, True)])
+@pytest.mark.parametrize(
+    "dynamic, pack, checkpointing", [(False, False, False), (True, True, False), (True, False, True)]
+)
 def test_train_step_equals_deepspeed(tiny_model_dir, dynamic, pack, checkpointing):
     """Same batch, same micro-batching: the loss, the pre-clip gradient norm and the applied gradients of
     fsdp2_train equal deepspeed_train's (ZeRO-0, fp32), with and without activation checkpointing."""
@@ -138,8 +155,15 @@ def test_untied_head_sharded_as_its_own_unit(tmp_path, monkeypatch):
     fused_calls = []
     original = LinearLogProbs.apply
     monkeypatch.setattr(LinearLogProbs, "apply", lambda *args: fused_calls.append(1) or original(*args))
-    config = Qwen2Config(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "untied")
     batch = _batch()
@@ -231,8 +255,9 @@ def test_fsdp2_infer_scores_like_the_plain_model(tiny_model_dir):
     trained = _fsdp2(tiny_model_dir)
     trained.train_step(batch, SFT_LOSS)
     ref.load_weights(trained.named_weights())
-    torch.testing.assert_close(ref.compute_log_probs(batch)["log_probs"], trained.compute_log_probs(batch)["log_probs"],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ref.compute_log_probs(batch)["log_probs"], trained.compute_log_probs(batch)["log_probs"], atol=1e-5, rtol=1e-5
+    )
 
 
 def _critic_batch():
@@ -256,8 +281,9 @@ def test_critic_equals_deepspeed_critic(tiny_model_dir):
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), key
     _assert_close(_fsdp2_grads(critic_fs), _applied_grads(critic_ds))
-    torch.testing.assert_close(critic_fs.compute_values(batch)["values"], critic_ds.compute_values(batch)["values"],
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        critic_fs.compute_values(batch)["values"], critic_ds.compute_values(batch)["values"], atol=1e-6, rtol=1e-5
+    )
 
 
 # ---------------------------------------------------------------- two (and four) ranks over gloo
@@ -267,11 +293,26 @@ def run_peers(world: int, scenarios: str, model_dir: str, out: Path, options: st
 
     port, procs = free_port(), []
     for rank in range(world):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-               "FSDP2_OPTIONS": options}
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "fsdp2_peer.py"), scenarios, model_dir, str(out)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": str(world),
+            "OMP_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+            "FSDP2_OPTIONS": options,
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "fsdp2_peer.py"), scenarios, model_dir, str(out)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]

@@ -32,8 +32,13 @@ PPO = PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean"))
 def dist_env():
     from roll.distributed.group import free_port
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+    }
     for k, v in env.items():
         os.environ.setdefault(k, v)
 
@@ -51,8 +56,9 @@ def _gpu_batch(samples: int = 16, length: int = 512, vocab: int = 151936) -> Bat
     response = torch.ones_like(ids)
     response[:, :64] = 0
     adv = torch.randn(samples, 1, generator=gen).expand(samples, length - 1).clone()
-    return Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
-                  "advantages": adv})
+    return Batch(
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response, "advantages": adv}
+    )
 
 
 def _step_record(strategy, batch: Batch) -> dict:
@@ -63,12 +69,16 @@ def _step_record(strategy, batch: Batch) -> dict:
     if hasattr(strategy, "engine"):  # deepspeed_train: ZeRO keeps the moments in flat fp32 partitions
         from deepspeed.utils import safe_get_full_optimizer_state
 
-        grads = {n: safe_get_full_optimizer_state(p, "exp_avg").float().cpu() / (1 - beta1)
-                 for n, p in strategy.engine.module.named_parameters()}
+        grads = {
+            n: safe_get_full_optimizer_state(p, "exp_avg").float().cpu() / (1 - beta1)
+            for n, p in strategy.engine.module.named_parameters()
+        }
     else:
         state = strategy.optimizer.state
-        grads = {n: state[p]["exp_avg"].full_tensor().float().cpu() / (1 - beta1)
-                 for n, p in strategy.model.named_parameters()}
+        grads = {
+            n: state[p]["exp_avg"].full_tensor().float().cpu() / (1 - beta1)
+            for n, p in strategy.model.named_parameters()
+        }
     return {"log_probs": log_probs, "metrics": metrics, "grads": grads}
 
 
@@ -90,8 +100,10 @@ def test_bf16_step_matches_deepspeed(model_dir):
     fs = _build(model_dir, "fsdp2_train", {}, **kwargs)
     got = _step_record(fs, batch)
     lp_diff = (got["log_probs"] - want["log_probs"]).abs()
-    print(f"log-prob |diff| mean {float(lp_diff.mean()):.2e} max {float(lp_diff.max()):.2e}; grad_norm fsdp2 "
-          f"{got['metrics']['actor/grad_norm']:.6g} deepspeed {want['metrics']['actor/grad_norm']:.6g}")
+    print(
+        f"log-prob |diff| mean {float(lp_diff.mean()):.2e} max {float(lp_diff.max()):.2e}; grad_norm fsdp2 "
+        f"{got['metrics']['actor/grad_norm']:.6g} deepspeed {want['metrics']['actor/grad_norm']:.6g}"
+    )
     assert float(lp_diff.mean()) < 2e-3 and float(lp_diff.max()) < 0.1
     assert got["metrics"]["actor/pg_loss"] == pytest.approx(want["metrics"]["actor/pg_loss"], rel=1e-2, abs=1e-4)
     assert want["metrics"]["actor/grad_norm"] > 0  # two zero norms would be "equal"
@@ -170,11 +182,23 @@ def test_two_gpus_match_one(tiny_model_dir, tmp_path):
 
     port, procs = free_port(), []
     for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "fsdp2_peer.py"), "train,resume,weights",
-                                       tiny_model_dir, str(tmp_path)], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "fsdp2_peer.py"), "train,resume,weights", tiny_model_dir, str(tmp_path)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-4000:]

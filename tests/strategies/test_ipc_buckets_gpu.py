@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (CUDA IPC); verified on the GPU machine")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA IPC); verified on the GPU machine"
+)
 
 CHILD = """
 import sys, torch
@@ -27,14 +28,17 @@ def test_payload_opens_in_another_process_without_copy():
     from roll.strategies.ipc_buckets import payload_globals, share_bucket
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    named = [("a.weight", torch.randn(64, 32, device="cuda", dtype=torch.bfloat16, generator=gen)),
-             ("a.bias", torch.randn(64, device="cuda", generator=gen)),
-             ("b.weight", torch.randn(8, 8, device="cuda", dtype=torch.float16, generator=gen))]
+    named = [
+        ("a.weight", torch.randn(64, 32, device="cuda", dtype=torch.bfloat16, generator=gen)),
+        ("a.bias", torch.randn(64, device="cuda", generator=gen)),
+        ("b.weight", torch.randn(8, 8, device="cuda", dtype=torch.float16, generator=gen)),
+    ]
     payload, buffer = share_bucket(named)
     assert len(payload) < 4096  # a handle and metadata, not the weights
     # only what SGLang's safe unpickler accepts (torch.*, types.*, builtins / copyreg)
-    assert all(g.split(".")[0] in {"torch", "types", "builtins", "copyreg", "collections"}
-               for g in payload_globals(payload)), payload_globals(payload)
+    assert all(
+        g.split(".")[0] in {"torch", "types", "builtins", "copyreg", "collections"} for g in payload_globals(payload)
+    ), payload_globals(payload)
     out = subprocess.run([sys.executable, "-c", CHILD], input=payload, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     lines = out.stdout.decode().split("\n")

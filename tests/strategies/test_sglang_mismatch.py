@@ -11,13 +11,27 @@ from roll.pipelines.step_metrics import logprob_mismatch
 
 
 def _trajs():
-    a = Trajectory("a", 0, 0, "S", 1, turns=[
-        Turn(prompt_ids=[1, 2], response_ids=[3, 4], response_log_probs=[-0.1, -0.2], observation=""),
-        Turn(prompt_ids=[5], response_ids=[6, 9], response_log_probs=[-0.3], observation="", appended_eos=True),
-    ])
-    b = Trajectory("b", 1, 0, "S", 1, turns=[
-        Turn(prompt_ids=[1, 2, 7], response_ids=[8], response_log_probs=[-0.5], observation=""),
-    ])
+    a = Trajectory(
+        "a",
+        0,
+        0,
+        "S",
+        1,
+        turns=[
+            Turn(prompt_ids=[1, 2], response_ids=[3, 4], response_log_probs=[-0.1, -0.2], observation=""),
+            Turn(prompt_ids=[5], response_ids=[6, 9], response_log_probs=[-0.3], observation="", appended_eos=True),
+        ],
+    )
+    b = Trajectory(
+        "b",
+        1,
+        0,
+        "S",
+        1,
+        turns=[
+            Turn(prompt_ids=[1, 2, 7], response_ids=[8], response_log_probs=[-0.5], observation=""),
+        ],
+    )
     return [a, b]
 
 

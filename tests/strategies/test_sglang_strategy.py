@@ -10,12 +10,19 @@ import importlib.util
 import pytest
 import torch
 
+from roll.config.strategies import SGLangOptions
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import get_strategy_class, strategy_roles
-from roll.config.strategies import SGLangOptions
-from roll.strategies.sglang import (WEIGHT_SYNC_CHOICES, RequestTracker, SGLangStrategy, engine_kwargs,
-                                    engine_tp_size, parse_output, sampling_params)
+from roll.strategies.sglang import (
+    WEIGHT_SYNC_CHOICES,
+    RequestTracker,
+    SGLangStrategy,
+    engine_kwargs,
+    engine_tp_size,
+    parse_output,
+    sampling_params,
+)
 
 
 def test_registered_for_actor_infer_only():
@@ -24,9 +31,19 @@ def test_registered_for_actor_infer_only():
 
 
 def test_engine_kwargs_pass_through_and_roll_keys():
-    kw = engine_kwargs("/m", "bf16", {"mem_fraction_static": 0.3, "tp_size": 2, "weight_bucket_bytes": 8,
-                                      "release_tags": None, "attention_backend": "flashinfer",
-                                      "engine_args": {"base_gpu_id": 1}}, seed=5)
+    kw = engine_kwargs(
+        "/m",
+        "bf16",
+        {
+            "mem_fraction_static": 0.3,
+            "tp_size": 2,
+            "weight_bucket_bytes": 8,
+            "release_tags": None,
+            "attention_backend": "flashinfer",
+            "engine_args": {"base_gpu_id": 1},
+        },
+        seed=5,
+    )
     assert kw["model_path"] == "/m" and kw["skip_tokenizer_init"] is True and kw["random_seed"] == 5
     assert kw["mem_fraction_static"] == 0.3 and kw["tp_size"] == 2 and kw["attention_backend"] == "flashinfer"
     assert kw["dtype"] == "bfloat16" and kw["sampling_backend"] == SGLangOptions().sampling_backend
@@ -40,11 +57,27 @@ def test_engine_kwargs_pass_through_and_roll_keys():
 
 
 def test_sampling_params_mapping():
-    args = GeneratingArgs(max_new_tokens=32, temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.1,
-                          stop_token_ids=[7, 3], num_return_sequences=4)
+    args = GeneratingArgs(
+        max_new_tokens=32,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        repetition_penalty=1.1,
+        stop_token_ids=[7, 3],
+        num_return_sequences=4,
+    )
     p = sampling_params(args, None, eos_token_id=3)
-    assert p == {"max_new_tokens": 32, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.1,
-                 "stop_token_ids": [3, 7], "ignore_eos": False, "skip_special_tokens": False, "no_stop_trim": True}
+    assert p == {
+        "max_new_tokens": 32,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "repetition_penalty": 1.1,
+        "stop_token_ids": [3, 7],
+        "ignore_eos": False,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
     forced = sampling_params(GeneratingArgs(ignore_eos=True, stop_token_ids=[7]), 16, 3)
     assert forced["ignore_eos"] is True and forced["stop_token_ids"] == []  # exactly max_new_tokens
     assert sampling_params(args, 5, None)["max_new_tokens"] == 5  # the per-turn budget wins
@@ -56,9 +89,14 @@ def test_sampling_params_mapping():
 
 
 def _result(rid, ids, reason="stop"):
-    return {"output_ids": ids, "meta_info": {"id": rid, "finish_reason": {"type": reason},
-                                             "output_token_logprobs": [(-0.5 * (i + 1), t, None)
-                                                                       for i, t in enumerate(ids)]}}
+    return {
+        "output_ids": ids,
+        "meta_info": {
+            "id": rid,
+            "finish_reason": {"type": reason},
+            "output_token_logprobs": [(-0.5 * (i + 1), t, None) for i, t in enumerate(ids)],
+        },
+    }
 
 
 def test_parse_output():
@@ -199,8 +237,12 @@ def test_weights_bucketed_and_held_while_released():
     s.load_weights([(n, t + 1) for n, t in weights])  # arrives during training: held on the host
     assert eng.events == ["release"]
     s.reload_states()
-    assert eng.events == ["release", "resume['weights', 'kv_cache', 'cuda_graph']", "push(flush=False)",
-                          "push(flush=True)"]
+    assert eng.events == [
+        "release",
+        "resume['weights', 'kv_cache', 'cuda_graph']",
+        "push(flush=False)",
+        "push(flush=True)",
+    ]
     assert float(s._host_weights[2][1][0, 0]) == 3.0  # the newest weights were pushed
     s.reload_states()  # not released: nothing to do
     assert len(eng.events) == 4
@@ -222,8 +264,13 @@ def test_ipc_buckets_resume_weights_only_then_the_rest():
     s.load_weight_bucket([b"payload-0"], flush=False)  # sync: the weight memory comes back first
     s.load_weight_bucket([b"payload-1"], flush=True)
     s.reload_states()  # rollout: the KV cache and CUDA graphs, no second weight load
-    assert eng.events == ["release", "resume['weights']", "ipc(1, flush=False)", "ipc(1, flush=True)",
-                          "resume['kv_cache', 'cuda_graph']"]
+    assert eng.events == [
+        "release",
+        "resume['weights']",
+        "ipc(1, flush=False)",
+        "ipc(1, flush=True)",
+        "resume['kv_cache', 'cuda_graph']",
+    ]
     with pytest.raises(ValueError, match="TP size"):
         s.load_weight_bucket([b"a", b"b"], flush=True)
     eng.events.clear()
@@ -236,10 +283,23 @@ def test_weight_group_calls_and_their_failures():
     eng = FakeEngine()
     s = _strategy(eng)
     s.init_weight_group("10.0.0.1", 2345, 1, 3, "roll_weights", "nccl")
-    assert eng.events == [("join", {"master_address": "10.0.0.1", "master_port": 2345, "rank_offset": 1,
-                                    "world_size": 3, "group_name": "roll_weights", "backend": "nccl"})]
-    metas = [{"names": ["a", "b"], "dtypes": ["bfloat16"] * 2, "shapes": [[2], [3]]},
-             {"names": ["c"], "dtypes": ["float32"], "shapes": [[1]]}]
+    assert eng.events == [
+        (
+            "join",
+            {
+                "master_address": "10.0.0.1",
+                "master_port": 2345,
+                "rank_offset": 1,
+                "world_size": 3,
+                "group_name": "roll_weights",
+                "backend": "nccl",
+            },
+        )
+    ]
+    metas = [
+        {"names": ["a", "b"], "dtypes": ["bfloat16"] * 2, "shapes": [[2], [3]]},
+        {"names": ["c"], "dtypes": ["float32"], "shapes": [[1]]},
+    ]
     assert s.update_weights_distributed(metas, "roll_weights") >= 0
     assert eng.events[1:] == [("recv", ["a", "b"], False), ("recv", ["c"], True)]  # only the last flushes
     with pytest.raises(RuntimeError, match="init_weights_update_group failed: world_size must be > 1"):
@@ -258,9 +318,11 @@ def test_engine_tp_size_and_weight_sync_key():
     assert WEIGHT_SYNC_CHOICES == ("auto", "nccl", "cuda_ipc", "copy")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
-                    reason="SGLang is not importable here (GPU-only; never installed in the CPU venv): the real "
-                           "engine is checked by scripts/verify_gpu_sglang.sh on the GPU machine")
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is None,
+    reason="SGLang is not importable here (GPU-only; never installed in the CPU venv): the real "
+    "engine is checked by scripts/verify_gpu_sglang.sh on the GPU machine",
+)
 def test_real_engine_generates(tiny_model_dir):
     if not torch.cuda.is_available():
         pytest.skip("SGLang is installed but no GPU is visible")
@@ -295,8 +357,10 @@ def test_weight_push_with_requests_in_flight_pauses_by_retract_never_abort(monke
         pass
 
     io_struct = types.ModuleType("sglang.srt.managers.io_struct")
-    io_struct.PauseGenerationReqInput, io_struct.ContinueGenerationReqInput = (PauseGenerationReqInput,
-                                                                              ContinueGenerationReqInput)
+    io_struct.PauseGenerationReqInput, io_struct.ContinueGenerationReqInput = (
+        PauseGenerationReqInput,
+        ContinueGenerationReqInput,
+    )
     for name in ("sglang", "sglang.srt", "sglang.srt.managers"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
@@ -319,8 +383,18 @@ def test_weight_push_with_requests_in_flight_pauses_by_retract_never_abort(monke
     s.update_weights_distributed([{"names": ["w0"], "dtypes": ["float32"], "shapes": [[2, 2]]}])
     s.load_weight_bucket([b"payload"], flush=True)
     # SGLang cannot flush while r1 waits: no update in flight asks it to (the engine runs without a radix cache)
-    assert eng.events == ["push(flush=True)", "pause(retract)", "push(flush=False)", "continue", "pause(retract)",
-                          ("recv", ["w0"], False), "continue", "pause(retract)", "ipc(1, flush=False)", "continue"]
+    assert eng.events == [
+        "push(flush=True)",
+        "pause(retract)",
+        "push(flush=False)",
+        "continue",
+        "pause(retract)",
+        ("recv", ["w0"], False),
+        "continue",
+        "pause(retract)",
+        "ipc(1, flush=False)",
+        "continue",
+    ]
     assert eng.tokenizer_manager.aborted == []
     assert s.tracker.wait_all(["r1"])["r1"].token_ids == [3, 2, 1]
 
@@ -342,8 +416,11 @@ def test_async_run_starts_the_engine_without_radix_cache(monkeypatch, tiny_model
             self.loop = asyncio.new_event_loop()
 
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine))
-    for async_rollouts, engine_args, expected in [(False, {}, None), (True, {}, True),
-                                                   (True, {"disable_radix_cache": False}, False)]:
+    for async_rollouts, engine_args, expected in [
+        (False, {}, None),
+        (True, {}, True),
+        (True, {"disable_radix_cache": False}, False),
+    ]:
         cfg = WorkerConfig()
         cfg.model_args.model_name_or_path = tiny_model_dir
         cfg.strategy_args.strategy_config = {"engine_args": engine_args}

@@ -6,12 +6,12 @@ trajectories of the lock-step path, whatever order replies come back in. Also ch
 from __future__ import annotations
 
 import random
-
-import pytest
 from types import SimpleNamespace
 
-from roll.agentic.env_manager import EnvManager, plan_groups
+import pytest
+
 from roll.agentic.batching import BatchedClient
+from roll.agentic.env_manager import EnvManager, plan_groups
 from roll.agentic.rollout import SubmitGenerator
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
@@ -62,12 +62,23 @@ class ScriptedSubmit(Scripted):
 
 
 def _manager(tokenizer_path: str) -> EnvManager:
-    env = CustomEnvConfig(env_type="sokoban", env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": 6,
-                                                          "max_solution_length": 6, "show_border": False},
-                          max_actions_per_traj=5, max_tokens_per_step=12)
+    env = CustomEnvConfig(
+        env_type="sokoban",
+        env_config={"dim_room": [6, 6], "num_boxes": 1, "max_steps": 6, "max_solution_length": 6, "show_border": False},
+        max_actions_per_traj=5,
+        max_tokens_per_step=12,
+    )
     cfg = EnvManagerConfig(tags=["S"], env_groups=3, group_size=2, env_threads=2)
-    return EnvManager(cfg, plan_groups(cfg, {"S": env}), tokenizer_path, GeneratingArgs(max_new_tokens=12),
-                      sequence_length=2048, seed=1, phase="train", raise_env_errors=True)
+    return EnvManager(
+        cfg,
+        plan_groups(cfg, {"S": env}),
+        tokenizer_path,
+        GeneratingArgs(max_new_tokens=12),
+        sequence_length=2048,
+        seed=1,
+        phase="train",
+        raise_env_errors=True,
+    )
 
 
 def _summary(result):

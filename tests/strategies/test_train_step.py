@@ -11,7 +11,7 @@ import torch
 from roll.algorithms.losses import ActorLossConfig
 from roll.data.batch import Batch
 from roll.models.logprobs import pack_layout, token_log_probs
-from roll.pipelines.loss_fns import PPOActorLoss, SFT_LOSS, loss_mask
+from roll.pipelines.loss_fns import SFT_LOSS, PPOActorLoss, loss_mask
 from roll.strategies.accumulation import merge_metrics
 from roll.strategies.microbatch import accumulation_weights, micro_batches, plan_by_tokens, trim_right
 
@@ -22,8 +22,14 @@ LENGTHS = [11, 4, 9, 6, 12, 3, 8, 5]  # real tokens per sample (right padded to 
 def dist_env():
     from roll.distributed.group import free_port
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "DS_ACCELERATOR": "cpu"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "DS_ACCELERATOR": "cpu",
+    }
     for k, v in env.items():
         os.environ.setdefault(k, v)
     yield
@@ -79,8 +85,9 @@ def test_accumulation_weights_make_the_whole_batch_loss():
 
 
 def test_merge_metrics_weighted_mean_max_min():
-    merged = merge_metrics([(0.25, {"a": 4.0, "x_max": 1.0, "y_min": 5.0}), (0.75, {"a": 8.0, "x_max": 3.0,
-                                                                                   "y_min": 2.0})])
+    merged = merge_metrics(
+        [(0.25, {"a": 4.0, "x_max": 1.0, "y_min": 5.0}), (0.75, {"a": 8.0, "x_max": 3.0, "y_min": 2.0})]
+    )
     assert merged == {"a": 7.0, "x_max": 3.0, "y_min": 2.0}
 
 
@@ -111,8 +118,10 @@ def test_token_log_probs_equal_full_logits(tiny_model_dir, pack, chunk):
     # gradients through the checkpointed chunks equal the plain ones
     weight = torch.randn(want_lp.shape, generator=torch.Generator().manual_seed(1))
     grads = []
-    for fn in (lambda: _reference_log_probs(model, ids, mask),
-               lambda: token_log_probs(model, ids, mask, with_entropy=True, pack=pack, chunk_tokens=chunk)):
+    for fn in (
+        lambda: _reference_log_probs(model, ids, mask),
+        lambda: token_log_probs(model, ids, mask, with_entropy=True, pack=pack, chunk_tokens=chunk),
+    ):
         model.zero_grad()
         lp, ent = fn()
         ((lp * weight).sum() + 0.1 * (ent * weight).sum()).backward()
@@ -242,7 +251,7 @@ def test_left_padded_rows_keep_their_mask(tiny_model_dir):
     right, _ = token_log_probs(model, ids, mask)
     left, _ = token_log_probs(model, left_ids, left_mask)
     for i, n in enumerate(LENGTHS):
-        torch.testing.assert_close(left[i, -(n - 1):], right[i, :n - 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(left[i, -(n - 1) :], right[i, : n - 1], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("temperature, entropy_coef", [(1.0, 0.0), (0.7, 0.3)])

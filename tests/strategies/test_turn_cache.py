@@ -75,8 +75,9 @@ def test_multi_turn_generation_matches_reencoding(tiny_model_dir, sample):
         for x, y in zip(a, b):
             assert x.finish_reason == y.finish_reason
             assert max(abs(p - q) for p, q in zip(x.log_probs, y.log_probs)) < 1e-4
-        convs = [c + o.token_ids + [rng.randrange(20, 400) for _ in range(rng.randrange(1, 10))]
-                 for c, o in zip(convs, a)]
+        convs = [
+            c + o.token_ids + [rng.randrange(20, 400) for _ in range(rng.randrange(1, 10))] for c, o in zip(convs, a)
+        ]
     cache = reuse.turn_cache
     assert cache.hits == 18 and cache.lookups == 24  # every turn after the first continued a stored sequence
     assert plain.turn_cache is None
@@ -89,8 +90,9 @@ def test_new_weights_forget_the_kept_keys(tiny_model_dir):
     assert len(strategy.turn_cache) == 1
     strategy.load_weights([(n, p.detach().clone()) for n, p in strategy.model.named_parameters()])
     assert len(strategy.turn_cache) == 0
-    strategy.generate([prompt + out[0].token_ids + [60]], GeneratingArgs(max_new_tokens=3, temperature=0.0,
-                                                                          do_sample=False))
+    strategy.generate(
+        [prompt + out[0].token_ids + [60]], GeneratingArgs(max_new_tokens=3, temperature=0.0, do_sample=False)
+    )
     assert strategy.turn_cache.hits == 0
 
 

@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 
 from roll.agentic.render_dump import env_descriptions
 from roll.data.layout import trajectories_to_batch
-from roll.data.trajectory import Trajectory, Turn
 from roll.data.rlvr_dataset import RLVRExample
+from roll.data.trajectory import Trajectory, Turn
 from roll.envs.sokoban import SYMBOLS
 from roll.pipelines.rlvr_pipeline import PromptGroup, groups_to_batch
 from roll.tracking.dumps import TrajectoryDumps, pick_whole_groups
@@ -31,16 +31,37 @@ def encode(tokenizer, text: str) -> list[int]:
 def make_trajectory(tokenizer, group: int, env: int, success: bool) -> Trajectory:
     """Two turns; the second reply was cut by length and got an end-of-turn token appended (not trained on)."""
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    first = Turn(prompt_ids=encode(tokenizer, "#_P\n_OX"),
-                 response_ids=encode(tokenizer, "<answer>Up</answer>") + [eos], response_log_probs=[-0.5] * 4,
-                 observation="#_P\n_OX", response_text="<answer>Up</answer>", parsed_action="Up",
-                 action_is_valid=True, reward=-0.1)
-    second = Turn(prompt_ids=encode(tokenizer, "\n#P_"), response_ids=encode(tokenizer, "<answer>") + [eos],
-                  response_log_probs=[-1.25], observation="#P_", response_text="<answer>", reward=-0.1,
-                  finish_reason="length", appended_eos=True)
-    return Trajectory(traj_id=f"train-1-g{group}-e{env}-t0", env_id=env, group_id=group, tag="SimpleSokoban",
-                      seed=1000 + group, turns=[first, second], success=success, env_metrics={"boxes_on_target": 0},
-                      final_observation="#P_\n_OX")
+    first = Turn(
+        prompt_ids=encode(tokenizer, "#_P\n_OX"),
+        response_ids=encode(tokenizer, "<answer>Up</answer>") + [eos],
+        response_log_probs=[-0.5] * 4,
+        observation="#_P\n_OX",
+        response_text="<answer>Up</answer>",
+        parsed_action="Up",
+        action_is_valid=True,
+        reward=-0.1,
+    )
+    second = Turn(
+        prompt_ids=encode(tokenizer, "\n#P_"),
+        response_ids=encode(tokenizer, "<answer>") + [eos],
+        response_log_probs=[-1.25],
+        observation="#P_",
+        response_text="<answer>",
+        reward=-0.1,
+        finish_reason="length",
+        appended_eos=True,
+    )
+    return Trajectory(
+        traj_id=f"train-1-g{group}-e{env}-t0",
+        env_id=env,
+        group_id=group,
+        tag="SimpleSokoban",
+        seed=1000 + group,
+        turns=[first, second],
+        success=success,
+        env_metrics={"boxes_on_target": 0},
+        final_observation="#P_\n_OX",
+    )
 
 
 def test_pick_whole_groups() -> None:
@@ -66,8 +87,11 @@ def test_agentic_dump_aligns_advantages_and_masks(tmp_path, tokenizer) -> None:
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["id"] for r in records] == [t.traj_id for t in trajs[:4]]  # cap 4: groups 0 and 1 whole
     meta = json.loads((tmp_path / "trajectories" / "meta.json").read_text())
-    assert meta == {"format": 1, "pipeline": "agentic",
-                    "envs": {"SimpleSokoban": {"env_type": "sokoban", "grid_symbols": SYMBOLS}}}
+    assert meta == {
+        "format": 1,
+        "pipeline": "agentic",
+        "envs": {"SimpleSokoban": {"env_type": "sokoban", "grid_symbols": SYMBOLS}},
+    }
 
     p1, r1 = len(trajs[0].turns[0].prompt_ids), len(trajs[0].turns[0].response_ids)
     p2 = len(trajs[0].turns[1].prompt_ids)
@@ -121,17 +145,31 @@ def test_validation_dump_without_batch(tmp_path, tokenizer) -> None:
 
 
 def test_rlvr_dump(tmp_path, tokenizer) -> None:
-    examples = [RLVRExample("1+1?", "2", "math", row=7, source="/data/a.jsonl"),
-                RLVRExample("2+2?", "4", "math", row=8, source="/data/a.jsonl")]
+    examples = [
+        RLVRExample("1+1?", "2", "math", row=7, source="/data/a.jsonl"),
+        RLVRExample("2+2?", "4", "math", row=8, source="/data/a.jsonl"),
+    ]
     prompt = encode(tokenizer, "1+1?")
-    groups = [PromptGroup(0, prompt, [encode(tokenizer, "2"), encode(tokenizer, "3")], ["2", "3"], [1.0, 0.0],
-                          [True, False], [True, True], [False, True])]
+    groups = [
+        PromptGroup(
+            0,
+            prompt,
+            [encode(tokenizer, "2"), encode(tokenizer, "3")],
+            ["2", "3"],
+            [1.0, 0.0],
+            [True, False],
+            [True, True],
+            [False, True],
+        )
+    ]
     batch = groups_to_batch(groups, examples, tokenizer.pad_token_id)
     batch["advantages"] = torch.tensor([[0.5], [-0.5]]).expand(2, batch["input_ids"].shape[1] - 1).clone()
     path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "rlvr").rlvr("train", 4, groups, examples, batch)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["id"], r["case"], r["success"], r["truncated"], r["ground_truth"]) for r in records] == [
-        ("train-4-p0-r0", "a.jsonl:7", True, False, "2"), ("train-4-p0-r1", "a.jsonl:7", False, True, "2")]
+        ("train-4-p0-r0", "a.jsonl:7", True, False, "2"),
+        ("train-4-p0-r1", "a.jsonl:7", False, True, "2"),
+    ]
     (turn,) = records[1]["turns"]
     assert turn["tokens"] == ["3"] and turn["mask"] == [1] and turn["adv"] == [-0.5] and turn["finish"] == "length"
     assert turn["prompt"] == "1+1?"
@@ -153,8 +191,10 @@ def test_failed_trajectories_follow_the_batch_with_their_error(tmp_path, tokeniz
     assert [r["id"] for r in records] == [t.traj_id for t in trajs] + [failed.traj_id]
     assert all(r["failure"] is None and "error" not in r for r in records[:2])
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if '{}["board"]' in text)
-    assert records[2]["failure"] == f"env.step: KeyError: 'board' (at {__file__}:{line} in " \
-                                    f"test_failed_trajectories_follow_the_batch_with_their_error)"
+    assert (
+        records[2]["failure"] == f"env.step: KeyError: 'board' (at {__file__}:{line} in "
+        f"test_failed_trajectories_follow_the_batch_with_their_error)"
+    )
     at = f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"
     assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
     assert "adv" not in records[2]["turns"][0] and records[2]["turns"][1]["mask"] == [1, 0]  # not trained on

@@ -41,5 +41,7 @@ def test_forced_on_and_postfix_text() -> None:
 
 def test_short_names_keep_full_key_on_clash() -> None:
     assert short_names(["rollout/success_rate", "val/success_rate", "actor/pg_loss"]) == {
-        "rollout/success_rate": "rollout/success_rate", "val/success_rate": "val/success_rate",
-        "actor/pg_loss": "pg_loss"}
+        "rollout/success_rate": "rollout/success_rate",
+        "val/success_rate": "val/success_rate",
+        "actor/pg_loss": "pg_loss",
+    }

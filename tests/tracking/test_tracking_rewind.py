@@ -40,10 +40,16 @@ def test_prune_step_dumps_removes_only_later_steps_of_the_dumps(tmp_path):
     (tmp_path / "checkpoints" / "step_4").mkdir(parents=True)  # not a dump: never touched
     removed = prune_step_dumps(tmp_path, 3, [renders])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == [
-        "renders/step_00004", "trajectories/train/step_00004.jsonl", "trajectories/train/step_00010.jsonl",
-        "trajectories/val/step_00004.jsonl", "trajectories/val/step_00010.jsonl"]
+        "renders/step_00004",
+        "trajectories/train/step_00004.jsonl",
+        "trajectories/train/step_00010.jsonl",
+        "trajectories/val/step_00004.jsonl",
+        "trajectories/val/step_00010.jsonl",
+    ]
     assert sorted(p.name for p in (tmp_path / "trajectories" / "train").iterdir()) == [
-        "step_00002.jsonl", "step_00003.jsonl"]
+        "step_00002.jsonl",
+        "step_00003.jsonl",
+    ]
     assert (renders / "step_00003").is_dir() and (tmp_path / "checkpoints" / "step_4").is_dir()
     assert (tmp_path / "trajectories" / "meta.json").is_file()
 

@@ -31,8 +31,15 @@ def strip_time(records: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(0.31249, "0.3125"), (-0.41, "-0.41"), (12.0, "12"), (1234567.0, "1.235e+06"), (1.5e-5, "1.5e-05"),
-     (float("nan"), "nan"), (float("inf"), "inf")],
+    [
+        (0.31249, "0.3125"),
+        (-0.41, "-0.41"),
+        (12.0, "12"),
+        (1234567.0, "1.235e+06"),
+        (1.5e-5, "1.5e-05"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+    ],
 )
 def test_format_value_four_significant_digits(value: float, text: str) -> None:
     assert format_value(value) == text
@@ -52,8 +59,13 @@ def test_stdout_tracker_prints_line_and_writes_jsonl(tmp_path, capsys) -> None:
     tracker.finish()  # idempotent
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"tracking: starting run {tracker.run_id} of 'e', metrics -> {tmp_path / 'logs' / 'metrics.jsonl'}"
-    assert out[1:] == [LINE, "step 3 | val/success_rate 0.5 | actor/pg_loss nan", "step 3 | rollout/sample:",
-                       "line 1", "line 2"]
+    assert out[1:] == [
+        LINE,
+        "step 3 | val/success_rate 0.5 | actor/pg_loss nan",
+        "step 3 | rollout/sample:",
+        "line 1",
+        "line 2",
+    ]
     assert strip_time(read_jsonl(str(tmp_path / "logs" / "metrics.jsonl"))) == [
         {"step": 3, "b/x": 2.0, "rollout/mean_reward": -0.41, "a/z": 1.0, "rollout/success_rate": 0.31249},
         {"step": 3, "val/success_rate": 0.5, "actor/pg_loss": None},
@@ -99,7 +111,9 @@ def test_bad_metric_values_and_reserved_keys_raise(tmp_path) -> None:
 
 
 def test_unknown_tracker_lists_valid_names(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"track_with='mlflow'; valid names: \['stdout', (.*, )?'tensorboard', 'wandb'\]"):
+    with pytest.raises(
+        ValueError, match=r"track_with='mlflow'; valid names: \['stdout', (.*, )?'tensorboard', 'wandb'\]"
+    ):
         make_tracker("mlflow", exp_name="e", log_dir=str(tmp_path))
 
 
@@ -129,8 +143,9 @@ def test_tensorboard_writes_readable_events(tmp_path, capsys) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     log_dir, event_dir = str(tmp_path / "logs"), str(tmp_path / "tb")
-    tracker = make_tracker("tensorboard", exp_name="e", log_dir=log_dir, config={"lr": 0.001},
-                           tracker_kwargs={"log_dir": event_dir})
+    tracker = make_tracker(
+        "tensorboard", exp_name="e", log_dir=log_dir, config={"lr": 0.001}, tracker_kwargs={"log_dir": event_dir}
+    )
     for step in range(3):
         tracker.log({"rollout/success_rate": 0.25 * step, "actor/pg_loss": torch.tensor(1.0 - step)}, step=step)
     tracker.log_text("rollout/sample", "####\n#P.#", step=2)
@@ -210,7 +225,9 @@ def test_dataclass_config_and_omegaconf_kwargs(tmp_path, capsys) -> None:
 
 
 def test_option_values_are_checked(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"mode='offlin' is not a W&B mode; use one of \['online', 'offline', 'disabled'\]"):
+    with pytest.raises(
+        ValueError, match=r"mode='offlin' is not a W&B mode; use one of \['online', 'offline', 'disabled'\]"
+    ):
         make_tracker("wandb", exp_name="e", log_dir=str(tmp_path), tracker_kwargs={"mode": "offlin"})
     with pytest.raises(ValueError, match="flush_secs=0 must be a positive integer"):
         make_tracker("tensorboard", exp_name="e", log_dir=str(tmp_path), tracker_kwargs={"flush_secs": 0})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from roll.data.trajectory import Trajectory, Turn
 from roll.cli import main as roll_main
+from roll.data.trajectory import Trajectory, Turn
 from roll.tracking import make_tracker
 from roll.tracking.dumps import TrajectoryDumps
 from roll.tracking.viewer import build_viewer, find_run
@@ -27,21 +27,51 @@ class CharTokenizer:
 
 
 def trajectory(step: int, group: int, env: int) -> Trajectory:
-    turn = Turn(prompt_ids=[35, 80], response_ids=[85, 112], response_log_probs=[-0.1, -0.2], observation="#P\n_O",
-                response_text="Up", parsed_action="Up", action_is_valid=True, reward=1.0 if env == 0 else -0.1)
-    return Trajectory(f"train-{step}-g{group}-e{env}-t0", env, group, "SimpleSokoban", seed=100 + group, turns=[turn],
-                      success=env == 0, final_observation="#_\n_S")
+    turn = Turn(
+        prompt_ids=[35, 80],
+        response_ids=[85, 112],
+        response_log_probs=[-0.1, -0.2],
+        observation="#P\n_O",
+        response_text="Up",
+        parsed_action="Up",
+        action_is_valid=True,
+        reward=1.0 if env == 0 else -0.1,
+    )
+    return Trajectory(
+        f"train-{step}-g{group}-e{env}-t0",
+        env,
+        group,
+        "SimpleSokoban",
+        seed=100 + group,
+        turns=[turn],
+        success=env == 0,
+        final_observation="#_\n_S",
+    )
 
 
 def write_run(log_dir: Path, steps: int = 4) -> Path:
     """metrics.jsonl from a real tracker and train/val dumps every 2 steps (2 groups x 2 envs)."""
-    dumps = TrajectoryDumps(log_dir, every=2, cap=0, tokenizer=CharTokenizer(), pipeline="agentic",
-                            envs={"SimpleSokoban": {"env_type": "sokoban", "grid_symbols": {"#": "wall"}}})
+    dumps = TrajectoryDumps(
+        log_dir,
+        every=2,
+        cap=0,
+        tokenizer=CharTokenizer(),
+        pipeline="agentic",
+        envs={"SimpleSokoban": {"env_type": "sokoban", "grid_symbols": {"#": "wall"}}},
+    )
     with make_tracker("stdout", exp_name="v", log_dir=str(log_dir)) as tracker:
         for step in range(steps + 1):
             if step:
-                tracker.log({"rollout/success_rate": step / 10, "rollout/mean_reward": step / 5, "time/step": 2.0,
-                             "time/rollout": 1.0 + step % 2, "rollout/invalid_action_rate": 0.0}, step)
+                tracker.log(
+                    {
+                        "rollout/success_rate": step / 10,
+                        "rollout/mean_reward": step / 5,
+                        "time/step": 2.0,
+                        "time/rollout": 1.0 + step % 2,
+                        "rollout/invalid_action_rate": 0.0,
+                    },
+                    step,
+                )
                 dumps.agentic("train", step, [trajectory(step, g, e) for g in range(2) for e in range(2)])
             if step % 2 == 0:
                 tracker.log({"val/success_rate": 0.2 + step / 20}, step)
@@ -52,7 +82,7 @@ def write_run(log_dir: Path, steps: int = 4) -> Path:
 def read_script(path: Path) -> object:
     """The JSON value a data script assigns."""
     text = path.read_text()
-    return json.loads(text[text.index("=", text.index("]") if text.startswith("(") else 0) + 1:].strip().rstrip(";"))
+    return json.loads(text[text.index("=", text.index("]") if text.startswith("(") else 0) + 1 :].strip().rstrip(";"))
 
 
 def test_find_run_from_output_dir_logs_dir_dump_folder_and_file(tmp_path) -> None:
@@ -80,18 +110,31 @@ def test_build_writes_assets_data_and_dashboard(tmp_path) -> None:
     assert "http" not in html.replace("http://www.w3.org", "")  # nothing fetched from the network
     run = read_script(out / "data" / "run.js")
     assert run["title"] == "run" and run["pipeline"] == "agentic"
-    assert [c["key"] for c in run["columns"]] == ["rollout/success_rate", "val/success_rate", "rollout/mean_reward",
-                                                  "rollout/invalid_action_rate", "time/step"]
+    assert [c["key"] for c in run["columns"]] == [
+        "rollout/success_rate",
+        "val/success_rate",
+        "rollout/mean_reward",
+        "rollout/invalid_action_rate",
+        "time/step",
+    ]
     assert [s["step"] for s in run["steps"]] == [0, 1, 2, 3, 4]
-    assert run["steps"][2]["values"] == pytest.approx({"rollout/success_rate": 0.2, "val/success_rate": 0.3,
-                                                       "rollout/mean_reward": 0.4, "rollout/invalid_action_rate": 0.0,
-                                                       "time/step": 2.0})
+    assert run["steps"][2]["values"] == pytest.approx(
+        {
+            "rollout/success_rate": 0.2,
+            "val/success_rate": 0.3,
+            "rollout/mean_reward": 0.4,
+            "rollout/invalid_action_rate": 0.0,
+            "time/step": 2.0,
+        }
+    )
     assert [c["title"] for c in run["charts"]] == ["success rate", "mean reward"]
     assert [s for s, _ in run["charts"][0]["val"]] == [0, 2, 4]
     assert [v for _, v in run["charts"][0]["val"]] == pytest.approx([0.2, 0.3, 0.4])
     assert run["notes"] == ["rollout/invalid_action_rate = 0"]
     assert [(d["phase"], d["step"], d["count"], d["groups"], d["success"]) for d in run["dumps"]][:2] == [
-        ("val", 0, 3, 3, 1.0), ("train", 2, 4, 2, 0.5)]
+        ("val", 0, 3, 3, 1.0),
+        ("train", 2, 4, 2, 0.5),
+    ]
     records = read_script(out / "data" / "train_00002.js")
     assert [r["id"] for r in records] == [f"train-2-g{g}-e{e}-t0" for g in range(2) for e in range(2)]
     assert records[0]["turns"][0]["tokens"] == ["U", "p"] and records[0]["final_observation"] == "#_\n_S"
@@ -115,7 +158,9 @@ def test_cli(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert roll_main(["view", str(logs), "-o", str(tmp_path / "site")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines() == [f"wrote {tmp_path / 'site' / 'index.html'}",
-                                f"open it in a browser: {(tmp_path / 'site' / 'index.html').as_uri()}"]
+    assert out.splitlines() == [
+        f"wrote {tmp_path / 'site' / 'index.html'}",
+        f"open it in a browser: {(tmp_path / 'site' / 'index.html').as_uri()}",
+    ]
     assert roll_main(["view", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith(f"roll view: {tmp_path / 'nowhere'}: no such file or directory")

@@ -19,10 +19,20 @@ pytestmark = pytest.mark.slow
 
 def run_pipeline(script: str, config: str, tmp: Path, overrides: list[str]) -> Path:
     """Run a start script in-process mode (no Ray) and return its logging_dir."""
-    cmd = [sys.executable, str(REPO / "examples" / script), "--config-name", config, f"output_dir={tmp}/out",
-           f"logging_dir={tmp}/logs", "distributed=local", "save_steps=0", "track_with=stdout",
-           "actor_train.training_args.per_device_train_batch_size=4",
-           "actor_train.training_args.gradient_accumulation_steps=1", *overrides]
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / script),
+        "--config-name",
+        config,
+        f"output_dir={tmp}/out",
+        f"logging_dir={tmp}/logs",
+        "distributed=local",
+        "save_steps=0",
+        "track_with=stdout",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        *overrides,
+    ]
     proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp / "logs"
@@ -43,20 +53,50 @@ def build(log_dir: Path, capsys) -> Path:
 @pytest.fixture(scope="module")
 def sokoban_logs(tmp_path_factory, tiny_model_dir) -> Path:
     """2 RL steps of 2 groups x 4 envs after a short warm start; validation on 4 rooms at steps 0, 1 and 2."""
-    return run_pipeline("start_agentic_pipeline.py", "sokoban_tiny", tmp_path_factory.mktemp("sokoban"), [
-        f"pretrain={tiny_model_dir}", "max_steps=2", "eval_steps=1", "trajectory_dump_steps=1",
-        "sft_warmup.steps=4", "sft_warmup.batch_size=8", "sft_warmup.num_demos=64", "rollout_batch_size=8",
-        "train_env_manager.env_groups=2", "train_env_manager.group_size=4", "val_env_manager.env_groups=4",
-        "custom_envs.SimpleSokoban.max_actions_per_traj=4", "sequence_length=512"])
+    return run_pipeline(
+        "start_agentic_pipeline.py",
+        "sokoban_tiny",
+        tmp_path_factory.mktemp("sokoban"),
+        [
+            f"pretrain={tiny_model_dir}",
+            "max_steps=2",
+            "eval_steps=1",
+            "trajectory_dump_steps=1",
+            "sft_warmup.steps=4",
+            "sft_warmup.batch_size=8",
+            "sft_warmup.num_demos=64",
+            "rollout_batch_size=8",
+            "train_env_manager.env_groups=2",
+            "train_env_manager.group_size=4",
+            "val_env_manager.env_groups=4",
+            "custom_envs.SimpleSokoban.max_actions_per_traj=4",
+            "sequence_length=512",
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def rlvr_logs(tmp_path_factory, tiny_model_dir) -> Path:
     """1 RL step on 2 prompts x 4 responses; greedy validation on 4 prompts at steps 0 and 1."""
-    return run_pipeline("start_rlvr_pipeline.py", "rlvr_tiny", tmp_path_factory.mktemp("rlvr"), [
-        f"pretrain={tiny_model_dir}", "tiny_model=null", "max_steps=1", "eval_steps=1", "rollout_dump_steps=1",
-        "sft_warmup.steps=2", "sft_warmup.batch_size=8", "rollout_batch_size=2", "num_return_sequences_in_group=4",
-        "max_additional_running_prompts=2", "validation.max_samples=4", "rewards.num_workers=1"])
+    return run_pipeline(
+        "start_rlvr_pipeline.py",
+        "rlvr_tiny",
+        tmp_path_factory.mktemp("rlvr"),
+        [
+            f"pretrain={tiny_model_dir}",
+            "tiny_model=null",
+            "max_steps=1",
+            "eval_steps=1",
+            "rollout_dump_steps=1",
+            "sft_warmup.steps=2",
+            "sft_warmup.batch_size=8",
+            "rollout_batch_size=2",
+            "num_return_sequences_in_group=4",
+            "max_additional_running_prompts=2",
+            "validation.max_samples=4",
+            "rewards.num_workers=1",
+        ],
+    )
 
 
 def texts(page, selector: str) -> list[str]:
@@ -91,8 +131,12 @@ def test_sokoban_run_in_browser(sokoban_logs, capsys, open_page, screenshot) -> 
     page.get_by_role("button", name="All").click()
     page.select_option("#sort-pick", "score-desc")
     first_group = page.locator("section.group").first
-    scores = [float(s) for s in first_group.locator("tr.traj-row td.num").evaluate_all(
-        "cells => cells.filter((c, i) => i % 2 === 0).map(c => c.textContent)")]
+    scores = [
+        float(s)
+        for s in first_group.locator("tr.traj-row td.num").evaluate_all(
+            "cells => cells.filter((c, i) => i % 2 === 0).map(c => c.textContent)"
+        )
+    ]
     assert scores == sorted(scores, reverse=True)
     screenshot(page, "viewer-step")
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from roll.agentic.gateway.session import GatewayError
 
-
 #: Requests served at once (FastAPI's default of 40 threads would cap a generate call at 40 prompts).
 MAX_CONCURRENT_REQUESTS = 4096
 
@@ -30,8 +29,10 @@ def build_app(gateway: Any) -> Any:
 
     @app.exception_handler(GatewayError)
     def _error(_: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse({"error": {"message": exc.message, "type": "invalid_request_error", "code": exc.code}},
-                            status_code=exc.status)
+        return JSONResponse(
+            {"error": {"message": exc.message, "type": "invalid_request_error", "code": exc.code}},
+            status_code=exc.status,
+        )
 
     def admin(authorization: str | None) -> None:
         if (authorization or "").removeprefix("Bearer ").strip() != gateway.admin_key:
@@ -60,8 +61,9 @@ def build_app(gateway: Any) -> Any:
     @app.post("/sessions")
     def start(body: dict = Body(default={}), authorization: str | None = Header(None)) -> dict:
         admin(authorization)
-        sid, key = gateway.start_session(int(body.get("max_tokens", gateway.sampling.max_new_tokens)),
-                                         body.get("tool_parser", "hermes"))
+        sid, key = gateway.start_session(
+            int(body.get("max_tokens", gateway.sampling.max_new_tokens)), body.get("tool_parser", "hermes")
+        )
         return {"session_id": sid, "api_key": key, "base_url": gateway.base_url}
 
     @app.post("/sessions/{session_id}/end")

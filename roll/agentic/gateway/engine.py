@@ -55,8 +55,9 @@ class GenerationLoop:
             self.expected = sessions
             self._cond.notify_all()
 
-    def generate(self, rid: str, prompt: list[int], args: GeneratingArgs, max_new_tokens: int,
-                 timeout: float | None = None) -> GenerationOutput:
+    def generate(
+        self, rid: str, prompt: list[int], args: GeneratingArgs, max_new_tokens: int, timeout: float | None = None
+    ) -> GenerationOutput:
         """Block until ``prompt`` is generated (``rid`` unique among requests in flight)."""
         request = _Request(rid, prompt, args, max_new_tokens)
         with self._cond:
@@ -74,8 +75,11 @@ class GenerationLoop:
     def _take(self) -> list[_Request]:
         """Requests to submit now (called with the lock held; waits as the batching rule says)."""
         while not self._stop:
-            if self._queue and (self._flight or len(self._queue) >= self.expected
-                                or time.monotonic() - self._queue[0].arrived >= self.max_wait_s):
+            if self._queue and (
+                self._flight
+                or len(self._queue) >= self.expected
+                or time.monotonic() - self._queue[0].arrived >= self.max_wait_s
+            ):
                 taken, self._queue = self._queue, []
                 return taken
             if self._flight:

@@ -41,23 +41,48 @@ class ProxyEnvManager:
     """Owns ``group_size`` episode slots per group, one gateway and the runners of its tags (same constructor and
     :meth:`rollout` as :class:`~roll.agentic.env_manager.EnvManager`)."""
 
-    def __init__(self, manager: EnvManagerConfig, groups: list[GroupSpec], tokenizer_path: str,
-                 generating_args: GeneratingArgs, sequence_length: int, seed: int, phase: str,
-                 raise_env_errors: bool = False):
+    def __init__(
+        self,
+        manager: EnvManagerConfig,
+        groups: list[GroupSpec],
+        tokenizer_path: str,
+        generating_args: GeneratingArgs,
+        sequence_length: int,
+        seed: int,
+        phase: str,
+        raise_env_errors: bool = False,
+    ):
         from roll.models.loading import load_tokenizer
 
         self.cfg, self.groups, self.phase, self.seed = manager, groups, phase, seed
         self.raise_env_errors = raise_env_errors
-        self.gateway = Gateway(load_tokenizer(tokenizer_path), generating_args, sequence_length,
-                               honor_temperature=False, max_wait_ms=manager.batch_max_wait_ms)
+        self.gateway = Gateway(
+            load_tokenizer(tokenizer_path),
+            generating_args,
+            sequence_length,
+            honor_temperature=False,
+            max_wait_ms=manager.batch_max_wait_ms,
+        )
         self.gateway.start()
-        self.runners: dict[str, AgentRunner] = {g.tag: load_runner(g.env.agent_runner_cls or "",
-                                                                   g.env.agent_runner_kwargs) for g in groups}
+        self.runners: dict[str, AgentRunner] = {
+            g.tag: load_runner(g.env.agent_runner_cls or "", g.env.agent_runner_kwargs) for g in groups
+        }
         self.pool = CallPool(max(1, len(groups) * manager.group_size))
 
     def _task(self, spec: GroupSpec, traj: Trajectory, key: str) -> AgentTask:
-        return AgentTask(self.gateway.base_url, key, self.gateway.model_name, traj.seed, spec.tag, spec.env,
-                         self.cfg.format_penalty, self.cfg.action_format, traj.group_id, traj.env_id, self.phase)
+        return AgentTask(
+            self.gateway.base_url,
+            key,
+            self.gateway.model_name,
+            traj.seed,
+            spec.tag,
+            spec.env,
+            self.cfg.format_penalty,
+            self.cfg.action_format,
+            traj.group_id,
+            traj.env_id,
+            self.phase,
+        )
 
     def rollout(self, step: int, generator: Generator) -> ManagerResult:
         """One episode per slot, seeds from ``step``; failed trajectories are returned with ``failure`` set."""
@@ -70,8 +95,13 @@ class ProxyEnvManager:
             for spec in self.groups:
                 seed = group_seed(self.seed, self.phase, step, spec.group_id)
                 for ei in range(self.cfg.group_size):
-                    traj = Trajectory(f"{self.phase}-{step}-g{spec.group_id}-e{ei}-t0", env_id=ei,
-                                      group_id=spec.group_id, tag=spec.tag, seed=seed)
+                    traj = Trajectory(
+                        f"{self.phase}-{step}-g{spec.group_id}-e{ei}-t0",
+                        env_id=ei,
+                        group_id=spec.group_id,
+                        tag=spec.tag,
+                        seed=seed,
+                    )
                     sid, key = self.gateway.start_session(spec.env.max_tokens_per_step, spec.env.tool_parser)
                     task = self._task(spec, traj, key)
                     episodes.append((spec, traj, sid))
@@ -82,8 +112,10 @@ class ProxyEnvManager:
             try:
                 outcomes = self.pool.run_all(calls, timeout)
             except TooManyHungCalls as exc:
-                raise RuntimeError(f"agent runners of tag(s) {sorted(self.runners)} never return: {exc}, each "
-                                   f"abandoned after agent_timeout={timeout}s; fix the harness") from None
+                raise RuntimeError(
+                    f"agent runners of tag(s) {sorted(self.runners)} never return: {exc}, each "
+                    f"abandoned after agent_timeout={timeout}s; fix the harness"
+                ) from None
         finally:
             for _, _, sid in episodes:  # those still open: abandoned (timed out) or never run
                 self.gateway.end_session(sid)
@@ -96,8 +128,12 @@ class ProxyEnvManager:
             if outcome.error is not None:
                 record_error(traj, "agent.run", outcome.error)
             elif outcome.timed_out:
-                record_failure(traj, "timeout", "Timeout", f"agent.run: no return within agent_timeout="
-                                                           f"{spec.env.agent_timeout}s (its session was closed)")
+                record_failure(
+                    traj,
+                    "timeout",
+                    "Timeout",
+                    f"agent.run: no return within agent_timeout={spec.env.agent_timeout}s (its session was closed)",
+                )
             else:
                 self._score(traj, session, outcome.value)
         result = ManagerResult([t for _, t, _ in episodes], wall_s=time.perf_counter() - start)
@@ -118,8 +154,11 @@ class ProxyEnvManager:
         traj.turns = list(session.turns)
         traj.truncated_by_length = session.truncated
         traj.messages = [{"role": m["role"], "content": m["content"] or _calls_text(m)} for m in session.messages]
-        traj.env_metrics = {"turns": float(len(session.turns)), "template_breaks": float(session.template_breaks),
-                            "tool_parse_errors": float(session.parse_errors)}
+        traj.env_metrics = {
+            "turns": float(len(session.turns)),
+            "template_breaks": float(session.template_breaks),
+            "tool_parse_errors": float(session.parse_errors),
+        }
         if session.turns:
             traj.env_metrics["policy_version_min"] = float(min(t.policy_version for t in session.turns))
 
@@ -134,8 +173,13 @@ class ProxyEnvManager:
             record_failure(traj, "error", "NonFiniteReward", f"agent.run returned reward={result.reward!r}")
             return
         if not session.turns:
-            record_failure(traj, "error", "NoModelCall", "agent.run returned without calling the model (no turn "
-                                                         "to train on): check the harness's base_url and api_key")
+            record_failure(
+                traj,
+                "error",
+                "NoModelCall",
+                "agent.run returned without calling the model (no turn "
+                "to train on): check the harness's base_url and api_key",
+            )
             return
         session.reward = reward
         traj.turns = list(session.scored_turns())
@@ -148,5 +192,7 @@ def _calls_text(message: dict[str, Any]) -> str:
     """Tool calls as text for the viewer (content is empty when a reply only calls tools)."""
     import json
 
-    return "".join(f"<tool_call>{json.dumps({'name': c['function']['name'], 'arguments': c['function']['arguments']})}"
-                   f"</tool_call>" for c in message.get("tool_calls", []))
+    return "".join(
+        f"<tool_call>{json.dumps({'name': c['function']['name'], 'arguments': c['function']['arguments']})}</tool_call>"
+        for c in message.get("tool_calls", [])
+    )

@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 from roll.config.agentic import CustomEnvConfig
 
@@ -68,7 +69,7 @@ class AgentResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-RunnerReturn = Union[float, int, AgentResult, None]
+RunnerReturn = float | int | AgentResult | None
 
 
 class AgentRunner(ABC):
@@ -109,10 +110,23 @@ class CommandRunner(AgentRunner):
         self.command, self.cwd = list(command), cwd
 
     def run(self, task: AgentTask) -> RunnerReturn:
-        env = {**os.environ, "OPENAI_BASE_URL": task.base_url, "OPENAI_API_KEY": task.api_key,
-               "OPENAI_MODEL": task.model, "ROLL_SEED": str(task.seed), "ROLL_TASK": json.dumps(asdict(task))}
-        proc = subprocess.Popen(self.command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": task.base_url,
+            "OPENAI_API_KEY": task.api_key,
+            "OPENAI_MODEL": task.model,
+            "ROLL_SEED": str(task.seed),
+            "ROLL_TASK": json.dumps(asdict(task)),
+        }
+        proc = subprocess.Popen(
+            self.command,
+            cwd=self.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=task.timeout_s or None)
         except subprocess.TimeoutExpired:
@@ -128,8 +142,9 @@ class CommandRunner(AgentRunner):
         try:
             return float(lines[-1])
         except ValueError:
-            raise ValueError(f"{self.command[0]}: the last line of its output must be the reward (a number), got "
-                             f"{lines[-1][:80]!r}") from None
+            raise ValueError(
+                f"{self.command[0]}: the last line of its output must be the reward (a number), got {lines[-1][:80]!r}"
+            ) from None
 
 
 class EnvRunner(AgentRunner):
@@ -142,14 +157,21 @@ class EnvRunner(AgentRunner):
 
         from roll.envs import make_env
 
-        env = make_env(task.env.env_type, {"format_penalty": task.format_penalty, "action_format": task.action_format,
-                                           **dict(task.env.env_config)})
+        env = make_env(
+            task.env.env_type,
+            {"format_penalty": task.format_penalty, "action_format": task.action_format, **dict(task.env.env_config)},
+        )
         obs, info = env.reset(seed=task.seed)
-        client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0,
-                               timeout=task.timeout_s or None)
+        client = openai.OpenAI(
+            base_url=task.base_url, api_key=task.api_key, max_retries=0, timeout=task.timeout_s or None
+        )
         messages = [{"role": "system", "content": task.env.system_prompt}] if task.env.system_prompt else []
-        messages.append({"role": info.get("message_role", "user"),
-                         "content": task.env.turn_text(0, obs, instruction=info["env_instruction"])})
+        messages.append(
+            {
+                "role": info.get("message_role", "user"),
+                "content": task.env.turn_text(0, obs, instruction=info["env_instruction"]),
+            }
+        )
         success, metrics = False, {}
         for turn in range(task.max_turns):
             try:
@@ -165,8 +187,9 @@ class EnvRunner(AgentRunner):
             success, metrics = bool(info.get("success", False)), dict(info.get("metrics", {}))
             if terminated or truncated:
                 break
-            messages.append({"role": info.get("message_role", "user"),
-                             "content": task.env.turn_text(turn + 1, obs, reward=reward)})
+            messages.append(
+                {"role": info.get("message_role", "user"), "content": task.env.turn_text(turn + 1, obs, reward=reward)}
+            )
         return AgentResult(0.0, success, {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
 
 
@@ -191,5 +214,7 @@ def load_runner(name: str, kwargs: dict[str, Any] | None = None) -> AgentRunner:
         return obj(**kwargs)
     if callable(obj) and not isinstance(obj, type):
         return FunctionRunner(obj, **kwargs)
-    raise TypeError(f"agent_runner_cls={name!r} is {obj!r}: name a subclass of "
-                    f"roll.agentic.gateway.runners.AgentRunner or a function fn(task, **agent_runner_kwargs)")
+    raise TypeError(
+        f"agent_runner_cls={name!r} is {obj!r}: name a subclass of "
+        f"roll.agentic.gateway.runners.AgentRunner or a function fn(task, **agent_runner_kwargs)"
+    )

@@ -29,8 +29,14 @@ from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
 from roll.config.worker import GeneratingArgs
 
 #: Request keys that would change the sampled distribution (the trainer could not reproduce the log-probs).
-REFUSED = {"stream": (False, None), "n": (1, None), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
-           "frequency_penalty": (None, 0, 0.0), "top_logprobs": (None, 0)}
+REFUSED = {
+    "stream": (False, None),
+    "n": (1, None),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "top_logprobs": (None, 0),
+}
 
 #: Requests whose timings :attr:`Gateway.timings` keeps.
 MAX_TIMINGS = 10_000
@@ -49,8 +55,15 @@ class Gateway:
         max_wait_ms: batching window of the generation loop (:mod:`roll.agentic.gateway.engine`).
     """
 
-    def __init__(self, tokenizer: Any, sampling: GeneratingArgs, sequence_length: int,
-                 model_name: str = "roll-policy", honor_temperature: bool = True, max_wait_ms: float = 20.0):
+    def __init__(
+        self,
+        tokenizer: Any,
+        sampling: GeneratingArgs,
+        sequence_length: int,
+        model_name: str = "roll-policy",
+        honor_temperature: bool = True,
+        max_wait_ms: float = 20.0,
+    ):
         self.renderer = Renderer(tokenizer)
         self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
         self.honor_temperature = honor_temperature
@@ -121,8 +134,9 @@ class Gateway:
         key = (authorization or "").removeprefix("Bearer ").strip()
         session = self._by_key.get(key)
         if session is None or session.ended:
-            raise GatewayError(401, "invalid or ended session key: use the api_key of a live session",
-                               "invalid_api_key")
+            raise GatewayError(
+                401, "invalid or ended session key: use the api_key of a live session", "invalid_api_key"
+            )
         return session
 
     def post_reward(self, session: Session, reward: float, turn: int | None = None) -> None:
@@ -140,9 +154,12 @@ class Gateway:
     def _args(self, body: dict[str, Any]) -> GeneratingArgs:
         for key, allowed in REFUSED.items():
             if key in body and body[key] not in allowed:
-                raise GatewayError(400, f"{key}={body[key]!r} is not supported by roll's gateway (allowed: "
-                                        f"{[a for a in allowed if a is not None]}): it would change what is sampled "
-                                        f"and recorded for training")
+                raise GatewayError(
+                    400,
+                    f"{key}={body[key]!r} is not supported by roll's gateway (allowed: "
+                    f"{[a for a in allowed if a is not None]}): it would change what is sampled "
+                    f"and recorded for training",
+                )
         temperature = _number(body, "temperature", float, 0.0)
         if temperature is None or not self.honor_temperature:
             return self.sampling
@@ -154,8 +171,11 @@ class Gateway:
         args = self._args(body)
         choice = body.get("tool_choice")
         if choice not in (None, "auto", "none"):
-            raise GatewayError(400, f"tool_choice={choice!r} is not supported: use 'auto' or 'none' (forcing a call "
-                                    f"would change the sampled distribution)")
+            raise GatewayError(
+                400,
+                f"tool_choice={choice!r} is not supported: use 'auto' or 'none' (forcing a call "
+                f"would change the sampled distribution)",
+            )
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
             raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
@@ -163,8 +183,9 @@ class Gateway:
         tools = body.get("tools") or None
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
-        requested = (_number(body, "max_completion_tokens", int, 1) or _number(body, "max_tokens", int, 1)
-                     or session.max_tokens)
+        requested = (
+            _number(body, "max_completion_tokens", int, 1) or _number(body, "max_tokens", int, 1) or session.max_tokens
+        )
         with session.lock:  # one request of a session at a time: each turn extends the last
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
@@ -172,8 +193,12 @@ class Gateway:
             budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
             if budget < 1:
                 session.truncated = True
-                raise GatewayError(400, f"the prompt has {len(prompt)} tokens; with a reply it exceeds "
-                                        f"sequence_length={self.sequence_length}", "context_length_exceeded")
+                raise GatewayError(
+                    400,
+                    f"the prompt has {len(prompt)} tokens; with a reply it exceeds "
+                    f"sequence_length={self.sequence_length}",
+                    "context_length_exceeded",
+                )
             t = time.perf_counter()
             out = self.engine.generate(f"{session.session_id}/turn{len(session.turns)}", prompt, args, budget)
             engine_s = time.perf_counter() - t
@@ -182,24 +207,47 @@ class Gateway:
             eos = self.renderer.eos_id
             text = self.renderer.decode(ids[:-1] if ids and ids[-1] == eos else ids)
             text = _before_stop(text, stops)
-            parsed = (ParsedReply(text or None) if choice == "none" or not tools  # no tools offered: plain text
-                      else TOOL_PARSERS.get(session.tool_parser)(text))
+            parsed = (
+                ParsedReply(text or None)
+                if choice == "none" or not tools  # no tools offered: plain text
+                else TOOL_PARSERS.get(session.tool_parser)(text)
+            )
             reply = _assistant_message(session, parsed)
-            session.record(messages, prompt, prompt_ids, starts, ids, log_probs, finish, text,
-                           template_message(reply), parsed, eos, out.policy_version)
+            session.record(
+                messages,
+                prompt,
+                prompt_ids,
+                starts,
+                ids,
+                log_probs,
+                finish,
+                text,
+                template_message(reply),
+                parsed,
+                eos,
+                out.policy_version,
+            )
         response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
         self.timings[response_id] = (time.perf_counter() - start, engine_s)
         if len(self.timings) > MAX_TIMINGS:  # keep memory flat over a long run
             self.timings.pop(next(iter(self.timings)))
         reason = "length" if finish == "length" else "tool_calls" if parsed.calls else "stop"
-        return {"id": response_id, "object": "chat.completion",
-                "created": int(time.time()), "model": body.get("model") or self.model_name,
-                "choices": [{"index": 0, "message": reply, "finish_reason": reason, "logprobs": None}],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
-                          "total_tokens": len(prompt) + len(ids)}}
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model_name,
+            "choices": [{"index": 0, "message": reply, "finish_reason": reason, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(ids),
+                "total_tokens": len(prompt) + len(ids),
+            },
+        }
 
-    def _cut_at_stop(self, ids: list[int], log_probs: list[float], finish: str,
-                     stops: list[str]) -> tuple[list[int], list[float], str]:
+    def _cut_at_stop(
+        self, ids: list[int], log_probs: list[float], finish: str, stops: list[str]
+    ) -> tuple[list[int], list[float], str]:
         """Keep the ids up to the token that completes a stop string (the rest was never shown to anyone)."""
         if not stops:
             return ids, log_probs, finish
@@ -226,7 +274,7 @@ def _number(body: dict[str, Any], key: str, kind: type, minimum: float) -> Any:
 def _before_stop(text: str, stops: list[str]) -> str:
     """OpenAI's rule: the returned text ends before the first stop string."""
     cuts = [text.find(s) for s in stops if s in text]
-    return text[:min(cuts)] if cuts else text
+    return text[: min(cuts)] if cuts else text
 
 
 def _assistant_message(session: Session, parsed: ParsedReply) -> dict[str, Any]:
@@ -235,7 +283,12 @@ def _assistant_message(session: Session, parsed: ParsedReply) -> dict[str, Any]:
 
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if parsed.calls:
-        message["tool_calls"] = [{"id": f"call_{session.session_id}_{len(session.turns)}_{i}", "type": "function",
-                                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                                 for i, c in enumerate(parsed.calls)]
+        message["tool_calls"] = [
+            {
+                "id": f"call_{session.session_id}_{len(session.turns)}_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for i, c in enumerate(parsed.calls)
+        ]
     return message

@@ -58,10 +58,17 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
     calls = message.get("tool_calls") or []
     if calls:
-        out["tool_calls"] = [{"type": "function", "id": c.get("id"),
-                              "function": {"name": c["function"]["name"],
-                                           "arguments": _arguments(c["function"].get("arguments", {}))}}
-                             for c in calls]
+        out["tool_calls"] = [
+            {
+                "type": "function",
+                "id": c.get("id"),
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": _arguments(c["function"].get("arguments", {})),
+                },
+            }
+            for c in calls
+        ]
     for key in ("tool_call_id", "name"):
         if message.get(key) is not None:
             out[key] = message[key]
@@ -94,29 +101,50 @@ class Session:
     ended: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def plan(self, formatter: "Renderer", messages: list[dict[str, Any]],
-             tools: list[dict[str, Any]] | None) -> tuple[list[int], list[int], bool]:
+    def plan(
+        self, formatter: Renderer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> tuple[list[int], list[int], bool]:
         """``(engine prompt, Turn.prompt_ids, starts_sample)`` for a request with ``messages`` (template form)."""
         full = formatter.render(messages, tools, True)
         keys = [message_key(m) for m in messages]
-        if self.turns and keys[:len(self.history)] == self.history:
-            prefix = formatter.render(messages[:len(self.history)], tools, False)
+        if self.turns and keys[: len(self.history)] == self.history:
+            prefix = formatter.render(messages[: len(self.history)], tools, False)
             cut = prefix.rfind(formatter.eos_text)
-            if cut >= 0 and full.startswith(prefix[:cut + len(formatter.eos_text)]):
-                delta = formatter.encode(full[cut + len(formatter.eos_text):])
+            if cut >= 0 and full.startswith(prefix[: cut + len(formatter.eos_text)]):
+                delta = formatter.encode(full[cut + len(formatter.eos_text) :])
                 return self.context + delta, delta, False
         ids = formatter.encode(full)
         return ids, ids, bool(self.turns)
 
-    def record(self, messages: list[dict[str, Any]], prompt: list[int], prompt_ids: list[int], starts: bool,
-               token_ids: list[int], log_probs: list[float], finish_reason: str, text: str,
-               reply: dict[str, Any], parsed: ParsedReply, eos_id: int, version: int) -> Turn:
+    def record(
+        self,
+        messages: list[dict[str, Any]],
+        prompt: list[int],
+        prompt_ids: list[int],
+        starts: bool,
+        token_ids: list[int],
+        log_probs: list[float],
+        finish_reason: str,
+        text: str,
+        reply: dict[str, Any],
+        parsed: ParsedReply,
+        eos_id: int,
+        version: int,
+    ) -> Turn:
         """Append the turn the engine produced; ``reply`` is the assistant message returned (template form)."""
         observation = next((m["content"] for m in reversed(messages) if m["role"] != "assistant"), "")
-        turn = Turn(prompt_ids=prompt_ids, response_ids=list(token_ids), response_log_probs=list(log_probs),
-                    observation=observation, response_text=text, finish_reason=finish_reason,
-                    action_is_valid=parsed.errors == 0, starts_sample=starts, policy_version=version,
-                    parsed_action=json.dumps([[c.name, c.arguments] for c in parsed.calls]) if parsed.calls else None)
+        turn = Turn(
+            prompt_ids=prompt_ids,
+            response_ids=list(token_ids),
+            response_log_probs=list(log_probs),
+            observation=observation,
+            response_text=text,
+            finish_reason=finish_reason,
+            action_is_valid=parsed.errors == 0,
+            starts_sample=starts,
+            policy_version=version,
+            parsed_action=json.dumps([[c.name, c.arguments] for c in parsed.calls]) if parsed.calls else None,
+        )
         if finish_reason != "stop" or not token_ids or token_ids[-1] != eos_id:
             turn.response_ids.append(eos_id)
             turn.appended_eos = True
@@ -145,10 +173,12 @@ class Renderer:
         self.eos_id = tokenizer.eos_token_id
         self.eos_text = tokenizer.decode([self.eos_id])
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

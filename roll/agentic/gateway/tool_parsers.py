@@ -68,7 +68,7 @@ def parse_hermes(text: str) -> ParsedReply:
         except (ValueError, KeyError, TypeError):
             errors += 1
             continue  # left in content below
-        kept.append(text[last:match.start()])
+        kept.append(text[last : match.start()])
         last = match.end()
         calls.append(ToolCall(name, arguments))
     kept.append(text[last:])

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.envs.sokoban.generator import generate_room
-from roll.envs.sokoban.room import (BOX, BOX_ON_TARGET, FLOOR, MOVES, PLAYER, PLAYER_ON_TARGET, SYMBOLS, TARGET, WALL,
-                                     Room)
+from roll.envs.sokoban.room import (
+    BOX,
+    BOX_ON_TARGET,
+    FLOOR,
+    MOVES,
+    PLAYER,
+    PLAYER_ON_TARGET,
+    SYMBOLS,
+    TARGET,
+    WALL,
+    Room,
+)
 from roll.envs.sokoban.solver import solve
 
 #: RGB colour per symbol for ``render_mode="rgb_array"``.
@@ -54,7 +65,8 @@ class SokobanEnv(TextEnv):
         actions.
 
     Info:
-        The base keys; ``reset`` adds ``optimal_solution_length``; ``metrics`` has ``boxes_on_target``, ``num_boxes``, ``num_steps`` and
+        The base keys; ``reset`` adds ``optimal_solution_length``; ``metrics`` has ``boxes_on_target``, ``num_boxes``,
+        ``num_steps`` and
         ``invalid_actions``.
 
     Args:
@@ -175,10 +187,10 @@ class SokobanEnv(TextEnv):
         image = np.zeros((len(grid) * TILE_PIXELS, len(grid[0]) * TILE_PIXELS, 3), dtype=np.uint8)
         for r, line in enumerate(grid):
             for c, symbol in enumerate(line):
-                tile = image[r * TILE_PIXELS:(r + 1) * TILE_PIXELS, c * TILE_PIXELS:(c + 1) * TILE_PIXELS]
+                tile = image[r * TILE_PIXELS : (r + 1) * TILE_PIXELS, c * TILE_PIXELS : (c + 1) * TILE_PIXELS]
                 tile[:] = TILE_COLORS["_" if symbol != "#" else "#"]
                 inset = 2 if symbol in "OXS*P" else 0
-                tile[inset:TILE_PIXELS - inset, inset:TILE_PIXELS - inset] = TILE_COLORS[symbol]
+                tile[inset : TILE_PIXELS - inset, inset : TILE_PIXELS - inset] = TILE_COLORS[symbol]
         return image
 
 

@@ -136,5 +136,7 @@ class Room:
         if len(players) != 1:
             raise ValueError(f"a room needs exactly one player (P or S), found {len(players)}.")
         if len(boxes) != len(targets) or not boxes:
-            raise ValueError(f"a room needs as many boxes as targets (at least one); got {len(boxes)} and {len(targets)}.")
+            raise ValueError(
+                f"a room needs as many boxes as targets (at least one); got {len(boxes)} and {len(targets)}."
+            )
         return cls(walls, frozenset(targets), boxes, players[0])

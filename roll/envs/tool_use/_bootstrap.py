@@ -22,20 +22,50 @@ EXIT_MEMORY = 86
 EXIT_BLOCKED = 87
 
 # Audit events that create processes or replace the program: always refused.
-_PROCESS_EVENTS = frozenset({
-    "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-    "subprocess.Popen", "pty.spawn",
-})
+_PROCESS_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "os.startfile",
+        "subprocess.Popen",
+        "pty.spawn",
+    }
+)
 # Events that could undo the limits or inspect the hook's state.
-_TAMPER_EVENTS = frozenset({
-    "resource.setrlimit", "resource.prlimit", "gc.get_referrers", "gc.get_referents", "gc.get_objects",
-    "sqlite3.enable_load_extension", "sqlite3.load_extension",
-})
+_TAMPER_EVENTS = frozenset(
+    {
+        "resource.setrlimit",
+        "resource.prlimit",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "gc.get_objects",
+        "sqlite3.enable_load_extension",
+        "sqlite3.load_extension",
+    }
+)
 # Events whose first argument is a path that is modified (fd arguments refused where noted).
-_PATH_EVENTS = frozenset({
-    "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.utime", "os.truncate",
-    "os.setxattr", "os.removexattr", "os.chflags", "os.lchflags", "os.lchmod", "os.lchown", "shutil.rmtree",
-})
+_PATH_EVENTS = frozenset(
+    {
+        "os.remove",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.utime",
+        "os.truncate",
+        "os.setxattr",
+        "os.removexattr",
+        "os.chflags",
+        "os.lchflags",
+        "os.lchmod",
+        "os.lchown",
+        "shutil.rmtree",
+    }
+)
 _FD_REFUSED = frozenset({"os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr", "os.chflags"})
 _TWO_PATH_EVENTS = frozenset({"os.rename", "os.link", "os.symlink", "shutil.copyfile", "shutil.move"})
 _BLOCKED_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend"})
@@ -118,12 +148,17 @@ class _PathRules:
             source_counts = event in ("os.rename", "os.link", "shutil.move")
             if (source_counts and self.outside(args[0])) or self.outside(args[1]):
                 return f"blocked: write outside the sandbox directory ({event} {args[1]!r})"
-            if event == "os.symlink" and not isinstance(args[1], int) and self.unreadable(
-                    os.path.join(os.path.dirname(os.fsdecode(args[1])), os.fsdecode(args[0]))):
+            if (
+                event == "os.symlink"
+                and not isinstance(args[1], int)
+                and self.unreadable(os.path.join(os.path.dirname(os.fsdecode(args[1])), os.fsdecode(args[0])))
+            ):
                 return f"blocked: symlink to a path outside the sandbox ({args[0]!r})"
         elif event == "sqlite3.connect":
             db = args[0]
-            if db not in (":memory:", "", b":memory:", b"") and (self.outside(db) or os.fsdecode(db).startswith("file:")):
+            if db not in (":memory:", "", b":memory:", b"") and (
+                self.outside(db) or os.fsdecode(db).startswith("file:")
+            ):
                 return f"blocked: write outside the sandbox directory (sqlite3 {db!r})"
         return None
 
@@ -149,8 +184,9 @@ def _make_hook(work: str, own_proc: str, native_suffixes: tuple, allow_processes
     """Build the audit hook; ``work`` is the only writable directory, ``read_paths`` (and ``work``) the only
     readable ones (real paths)."""
     process_events = frozenset() if allow_processes else _PROCESS_EVENTS
-    blocked_modules = (_BLOCKED_MODULES - {"_posixsubprocess"} if allow_processes else _BLOCKED_MODULES) \
-        | _FILE_READING_MODULES
+    blocked_modules = (
+        _BLOCKED_MODULES - {"_posixsubprocess"} if allow_processes else _BLOCKED_MODULES
+    ) | _FILE_READING_MODULES
     rules = _PathRules(work, own_proc, native_suffixes, read_paths)
     own_pid, own_pgid = os.getpid(), os.getpgid(0)
 
@@ -172,7 +208,9 @@ def _make_hook(work: str, own_proc: str, native_suffixes: tuple, allow_processes
             raise SandboxViolation(f"blocked: {event}")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             target = args[0]
-            if not (event == "os.kill" and target in (own_pid, 0)) and not (event == "os.killpg" and target == own_pgid):
+            if not (event == "os.kill" and target in (own_pid, 0)) and not (
+                event == "os.killpg" and target == own_pgid
+            ):
                 raise SandboxViolation(f"blocked: signalling another process ({event} {target!r})")
 
     return hook
@@ -187,8 +225,12 @@ def _set_limits(limits: dict) -> None:
 
     cpu = int(limits["cpu_time_s"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # soft: SIGXCPU, hard: SIGKILL
-    pairs = [("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_FSIZE", limits["file_size_bytes"]),
-             ("RLIMIT_NOFILE", limits["max_open_files"]), ("RLIMIT_CORE", 0)]
+    pairs = [
+        ("RLIMIT_AS", limits["memory_bytes"]),
+        ("RLIMIT_FSIZE", limits["file_size_bytes"]),
+        ("RLIMIT_NOFILE", limits["max_open_files"]),
+        ("RLIMIT_CORE", 0),
+    ]
     if limits.get("max_processes") is not None:
         pairs.append(("RLIMIT_NPROC", limits["max_processes"]))
     for name, value in pairs:
@@ -210,10 +252,9 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 def _worker(root: str, work: str, limits: dict) -> None:
     """Runs in the forked worker: limits, guards, then the user code. Never returns."""
+    import _posixsubprocess
     import importlib.machinery
     import linecache
-    import traceback  # imported before the memory limit bites
-    import _posixsubprocess
 
     allow_processes = bool(limits.get("allow_processes"))
     if not allow_processes:
@@ -230,8 +271,13 @@ def _worker(root: str, work: str, limits: dict) -> None:
         _print_user_traceback(exc)
         os._exit(1)
     linecache.cache["<tool_code>"] = (len(source), None, source.splitlines(True), "<tool_code>")
-    hook = _make_hook(os.path.realpath(work), own_proc, tuple(importlib.machinery.EXTENSION_SUFFIXES),
-                      allow_processes, list(limits["read_paths"]))
+    hook = _make_hook(
+        os.path.realpath(work),
+        own_proc,
+        tuple(importlib.machinery.EXTENSION_SUFFIXES),
+        allow_processes,
+        list(limits["read_paths"]),
+    )
     sys.addaudithook(hook)
     sys.argv = ["<tool_code>"]
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}

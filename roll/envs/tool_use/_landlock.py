@@ -64,8 +64,11 @@ def restrict(rules: dict, abi: int) -> None:
     fs, net, scoped = handled_rights(abi)
 
     class RulesetAttr(ctypes.Structure):
-        _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                    ("scoped", ctypes.c_uint64)]
+        _fields_ = [
+            ("handled_access_fs", ctypes.c_uint64),
+            ("handled_access_net", ctypes.c_uint64),
+            ("scoped", ctypes.c_uint64),
+        ]
 
     class PathBeneathAttr(ctypes.Structure):
         _pack_ = 1
@@ -79,8 +82,10 @@ def restrict(rules: dict, abi: int) -> None:
 
     attr = RulesetAttr(fs, net, scoped)
     size = 8 if abi < 4 else 16 if abi < 6 else 24  # the struct grew with the ABI; older kernels want the old size
-    ruleset = check(libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
-                    "landlock_create_ruleset")
+    ruleset = check(
+        libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+        "landlock_create_ruleset",
+    )
     read = _READ_FILE | _READ_DIR | (_IOCTL_DEV if abi >= 5 else 0)
     grants = [(p, read) for p in rules.get("read", ())] + [(p, read | _EXECUTE) for p in rules.get("exec", ())]
     grants += [(p, fs) for p in rules.get("write", ())]
@@ -93,8 +98,10 @@ def restrict(rules: dict, abi: int) -> None:
             try:
                 allowed = rights if os.path.isdir(path) else rights & _FILE_RIGHTS
                 rule = PathBeneathAttr(allowed & fs, fd)
-                check(libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)),
-                      f"landlock_add_rule {path}")
+                check(
+                    libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)),
+                    f"landlock_add_rule {path}",
+                )
             finally:
                 os.close(fd)
         check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")

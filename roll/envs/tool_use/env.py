@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import re
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +20,10 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL 
 _TOOL_CALL_OPEN = re.compile(r"<tool_call>", re.IGNORECASE)
 _CODE_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _PRINTABLE = frozenset(string.printable)
-FORMAT_HELP = ("Invalid format. Call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> "
-               "or give the final answer as <answer>integer</answer>.")
+FORMAT_HELP = (
+    'Invalid format. Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
+    "or give the final answer as <answer>integer</answer>."
+)
 
 
 class ToolCallFirstParser(ActionParser):
@@ -35,7 +38,7 @@ class ToolCallFirstParser(ActionParser):
         if isinstance(text, str):
             match = _TOOL_CALL_OPEN.search(text)
             if match is not None:
-                return text[match.start():].strip()
+                return text[match.start() :].strip()
         return super().parse(text)
 
 
@@ -139,8 +142,9 @@ class ToolUseEnv(TextEnv):
         sandbox_memory_mb: int = 512,
         render_mode: str | None = None,
     ) -> None:
-        super().__init__(max_steps=max_steps, format_penalty=format_penalty, action_format=action_format,
-                         render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps, format_penalty=format_penalty, action_format=action_format, render_mode=render_mode
+        )
         self.parser = ToolCallFirstParser(action_format)
         self.task_names = list(tasks) if tasks is not None else list_tasks()
         if not self.task_names:
@@ -217,8 +221,9 @@ class ToolUseEnv(TextEnv):
         value = parse_integer(action)
         correct = value == self.task.answer
         self._feedback = f"Your answer {action!r} is {'correct' if correct else 'incorrect'}."
-        return Transition(self._feedback, 1.0 if correct else 0.0, True, success=correct,
-                          info={"answer": self.task.answer})
+        return Transition(
+            self._feedback, 1.0 if correct else 0.0, True, success=correct, info={"answer": self.task.answer}
+        )
 
     def _run_tools(self) -> Transition:
         outputs, results = [], []

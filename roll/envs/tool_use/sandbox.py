@@ -51,8 +51,7 @@ _EXIT_SETUP = 88
 #: Shared-library directories the interpreter and its extension modules load from (read and execute).
 SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/libx32", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib")
 #: Other files the standard library reads: the loader cache, time zones, random and empty devices.
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo", "/dev/urandom", "/dev/random",
-                "/dev/zero")
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo", "/dev/urandom", "/dev/random", "/dev/zero")
 #: Program directories, readable and executable only with ``allow_processes=True``.
 PROGRAM_DIRS = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin")
 #: Seconds the caller may wait beyond ``wall_timeout_s`` (process start, kill, pipe drain).
@@ -89,7 +88,10 @@ def _probe(prefix: list[str]) -> bool:
     try:
         done = subprocess.run(
             [*prefix, sys.executable, "-I", "-S", "-c", "pass"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return False
@@ -121,11 +123,14 @@ def interpreter() -> str:
 def interpreter_paths() -> tuple[str, ...]:
     """What the interpreter reads: its ``-I -S`` ``sys.path`` (standard library, ``lib-dynload``) and its
     ``libpython`` files (asked once of the interpreter itself, cached)."""
-    probe = ("import glob, json, os, sys, sysconfig\n"
-             "libdir = sysconfig.get_config_var('LIBDIR') or ''\n"
-             "print(json.dumps(sys.path + glob.glob(os.path.join(libdir, 'libpython*'))))")
-    done = subprocess.run([interpreter(), "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30,
-                          check=True)
+    probe = (
+        "import glob, json, os, sys, sysconfig\n"
+        "libdir = sysconfig.get_config_var('LIBDIR') or ''\n"
+        "print(json.dumps(sys.path + glob.glob(os.path.join(libdir, 'libpython*'))))"
+    )
+    done = subprocess.run(
+        [interpreter(), "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
     return tuple(json.loads(done.stdout))
 
 
@@ -133,13 +138,16 @@ def sandbox_paths(root: str, work: str, allow_processes: bool = False) -> dict[s
     """The paths a sandbox run may use (real paths of those that exist): ``read`` (read and list), ``exec`` (also
     execute) and ``write`` (full use). Everything else is unreadable: the user's files, the project, ``/etc``
     (but the loader cache and the local time zone), ``/proc`` and ``/sys``."""
+
     def real(paths) -> list[str]:
         return sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
 
     programs = PROGRAM_DIRS if allow_processes else ()
-    return {"read": real([*interpreter_paths(), root, _BOOTSTRAP, *SYSTEM_FILES]),
-            "exec": real([interpreter(), *SYSTEM_LIBRARY_DIRS, *programs]),
-            "write": real([work, "/dev/null"])}
+    return {
+        "read": real([*interpreter_paths(), root, _BOOTSTRAP, *SYSTEM_FILES]),
+        "exec": real([interpreter(), *SYSTEM_LIBRARY_DIRS, *programs]),
+        "write": real([work, "/dev/null"]),
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,21 +155,31 @@ def landlock_abi() -> int:
     """The kernel's Landlock ABI version as the sandbox process sees it (0: none), probed once per process; when
     there is none, one warning line on stderr says that file reads are confined by the audit hook alone."""
     try:
-        done = subprocess.run([interpreter(), "-I", "-S", _LANDLOCK, "--abi"], capture_output=True, text=True,
-                              timeout=10)
+        done = subprocess.run(
+            [interpreter(), "-I", "-S", _LANDLOCK, "--abi"], capture_output=True, text=True, timeout=10
+        )
         abi = int(done.stdout.strip() or 0)
     except (OSError, ValueError, subprocess.SubprocessError):
         abi = 0
     if abi < 1:
-        print("[roll] WARNING: tool sandbox: this kernel offers no Landlock (needs Linux >= 5.13 with the landlock "
-              "LSM enabled, not filtered by seccomp): file reads of sandboxed code are confined by the Python audit "
-              "hook only, which is not a security boundary (docs/tool_use.md)", file=sys.stderr, flush=True)
+        print(
+            "[roll] WARNING: tool sandbox: this kernel offers no Landlock (needs Linux >= 5.13 with the landlock "
+            "LSM enabled, not filtered by seccomp): file reads of sandboxed code are confined by the Python audit "
+            "hook only, which is not a security boundary (docs/tool_use.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     return abi
 
 
 def _clean_env(work: str) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": work,
+        "TMPDIR": work,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -230,7 +248,7 @@ def _classify(status: str, stderr: str, cpu_limit: int) -> tuple[int | None, str
     if number == _EXIT_BLOCKED or (number == 1 and lines and "blocked: " in lines[-1]):
         # also a violation wrapped by library code, e.g. URLError(<urlopen error blocked: network ...>)
         reason = next((line for line in reversed(lines) if "blocked: " in line), "blocked: ")
-        return number, reason[reason.index("blocked: "):].rstrip(">'\"")[:200]
+        return number, reason[reason.index("blocked: ") :].rstrip(">'\"")[:200]
     if number == 1 and lines:
         return number, lines[-1][:200]
     return number, f"exit code {number}"
@@ -276,9 +294,14 @@ def run_python(
     Raises:
         ValueError: a limit is not positive.
     """
-    for name, value in (("wall_timeout_s", wall_timeout_s), ("cpu_time_s", cpu_time_s),
-                        ("memory_mb", memory_mb), ("max_output_bytes", max_output_bytes),
-                        ("file_size_mb", file_size_mb), ("max_open_files", max_open_files)):
+    for name, value in (
+        ("wall_timeout_s", wall_timeout_s),
+        ("cpu_time_s", cpu_time_s),
+        ("memory_mb", memory_mb),
+        ("max_output_bytes", max_output_bytes),
+        ("file_size_mb", file_size_mb),
+        ("max_open_files", max_open_files),
+    ):
         if not value > 0:
             raise ValueError(f"run_python: {name}={value!r} must be > 0.")
     if not isinstance(code, str):
@@ -289,19 +312,26 @@ def run_python(
         os.mkdir(work, 0o700)
         Path(root, "main.py").write_text(code, encoding="utf-8")
         paths = sandbox_paths(root, work, allow_processes)
-        limits = {"cpu_time_s": int(cpu_time_s), "memory_bytes": int(memory_mb) << 20,
-                  "file_size_bytes": int(file_size_mb) << 20, "max_open_files": int(max_open_files),
-                  "max_processes": max_processes, "allow_processes": bool(allow_processes),
-                  "read_paths": [p for group in paths.values() for p in group]}
-        confine = [interpreter(), "-I", "-S", _LANDLOCK, json.dumps(paths), "--"] \
-            if use_landlock and landlock_abi() else []
+        limits = {
+            "cpu_time_s": int(cpu_time_s),
+            "memory_bytes": int(memory_mb) << 20,
+            "file_size_bytes": int(file_size_mb) << 20,
+            "max_open_files": int(max_open_files),
+            "max_processes": max_processes,
+            "allow_processes": bool(allow_processes),
+            "read_paths": [p for group in paths.values() for p in group],
+        }
+        confine = (
+            [interpreter(), "-I", "-S", _LANDLOCK, json.dumps(paths), "--"] if use_landlock and landlock_abi() else []
+        )
         return _run(root, work, limits, wall_timeout_s, max_output_bytes, use_namespaces, confine)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, use_ns: bool,
-         confine: list[str]) -> SandboxResult:
+def _run(
+    root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, use_ns: bool, confine: list[str]
+) -> SandboxResult:
     prefix = [*(namespace_prefix() if use_ns else ()), *confine]
     status_r, status_w = os.pipe()
     start = time.monotonic()
@@ -309,8 +339,13 @@ def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, us
     try:
         proc = subprocess.Popen(
             [*prefix, interpreter(), "-I", "-S", "-u", _BOOTSTRAP, root, work, str(status_w), json.dumps(limits)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work,
-            env=_clean_env(work), start_new_session=True, pass_fds=(status_w,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=work,
+            env=_clean_env(work),
+            start_new_session=True,
+            pass_fds=(status_w,),
         )
     finally:
         os.close(status_w)
@@ -351,8 +386,7 @@ def _run(root: str, work: str, limits: dict, wall_timeout_s: float, cap: int, us
     if reason is not None:
         return SandboxResult(False, stdout, stderr, reason, None, wall)
     if not status and proc.returncode == _EXIT_SETUP:  # _landlock.py could not confine: nothing ran
-        return SandboxResult(False, stdout, stderr, f"sandbox setup failed: {stderr.strip()[-200:]}",
-                             _EXIT_SETUP, wall)
+        return SandboxResult(False, stdout, stderr, f"sandbox setup failed: {stderr.strip()[-200:]}", _EXIT_SETUP, wall)
     exit_code, error = _classify(status, stderr, limits["cpu_time_s"])
     return SandboxResult(error is None, stdout, stderr, error, exit_code, wall)
 

@@ -21,9 +21,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_PYTHON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
-                                               "boolean": (bool,), "array": (list,), "object": (dict,),
-                                               "null": (type(None),)}
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
 _ARTICLE = {"integer": "an integer", "array": "an array", "object": "an object", "null": "null"}
 
 

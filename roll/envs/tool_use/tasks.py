@@ -8,8 +8,8 @@ task easy and mental arithmetic makes it hard.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -75,16 +75,20 @@ def multiply(rng: np.random.Generator) -> Task:
 def sum_of_powers(rng: np.random.Generator) -> Task:
     """Sum of i**k for i = 1..n, k in {2, 3}."""
     n, k = _int(rng, 100, 5000), _int(rng, 2, 4)
-    return Task("sum_of_powers", f"What is the sum of i**{k} for all integers i from 1 to {n}?",
-                sum(i**k for i in range(1, n + 1)))
+    return Task(
+        "sum_of_powers",
+        f"What is the sum of i**{k} for all integers i from 1 to {n}?",
+        sum(i**k for i in range(1, n + 1)),
+    )
 
 
 @register_task("modpow")
 def modpow(rng: np.random.Generator) -> Task:
     """Modular exponentiation a**b mod m."""
     a, b, m = _int(rng, 2, 10**6), _int(rng, 10**3, 10**9), _int(rng, 10**3, 10**6)
-    return Task("modpow", f"What is {a}**{b} mod {m} (the remainder of {a} to the power {b} divided by {m})?",
-                pow(a, b, m))
+    return Task(
+        "modpow", f"What is {a}**{b} mod {m} (the remainder of {a} to the power {b} divided by {m})?", pow(a, b, m)
+    )
 
 
 def _count_primes_below(n: int) -> int:
@@ -107,8 +111,11 @@ def count_primes(rng: np.random.Generator) -> Task:
 def factorial_digit_sum(rng: np.random.Generator) -> Task:
     """Sum of the decimal digits of n!, 20 <= n < 300."""
     n = _int(rng, 20, 300)
-    return Task("factorial_digit_sum", f"What is the sum of the decimal digits of {n}! ({n} factorial)?",
-                sum(int(d) for d in str(math.factorial(n))))
+    return Task(
+        "factorial_digit_sum",
+        f"What is the sum of the decimal digits of {n}! ({n} factorial)?",
+        sum(int(d) for d in str(math.factorial(n))),
+    )
 
 
 @register_task("collatz_steps")
@@ -119,5 +126,9 @@ def collatz_steps(rng: np.random.Generator) -> Task:
     while n != 1:
         n = n // 2 if n % 2 == 0 else 3 * n + 1
         steps += 1
-    return Task("collatz_steps", f"Starting from {start}, repeatedly replace n by n/2 if n is even or by 3n+1 if n "
-                "is odd. How many steps does it take to reach 1?", steps)
+    return Task(
+        "collatz_steps",
+        f"Starting from {start}, repeatedly replace n by n/2 if n is even or by 3n+1 if n "
+        "is odd. How many steps does it take to reach 1?",
+        steps,
+    )

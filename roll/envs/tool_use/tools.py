@@ -15,8 +15,9 @@ import ast
 import math
 import operator
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from roll.envs.tool_use.sandbox import landlock_abi, run_python
 from roll.envs.tool_use.schema import schema_error
@@ -47,8 +48,10 @@ class Tool(ABC):
 
     def schema(self) -> dict[str, Any]:
         """The tool's entry for the system prompt (OpenAI / Qwen / Hermes function format)."""
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     def check_arguments(self, arguments: Any) -> str | None:
         """Return an error message if ``arguments`` does not fit ``parameters`` (its JSON schema: types, enums,
@@ -83,8 +86,9 @@ def register_tool(cls: ToolT) -> ToolT:
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} needs a non-empty class attribute `name` to be registered.")
     if cls.name in _TOOLS:
-        raise ValueError(f"tool name {cls.name!r} is already registered to {_TOOLS[cls.name].__qualname__}; "
-                         "pick another name.")
+        raise ValueError(
+            f"tool name {cls.name!r} is already registered to {_TOOLS[cls.name].__qualname__}; pick another name."
+        )
     _TOOLS[cls.name] = cls
     return cls
 
@@ -114,17 +118,26 @@ class PythonTool(Tool):
     """
 
     name = "python"
-    description = ("Execute Python 3 code (standard library only) in a sandbox and return its stdout. "
-                   "Use print() to see results. No network, no files outside the working directory, "
-                   "limited time and memory; state is not kept between calls.")
-    parameters = {"type": "object",
-                  "properties": {"code": {"type": "string", "description": "Python source code to run."}},
-                  "required": ["code"]}
+    description = (
+        "Execute Python 3 code (standard library only) in a sandbox and return its stdout. "
+        "Use print() to see results. No network, no files outside the working directory, "
+        "limited time and memory; state is not kept between calls."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "Python source code to run."}},
+        "required": ["code"],
+    }
 
-    def __init__(self, wall_timeout_s: float = 5.0, cpu_time_s: int = 5, memory_mb: int = 512,
-                 max_output_bytes: int = 4096) -> None:
-        self.limits = {"wall_timeout_s": wall_timeout_s, "cpu_time_s": cpu_time_s, "memory_mb": memory_mb,
-                       "max_output_bytes": max_output_bytes}
+    def __init__(
+        self, wall_timeout_s: float = 5.0, cpu_time_s: int = 5, memory_mb: int = 512, max_output_bytes: int = 4096
+    ) -> None:
+        self.limits = {
+            "wall_timeout_s": wall_timeout_s,
+            "cpu_time_s": cpu_time_s,
+            "memory_mb": memory_mb,
+            "max_output_bytes": max_output_bytes,
+        }
         landlock_abi()  # probed once per process: a kernel without Landlock is announced now, at start
 
     def run(self, arguments: dict[str, Any]) -> ToolResult:
@@ -141,8 +154,13 @@ class PythonTool(Tool):
 
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"sqrt": math.sqrt, "abs": abs}
@@ -163,11 +181,15 @@ class CalculatorTool(Tool):
     """
 
     name = "calculator"
-    description = ("Evaluate an arithmetic expression, e.g. '(12345 * 6789) % 97'. Supports + - * / // % **, "
-                   "parentheses, sqrt(x), abs(x), pi and e. Integer arithmetic is exact.")
-    parameters = {"type": "object",
-                  "properties": {"expression": {"type": "string", "description": "The expression to evaluate."}},
-                  "required": ["expression"]}
+    description = (
+        "Evaluate an arithmetic expression, e.g. '(12345 * 6789) % 97'. Supports + - * / // % **, "
+        "parentheses, sqrt(x), abs(x), pi and e. Integer arithmetic is exact."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": "The expression to evaluate."}},
+        "required": ["expression"],
+    }
 
     def __init__(self, max_int_bits: int = 4096, max_chars: int = 500) -> None:
         self.max_int_bits = max_int_bits
@@ -211,8 +233,13 @@ class CalculatorTool(Tool):
             if isinstance(node.op, ast.Pow):
                 self._check_power(left, right)
             return self._bounded(_BINARY[type(node.op)](left, right))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
-                and len(node.args) == 1 and not node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and len(node.args) == 1
+            and not node.keywords
+        ):
             return self._bounded(_FUNCTIONS[node.func.id](self._eval(node.args[0])))
         raise CalculatorError(
             f"{ast.unparse(node)!r} is not allowed; use numbers, + - * / // % **, parentheses, "

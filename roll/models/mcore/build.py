@@ -7,7 +7,8 @@ ask for Transformer Engine.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -15,8 +16,10 @@ from roll.config.megatron import MegatronOptions
 from roll.models.mcore import convert
 
 #: Transformer Engine fuses the two norms into the following linear layer: mcore suffix there -> local suffix.
-TE_NORM_NAMES = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
-                 "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight"}
+TE_NORM_NAMES = {
+    "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+    "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
+}
 
 
 def transformer_config(hf, opts: MegatronOptions, dtype: str) -> Any:
@@ -28,24 +31,44 @@ def transformer_config(hf, opts: MegatronOptions, dtype: str) -> Any:
     bf16 = dtype == "bf16"
     qkv_bias = hf.model_type == "qwen2" or bool(getattr(hf, "attention_bias", False))
     kwargs = dict(
-        num_layers=hf.num_hidden_layers, hidden_size=hf.hidden_size, ffn_hidden_size=hf.intermediate_size,
-        num_attention_heads=shape.num_heads, num_query_groups=shape.num_groups, kv_channels=shape.head_dim,
-        normalization="RMSNorm", layernorm_epsilon=hf.rms_norm_eps, gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu, add_bias_linear=False, add_qkv_bias=qkv_bias,
-        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=getattr(hf, "initializer_range", 0.02),
-        bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
-        persist_layer_norm=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
-        attention_softmax_in_fp32=True, bf16=bf16, params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        num_layers=hf.num_hidden_layers,
+        hidden_size=hf.hidden_size,
+        ffn_hidden_size=hf.intermediate_size,
+        num_attention_heads=shape.num_heads,
+        num_query_groups=shape.num_groups,
+        kv_channels=shape.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=hf.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
+        add_qkv_bias=qkv_bias,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        init_method_std=getattr(hf, "initializer_range", 0.02),
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
         # random init before the checkpoint overwrites it: megatron-core 0.16 marks tensor-parallel weights
         # (tensor_model_parallel, partition_dim) only while initializing them, and gradient norms need the marks
-        use_cpu_initialization=not torch.cuda.is_available(), perform_initialization=True,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        perform_initialization=True,
         tensor_model_parallel_size=opts.tensor_model_parallel_size,
         pipeline_model_parallel_size=opts.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=opts.virtual_pipeline_model_parallel_size,
-        context_parallel_size=opts.context_parallel_size, sequence_parallel=opts.sequence_parallel,
-        recompute_granularity=opts.recompute_granularity, recompute_method=opts.recompute_method,
-        recompute_num_layers=opts.recompute_num_layers)
+        context_parallel_size=opts.context_parallel_size,
+        sequence_parallel=opts.sequence_parallel,
+        recompute_granularity=opts.recompute_granularity,
+        recompute_method=opts.recompute_method,
+        recompute_num_layers=opts.recompute_num_layers,
+    )
     return TransformerConfig(**kwargs)
 
 
@@ -55,8 +78,10 @@ def rope_theta(hf) -> float:
     params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
     kind = params.get("rope_type", params.get("type", "default"))
     if kind != "default":
-        raise ValueError(f"megatron: RoPE type {kind!r} ({params}) is not converted; roll's Megatron models use "
-                         "plain RoPE (Qwen2/Qwen2.5, Llama 2/3.0)")
+        raise ValueError(
+            f"megatron: RoPE type {kind!r} ({params}) is not converted; roll's Megatron models use "
+            "plain RoPE (Qwen2/Qwen2.5, Llama 2/3.0)"
+        )
     return float(params.get("rope_theta", getattr(hf, "rope_theta", 10000.0)))
 
 
@@ -102,11 +127,18 @@ def build_chunks(hf, opts: MegatronOptions, dtype: str, value_head: bool = False
     chunks = []
     for vp in range(opts.virtual_pipeline_model_parallel_size or 1):
         vp_stage = vp if opts.virtual_pipeline_model_parallel_size else None
-        model = GPTModel(config, layer_spec(opts), vocab_size=vocab, max_sequence_length=hf.max_position_embeddings,
-                         pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
-                         post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
-                         share_embeddings_and_output_weights=tied, position_embedding_type="rope",
-                         rotary_base=rope_theta(hf), vp_stage=vp_stage)
+        model = GPTModel(
+            config,
+            layer_spec(opts),
+            vocab_size=vocab,
+            max_sequence_length=hf.max_position_embeddings,
+            pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+            post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+            share_embeddings_and_output_weights=tied,
+            position_embedding_type="rope",
+            rotary_base=rope_theta(hf),
+            vp_stage=vp_stage,
+        )
         if value_head and model.post_process:
             model.output_layer = ValueHead(hf.hidden_size, opts.sequence_parallel, config.params_dtype)
         chunks.append(model.to(device))

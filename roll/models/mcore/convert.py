@@ -7,7 +7,7 @@ modules, no Transformer Engine fusion). Per layer ``i`` (global index):
 | ---                                                   | ---                                        | ---      |
 | ``self_attn.{q,k,v}_proj.weight`` / ``.bias``         | ``self_attention.linear_qkv.weight/bias``  | by query group |
 | ``self_attn.o_proj.weight``                           | ``self_attention.linear_proj.weight``      | dim 1    |
-| ``mlp.gate_proj.weight``, ``mlp.up_proj.weight``      | ``mlp.linear_fc1.weight`` ([gate; up])     | gate and up each on dim 0 |
+| ``mlp.gate_proj.weight``, ``mlp.up_proj.weight``      | ``mlp.linear_fc1.weight`` ([gate; up])     | each dim 0 |
 | ``mlp.down_proj.weight``                              | ``mlp.linear_fc2.weight``                  | dim 1    |
 | ``input_layernorm.weight``                            | ``input_layernorm.weight``                 | none     |
 | ``post_attention_layernorm.weight``                   | ``pre_mlp_layernorm.weight``               | none     |
@@ -31,10 +31,14 @@ HF_LAYER = "model.layers.{i}."
 MC_LAYER = "decoder.layers.{i}."
 #: mcore suffix -> (HF suffixes in HF order, TP split kind); "qkv" and "fc1" fuse several HF tensors.
 LAYER_MAP: dict[str, tuple[tuple[str, ...], str]] = {
-    "self_attention.linear_qkv.weight": (("self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                          "self_attn.v_proj.weight"), "qkv"),
-    "self_attention.linear_qkv.bias": (("self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                                        "self_attn.v_proj.bias"), "qkv"),
+    "self_attention.linear_qkv.weight": (
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+        "qkv",
+    ),
+    "self_attention.linear_qkv.bias": (
+        ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+        "qkv",
+    ),
     "self_attention.linear_proj.weight": (("self_attn.o_proj.weight",), "row"),
     "mlp.linear_fc1.weight": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), "fc1"),
     "mlp.linear_fc2.weight": (("mlp.down_proj.weight",), "row"),
@@ -58,7 +62,7 @@ class AttentionShape:
     head_dim: int
 
     @classmethod
-    def from_hf(cls, hf_config) -> "AttentionShape":
+    def from_hf(cls, hf_config) -> AttentionShape:
         """From a transformers config (``num_key_value_heads`` defaults to the head count: no GQA)."""
         heads = int(hf_config.num_attention_heads)
         groups = int(getattr(hf_config, "num_key_value_heads", None) or heads)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 #: Tensors per safetensors file are grouped up to this many bytes (transformers' default shard size).
-SHARD_BYTES = 5 * 2 ** 30
+SHARD_BYTES = 5 * 2**30
 
 
 def save_hf(path: str, weights: dict[str, torch.Tensor], hf_config, tokenizer=None, value_head: bool = False) -> None:
@@ -43,6 +43,7 @@ def save_hf(path: str, weights: dict[str, torch.Tensor], hf_config, tokenizer=No
             weight_map.update({name: file for name in shard})
         total = sum(t.numel() * t.element_size() for t in weights.values())
         (out / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+        )
     if tokenizer is not None:
         tokenizer.save_pretrained(out)

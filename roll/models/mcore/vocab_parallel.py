@@ -37,8 +37,9 @@ def _sum(x: torch.Tensor, group) -> torch.Tensor:
     return x if group is None else _AllReduceSum.apply(x, group)
 
 
-def vocab_parallel_log_probs(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int = 0, group=None,
-                             with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def vocab_parallel_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, vocab_start: int = 0, group=None, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log p(targets)`` and the entropy of softmax over the full vocabulary.
 
     Args:

@@ -3,7 +3,8 @@
 Loading (:func:`load_named`): every rank copies its TP shard of each of its weights from full HF tensors (a
 checkpoint read lazily by :class:`HFCheckpoint`, or tensors sent by another role).
 
-Export (:class:`WeightExporter`): full Hugging Face weights out of a TP/PP-sharded megatron-core model, one weight at a time (collective).
+Export (:class:`WeightExporter`): full Hugging Face weights out of a TP/PP-sharded megatron-core model, one weight at a
+time (collective).
 
 Every rank of the role walks the same list of units (one mcore weight each: embedding, per layer QKV, QKV bias,
 projection, fc1, fc2, two norms, final norm, LM or value head) in the same order. For each unit, the ranks of the
@@ -15,9 +16,9 @@ shapes and dtypes are known in advance from the HF config). Memory: one unit at 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import torch
 
@@ -39,8 +40,10 @@ class HFCheckpoint:
             with safe_open(root / "model.safetensors", "pt") as f:
                 self.files = {n: root / "model.safetensors" for n in f.keys()}
         else:
-            raise FileNotFoundError(f"megatron: no model.safetensors(.index.json) in {path}; save the model with "
-                                    "transformers' save_pretrained (safetensors) first")
+            raise FileNotFoundError(
+                f"megatron: no model.safetensors(.index.json) in {path}; save the model with "
+                "transformers' save_pretrained (safetensors) first"
+            )
 
     def __contains__(self, name: str) -> bool:
         return name in self.files
@@ -124,15 +127,23 @@ class WeightExporter:
             for name in names:
                 owner.setdefault(name, rank)
         tied = bool(getattr(self.hf, "tie_word_embeddings", False)) and not self.value_head
-        order = convert.mcore_names(self.hf.num_hidden_layers, tied, "decoder.layers.0.self_attention."
-                                    "linear_qkv.bias" in owner)
+        order = convert.mcore_names(
+            self.hf.num_hidden_layers, tied, "decoder.layers.0.self_attention.linear_qkv.bias" in owner
+        )
         if self.value_head:
             order = [n for n in order if n != "output_layer.weight"] + ["value_head.weight", "value_head.bias"]
         missing = [n for n in order if n not in owner]
         if missing:
             raise RuntimeError(f"megatron export: no pipeline stage holds {missing[:3]}")
-        return [Unit(n, "none" if n.startswith("value_head.") else convert.hf_names(n)[1], owner[n],
-                     hf_shapes(n, self.hf, self.value_head)) for n in order]
+        return [
+            Unit(
+                n,
+                "none" if n.startswith("value_head.") else convert.hf_names(n)[1],
+                owner[n],
+                hf_shapes(n, self.hf, self.value_head),
+            )
+            for n in order
+        ]
 
     def specs(self) -> list[tuple[str, list[int], torch.dtype]]:
         """``(HF name, full shape, dtype)`` of every exported tensor, in export order (no communication)."""
@@ -153,7 +164,7 @@ class WeightExporter:
 
     def _hf_tensors(self, unit: Unit) -> list[tuple[str, torch.Tensor]]:
         if unit.name.startswith("value_head."):
-            (name, shape), = unit.hf
+            ((name, shape),) = unit.hf
             return [(name, self._full(unit).reshape(shape))]
         return convert.mcore_to_hf(unit.name, self._full(unit), self.shape)
 
@@ -164,8 +175,11 @@ class WeightExporter:
         device = next(iter(self.params.values())).device
         for unit in self.units:
             mine = self.pp_rank == unit.owner
-            tensors = [(n, t.contiguous()) for n, t in self._hf_tensors(unit)] if mine else \
-                [(n, torch.empty(s, dtype=self.dtype, device=device)) for n, s in unit.hf]
+            tensors = (
+                [(n, t.contiguous()) for n, t in self._hf_tensors(unit)]
+                if mine
+                else [(n, torch.empty(s, dtype=self.dtype, device=device)) for n, s in unit.hf]
+            )
             if self.pp_size > 1:
                 src = dist.get_global_rank(self.pp_group, unit.owner)
                 for _, t in tensors:
@@ -183,13 +197,19 @@ def local_targets(chunks: list[torch.nn.Module]) -> dict[str, tuple[str, torch.n
 
 
 @torch.no_grad()
-def load_named(chunks: list[torch.nn.Module], named: Mapping[str, torch.Tensor], hf, tp_rank: int, tp_size: int,
-               skip_missing: bool = False) -> int:
+def load_named(
+    chunks: list[torch.nn.Module],
+    named: Mapping[str, torch.Tensor],
+    hf,
+    tp_rank: int,
+    tp_size: int,
+    skip_missing: bool = False,
+) -> int:
     """Copy HF-named full tensors into this rank's shards; returns the number of mcore weights set. A weight
     whose HF tensors are absent raises, unless ``skip_missing`` (e.g. a critic keeps its value head)."""
     shape = convert.AttentionShape.from_hf(hf)
     done = 0
-    for name, (local, param) in local_targets(chunks).items():
+    for name, (_local, param) in local_targets(chunks).items():
         if name.startswith("value_head."):
             key = "score." + name.split(".", 1)[1]
             if key not in named:

@@ -65,12 +65,16 @@ def find_run(source: str | Path) -> RunFiles:
     for log_dir in candidates:
         dump_root = log_dir / DUMP_DIR
         if dump_root.is_dir() or (log_dir / "metrics.jsonl").is_file():
-            dumps = sorted(((phase, _step_of(p), p) for phase in PHASES
-                            for p in (dump_root / phase).glob("step_*.jsonl")), key=lambda d: (d[1], d[0]))
+            dumps = sorted(
+                ((phase, _step_of(p), p) for phase in PHASES for p in (dump_root / phase).glob("step_*.jsonl")),
+                key=lambda d: (d[1], d[0]),
+            )
             return RunFiles(log_dir, dumps, _read_meta(dump_root / "meta.json"))
-    raise FileNotFoundError(f"{source}: no {DUMP_DIR}/ folder or metrics.jsonl here or in {src / 'logs'}; pass a "
-                            f"run's output_dir, its logging_dir or a dump file (set trajectory_dump_steps / "
-                            f"rollout_dump_steps to write dumps)")
+    raise FileNotFoundError(
+        f"{source}: no {DUMP_DIR}/ folder or metrics.jsonl here or in {src / 'logs'}; pass a "
+        f"run's output_dir, its logging_dir or a dump file (set trajectory_dump_steps / "
+        f"rollout_dump_steps to write dumps)"
+    )
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -99,10 +103,15 @@ def _script(variable: str, key: str | None, value: Any) -> str:
 
 def _dump_summary(phase: str, step: int, records: list[dict[str, Any]], file: str) -> dict[str, Any]:
     n = max(1, len(records))
-    return {"phase": phase, "step": step, "file": file, "count": len(records),
-            "groups": len({r.get("group") for r in records}),
-            "success": sum(bool(r.get("success")) for r in records) / n,
-            "score": sum(float(r.get("score") or 0.0) for r in records) / n}
+    return {
+        "phase": phase,
+        "step": step,
+        "file": file,
+        "count": len(records),
+        "groups": len({r.get("group") for r in records}),
+        "success": sum(bool(r.get("success")) for r in records) / n,
+        "score": sum(float(r.get("score") or 0.0) for r in records) / n,
+    }
 
 
 def build_viewer(source: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
@@ -126,9 +135,13 @@ def build_viewer(source: str | Path, out: str | Path | None = None, title: str |
         name = f"{phase}_{step:05d}.js"
         (data / name).write_text(_script("ROLL_DUMPS", f"{phase}/{step}", records), encoding="utf-8")
         summaries.append(_dump_summary(phase, step, records, f"data/{name}"))
-    payload: dict[str, Any] = {"title": title or _default_title(run), "source": str(run.log_dir or source),
-                               "pipeline": run.meta.get("pipeline", "agentic"), "envs": run.meta.get("envs", {}),
-                               "dumps": summaries}
+    payload: dict[str, Any] = {
+        "title": title or _default_title(run),
+        "source": str(run.log_dir or source),
+        "pipeline": run.meta.get("pipeline", "agentic"),
+        "envs": run.meta.get("envs", {}),
+        "dumps": summaries,
+    }
     payload.update(metrics_payload(run.metrics, out / "dashboard.png", payload["title"]))
     (data / "run.js").write_text(_script("ROLL_RUN", None, payload), encoding="utf-8")
     return out / "index.html"
@@ -142,8 +155,11 @@ def _default_title(run: RunFiles) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``roll view``."""
-    parser.add_argument("source", help="a run's output_dir or logging_dir, or one dump file "
-                                       "(<logging_dir>/trajectories/<train|val>/step_<n>.jsonl)")
+    parser.add_argument(
+        "source",
+        help="a run's output_dir or logging_dir, or one dump file "
+        "(<logging_dir>/trajectories/<train|val>/step_<n>.jsonl)",
+    )
     parser.add_argument("-o", "--out", help="output folder (default: <logging_dir>/viewer)")
     parser.add_argument("--title", help="title shown in the page (default: the run's folder name)")
     parser.add_argument("--open", action="store_true", help="open the page in the default web browser")

@@ -72,10 +72,18 @@ def metrics_payload(metrics_jsonl: Path | None, dashboard_png: Path, title: str 
         return empty
     columns = table_columns(frame)
     keys = [c["key"] for c in columns]
-    steps = [{"step": int(step), "values": {k: _finite(row[k]) for k in keys}}
-             for step, row in frame[keys].iterrows() if any(_finite(row[k]) is not None for k in keys)]
-    payload = {"columns": columns, "steps": steps, "charts": charts(frame), "notes": plan_dashboard(frame)[1],
-               "dashboard": None}
+    steps = [
+        {"step": int(step), "values": {k: _finite(row[k]) for k in keys}}
+        for step, row in frame[keys].iterrows()
+        if any(_finite(row[k]) is not None for k in keys)
+    ]
+    payload = {
+        "columns": columns,
+        "steps": steps,
+        "charts": charts(frame),
+        "notes": plan_dashboard(frame)[1],
+        "dashboard": None,
+    }
     try:
         fig, _ = draw_dashboard(frame, title)
     except ValueError:  # nothing varies (e.g. one step): the table and charts still show the values
