@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from roll.algorithms.losses import ActorLossConfig
     from roll.models.tiny import ensure_tiny_model
-    from roll.pipelines.loss_fns import PPOActorLoss
+    from roll.ppo.loss_fns import PPOActorLoss
 
     torch.set_num_threads(args.threads)
     model_dir = str(

@@ -103,7 +103,7 @@ def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False
 
     from roll.config.worker import GeneratingArgs
     from roll.data.batch import Batch
-    from roll.pipelines.loss_fns import SFT_LOSS
+    from roll.ppo.loss_fns import SFT_LOSS
 
     groups, cfg = pipeline.groups, pipeline.cfg
     samples = int(row.get("perf/samples") or cfg.rollout_batch_size * max(1, cfg.num_return_sequences_in_group))
@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from roll.config.loader import apply_system_envs
-    from roll.pipelines.launch import load_checked
-    from roll.pipelines.preflight import visible_gpus
+    from roll.launch.command import load_checked
+    from roll.launch.preflight import visible_gpus
 
     if args.from_metrics:
         pipeline, rows = None, step_rows(Path(args.from_metrics))

@@ -73,8 +73,8 @@ def run_variant(args: argparse.Namespace, overrides: list[str]) -> dict:
 
     from roll.config.loader import load_config
     from roll.config.rlvr import RLVRConfig
-    from roll.pipelines.epochs import actor_loss_config
-    from roll.pipelines.loss_fns import PPOActorLoss
+    from roll.ppo.epochs import actor_loss_config
+    from roll.ppo.loss_fns import PPOActorLoss
     from roll.strategies.base import StrategyContext
     from roll.strategies.registry import get_strategy_class
 

@@ -151,16 +151,16 @@ def sync_ab(model_dir: str, repeats: int) -> dict:
     """The copy-mode weight sync between a Ray trainer (deepspeed_train) and a Ray engine (hf_infer) of
     ``model_dir``, three ways, alternating ``repeats`` times: ``via_driver`` (the trainer's weights fetched into the
     driver, put back into the object store, loaded: the path before 2026-11-26), ``ref`` (the object ref passed on:
-    :func:`roll.distributed.weight_sync.copy_weights`) and ``shared_memory`` (a file in /dev/shm, what a CPU run on
+    :func:`roll.weights.sync.copy_weights`) and ``shared_memory`` (a file in /dev/shm, what a CPU run on
     one machine now does); also an empty round trip (``ping``). Seconds, medians."""
     import ray
 
     from roll.config.worker import WorkerConfig
     from roll.distributed.group import RayWorkerGroup
     from roll.distributed.roles import ActorProxy, InferProxy
-    from roll.distributed.weight_sync import SHARED_DIR, WeightSync, copy_weights
     from roll.distributed.worker import Worker
     from roll.strategies.base import StrategyContext
+    from roll.weights.sync import SHARED_DIR, WeightSync, copy_weights
 
     def config(strategy: str) -> WorkerConfig:
         cfg = WorkerConfig()
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     from roll.config.rlvr import RLVRConfig
-    from roll.pipelines.launch import load_checked
+    from roll.launch.command import load_checked
     from roll.pipelines.rlvr_pipeline import RLVRPipeline
 
     out_dir = ROOT / "output" / "ray_overhead"

@@ -58,8 +58,8 @@ class _Recorder:
 
 
 def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int, repeats: int = 3) -> dict[str, float]:
-    from roll.agentic.batching import BatchedClient
-    from roll.agentic.rollout import RolloutScheduler
+    from roll.agentic.scheduler import RolloutScheduler
+    from roll.rollout.client import BatchClient
 
     cfg = _config(n_envs, max_actions, max_tokens)
     sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", model, group, use_ray=False)
@@ -67,7 +67,7 @@ def bench(n_envs: int, model: str, group, max_actions: int, max_tokens: int, rep
     inner, wall, bare = sched.generator.inner, float("inf"), float("inf")  # the batch generator of the client
     for _ in range(repeats):  # alternate rollout and replay; keep the fastest of each (shared machines are noisy)
         recorder = _Recorder(inner)
-        sched.generator = BatchedClient(recorder)
+        sched.generator = BatchClient(recorder)
         start = time.perf_counter()
         trajs, metrics = sched.rollout(1, n_envs)
         wall = min(wall, time.perf_counter() - start)
@@ -94,7 +94,7 @@ def bench_kv_reuse(
     n_envs: int, model: str, groups: dict, max_actions: int, max_tokens: int, repeats: int = 3
 ) -> dict[str, float]:
     """Rollout wall time with and without ``reuse_kv_cache`` (``groups``: ``{"on": group, "off": group}``)."""
-    from roll.agentic.rollout import RolloutScheduler
+    from roll.agentic.scheduler import RolloutScheduler
 
     cfg = _config(n_envs, max_actions, max_tokens)
     scheds = {

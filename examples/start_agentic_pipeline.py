@@ -3,8 +3,8 @@
 import sys
 
 from roll.config.agentic import AgenticConfig
+from roll.launch.command import run_pipeline
 from roll.pipelines.agentic_pipeline import AgenticPipeline
-from roll.pipelines.launch import run_pipeline
 
 if __name__ == "__main__":
     sys.exit(run_pipeline(sys.argv[1:], AgenticConfig, AgenticPipeline, default_config="sokoban_tiny"))

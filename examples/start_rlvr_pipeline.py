@@ -3,7 +3,7 @@
 import sys
 
 from roll.config.rlvr import RLVRConfig
-from roll.pipelines.launch import run_pipeline
+from roll.launch.command import run_pipeline
 from roll.pipelines.rlvr_pipeline import RLVRPipeline
 
 if __name__ == "__main__":

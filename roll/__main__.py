@@ -2,7 +2,7 @@
 
 import sys
 
-from roll.cli import main
+from roll.launch.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

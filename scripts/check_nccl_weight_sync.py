@@ -2,7 +2,7 @@
 
 ``python scripts/check_nccl_weight_sync.py MODEL_DIR OUT_DIR``: an ``sglang.Engine`` on GPU 1 (roll's engine
 arguments, ``base_gpu_id=1``) joins a weight group whose rank 0 is this process on GPU 0
-(:class:`roll.distributed.weight_group.WeightGroup`, NCCL). The Hugging Face model on GPU 0 gets noise added to
+(:class:`roll.weights.group.WeightGroup`, NCCL). The Hugging Face model on GPU 0 gets noise added to
 every weight; its buckets (:func:`plan_bucket_metas`, 256 MiB) are broadcast from a sender thread while the engine
 receives them with ``update_weights_from_distributed`` (the calls ``SGLangStrategy.update_weights_distributed``
 makes), twice. Then SGLang's prefill log-probs of random tokens are compared with the model's own: equal within
@@ -55,7 +55,7 @@ def send_all(group, named: dict[str, torch.Tensor], metas) -> float:
 
 def host_group(port: int, world_size: int):
     """Sender thread: rank 0 of the weight group on GPU 0 (returns when the engine has joined)."""
-    from roll.distributed.weight_group import WeightGroup
+    from roll.weights.group import WeightGroup
 
     torch.cuda.set_device(0)
     return WeightGroup("127.0.0.1", port, 0, world_size, GROUP, backend="nccl", timeout_s=300)
@@ -79,7 +79,7 @@ def main(model_path: str, out_dir: Path) -> int:
 
     from roll.distributed.group import free_port
     from roll.strategies.sglang import engine_kwargs
-    from roll.strategies.weight_buckets import plan_bucket_metas
+    from roll.weights.buckets import plan_bucket_metas
 
     result: dict = {"nccl": torch.cuda.nccl.version(), "gpus": [torch.cuda.get_device_name(i) for i in range(2)]}
     start = time.perf_counter()

@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT))
 def main() -> None:
     import openai
 
-    from roll.agentic.batching import BatchedClient
     from roll.agentic.gateway.server import Gateway
     from roll.config.worker import GeneratingArgs, WorkerConfig
     from roll.models.loading import load_tokenizer
     from roll.models.tiny import build_tiny_model
+    from roll.rollout.client import BatchClient
     from roll.strategies.base import StrategyContext
     from roll.strategies.hf_infer import HFInferStrategy
     from tests.agentic.gateway_harness import TOOLS, first_messages
@@ -49,7 +49,7 @@ def main() -> None:
     strategy.initialize(StrategyContext(seed=0))
     gateway = Gateway(load_tokenizer(model), GeneratingArgs(max_new_tokens=args.max_tokens), 2048)
     gateway.start()
-    gateway.engine.use(BatchedClient(StrategyBatches(strategy)))
+    gateway.engine.use(BatchClient(StrategyBatches(strategy)))
     samples: list[tuple[float, float]] = []
 
     def play(seed: int) -> list[tuple[str, float]]:

@@ -6,7 +6,7 @@
 1. Runs the config's pipeline for ``--steps`` RL steps (warm start included) and keeps every step's metrics. Before
    the update of the first step whose advantages are not all zero, it saves that batch and the actor's weights.
 2. Then, in fresh processes, each backend of ``--backends`` starts from those weights and makes one PPO step on
-   that batch through the pipeline's loss (:mod:`roll.pipelines.learning_probe`, with an offload / reload cycle as
+   that batch through the pipeline's loss (:mod:`roll.ppo.learning_probe`, with an offload / reload cycle as
    between colocated phases; learning rate ``--probe-lr``, large enough for a bf16 weight to move).
 
 Checks (exit 1 when one fails; PASS/FAIL lines): the run had a learning signal (some step with non-zero
@@ -52,8 +52,8 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
 
     from benchmarks.gpu_step import _pipeline_kind
     from roll.config.loader import apply_system_envs
-    from roll.pipelines.launch import load_checked
-    from roll.pipelines.preflight import visible_gpus
+    from roll.launch.command import load_checked
+    from roll.launch.preflight import visible_gpus
 
     schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
     overrides = [
@@ -73,7 +73,7 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
             update = self.trainer.update
 
             def capture(step, batch, metrics, timings):
-                from roll.pipelines.loss_fns import loss_mask
+                from roll.ppo.loss_fns import loss_mask
 
                 if not (work / "batch.pt").exists() and (batch["advantages"] * loss_mask(batch)).abs().sum() > 0:
                     self.roles.actor_train.save_pretrained(str(work / "actor"))
@@ -90,7 +90,7 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
 
 
 def _loss_config(cfg):
-    from roll.pipelines.epochs import actor_loss_config
+    from roll.ppo.epochs import actor_loss_config
 
     return actor_loss_config(cfg)
 
@@ -101,7 +101,7 @@ def _probe_rank(rank: int, work: str, backend: str, options: dict, lr: float) ->
 
     import torch
 
-    from roll.pipelines.learning_probe import probe_actor
+    from roll.ppo.learning_probe import probe_actor
     from roll.strategies.base import StrategyContext
     from roll.strategies.registry import get_strategy_class
 
@@ -156,7 +156,7 @@ def probe_backends(args: argparse.Namespace, work: Path) -> dict[str, dict]:
 
 
 def _cosine(a: dict, b: dict) -> float:
-    from roll.pipelines.learning_probe import ProbeResult, update_cosine
+    from roll.ppo.learning_probe import ProbeResult, update_cosine
 
     def result(p):
         return ProbeResult(

@@ -12,8 +12,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from roll import cli, doctor
-from roll.doctor import CheckResult, GpuInfo, RollRequirements, Status
+from roll.launch import cli, doctor
+from roll.launch.doctor import CheckResult, GpuInfo, RollRequirements, Status
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SUCH = "roll-doctor-no-such-package"
@@ -398,7 +398,7 @@ def test_duplicate_subcommand_raises():
         cli.command("doctor", help="again", add_arguments=lambda p: None)(lambda args: 0)
 
 
-@pytest.mark.parametrize("module", [["roll.doctor"], ["roll", "doctor"]])
+@pytest.mark.parametrize("module", [["roll.launch.doctor"], ["roll", "doctor"]])
 def test_module_entry_points_print_the_table(module):
     proc = subprocess.run([sys.executable, "-m", *module], cwd=REPO, capture_output=True, text=True, timeout=120)
     lines = proc.stdout.splitlines()

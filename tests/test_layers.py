@@ -101,3 +101,61 @@ def test_envs_never_import_torch_and_algorithms_never_import_ray_or_backends():
         if _package(module) == "algorithms":
             assert not names & {"ray", "deepspeed", "sglang", "transformers"}, module
             assert not {_package(d) for d in GRAPH[module]} - {"algorithms", "registry"}, module
+
+
+#: The house's floors, top to bottom: a module imports only from its own package or a package on a lower floor.
+FLOORS = [
+    "__main__",
+    "pipelines",  # orchestration: the agentic and RLVR pipelines, checkpoints, the SFT warm start
+    "launch",  # starting a run: command line, preflight, doctor, the roles' startup
+    "ppo",  # the PPO update both pipelines share
+    "agentic",  # env managers, chat, the scheduler, the gateway
+    "rollout",  # generation clients, the dynamic batcher, the asynchronous group buffer
+    "distributed",  # Ray, worker groups, typed role proxies, placement
+    "strategies",  # one interface over the backends
+    "weights",  # weights from trainer to engines: buckets, IPC, shared memory, the weight group, the sync
+    "models",
+    "envs",
+    "rewards",
+    "tracking",
+    "algorithms",
+    "calls",
+    "data",
+    "config",
+    "registry",
+    "errors",
+    "roll",  # roll/__init__.py
+]
+#: Imports that still run up a floor, to be removed (never added to).
+UPWARD_KNOWN = {
+    ("roll.weights.sync", "roll.distributed.group"),
+    ("roll.weights.sync", "roll.distributed.roles"),
+    ("roll.weights.sync", "roll.strategies.registry"),
+    ("roll.weights.sync", "roll.distributed.placement"),
+}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """``(module, imported)`` pairs whose imported module's package sits on a higher floor than the module's."""
+    out = set()
+    for module, deps in graph.items():
+        for dep in deps:
+            a, b = _package(module), _package(dep)
+            if a != b and FLOORS.index(b) < FLOORS.index(a):
+                out.add((module, dep))
+    return out
+
+
+def test_upward_import_finder_finds_one():
+    assert upward_imports({"roll.envs.x": {"roll.pipelines.y"}, "roll.pipelines.y": {"roll.envs.x"}}) == {
+        ("roll.envs.x", "roll.pipelines.y")
+    }
+
+
+def test_every_package_has_a_floor():
+    assert {_package(m) for m in GRAPH} - set(FLOORS) == set()
+
+
+def test_imports_only_go_down_a_floor():
+    assert upward_imports(GRAPH) - UPWARD_KNOWN == set()
+    assert UPWARD_KNOWN - upward_imports(GRAPH) == set(), "an upward import was removed: drop it from UPWARD_KNOWN"

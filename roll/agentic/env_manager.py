@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.agentic.batching import Generator
 from roll.agentic.chat import ChatFormatter, history_summary
 from roll.agentic.failures import record_error, record_failure
 from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.trajectory import Trajectory, Turn
+from roll.rollout.client import GenerationClient
 from roll.strategies.base import GenerationOutput
 
 
@@ -318,7 +318,7 @@ class EnvManager:
             bad += not t.template_conforms
         return k, bad
 
-    def rollout(self, step: int, generator: Generator) -> ManagerResult:
+    def rollout(self, step: int, generator: GenerationClient) -> ManagerResult:
         """One trajectory per env, seeds from ``step``; failed trajectories are returned with ``failure`` set.
 
         Each env's turn is submitted (``generator.submit``) as soon as the env is ready, grouped by token budget, and

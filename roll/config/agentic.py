@@ -334,7 +334,8 @@ class AgenticConfig(BaseConfig):
     )
     trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
 
-    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    #: The score normalization of this pipeline (an entry of ``roll.ppo.advantage_step.SCORE_NORMALIZERS``); not
+    #: a field.
     score_normalizer = "episode"
     pipeline = "agentic"  # the name of this pipeline in :data:`roll.config.validation.UNUSED`; not a field
     #: Keys of the RLVR pipeline, named when they appear in an agentic config (see the loader's unknown-key error).

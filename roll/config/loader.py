@@ -255,7 +255,7 @@ def load_config(
     """Load ``<config_path>/<config_name>.yaml`` with ``overrides`` into a validated ``schema`` dataclass.
 
     Only the config's own rules run here; the checks that need registries, packages, envs or data files run in
-    the launch's preflight (:func:`roll.pipelines.launch.load_checked`).
+    the launch's preflight (:func:`roll.launch.command.load_checked`).
 
     Raises:
         ConfigError: unknown key, wrong type, bad choice or inconsistent sizes (one line, names the key).

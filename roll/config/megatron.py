@@ -116,10 +116,12 @@ def parse_megatron_options(strategy_config: dict[str, Any], key: str) -> Megatro
         if name not in known:
             hint = " (MoE keys: roll's Megatron models are dense)" if name.startswith("moe_") else ""
             raise ConfigError(f"{key}.{name}", value, f"unknown Megatron option{hint}; known: {', '.join(known)}")
-        base = {"int": int, "bool": bool, "str": str}[known[name].type.replace("Optional[", "").rstrip("]")]
+        hint = str(known[name].type)  # a string: the module has ``from __future__ import annotations``
+        optional = hint.endswith(" | None")
+        base = {"int": int, "bool": bool, "str": str}[hint.removesuffix(" | None")]
         if value is not None and not (isinstance(value, base) and not (base is int and isinstance(value, bool))):
             raise ConfigError(f"{key}.{name}", value, f"expected {base.__name__}")
-        if value is None and not known[name].type.startswith("Optional"):
+        if value is None and not optional:
             raise ConfigError(f"{key}.{name}", value, f"expected {base.__name__}, not null")
         choices = known[name].metadata.get("choices")
         if choices is not None and value not in choices:

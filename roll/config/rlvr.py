@@ -127,7 +127,8 @@ class RLVRConfig(BaseConfig):
     )
     rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
 
-    #: The score normalization of this pipeline (an entry of ``roll.pipelines.ppo.SCORE_NORMALIZERS``); not a field.
+    #: The score normalization of this pipeline (an entry of ``roll.ppo.advantage_step.SCORE_NORMALIZERS``); not
+    #: a field.
     score_normalizer = "response"
     pipeline = "RLVR"  # the name of this pipeline in :data:`roll.config.validation.UNUSED`; not a field
     #: Keys of the agentic pipeline, named when they appear in an RLVR config (see the loader's unknown-key error).

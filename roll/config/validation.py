@@ -6,7 +6,7 @@ Each rule raises :class:`ConfigError` with the key, value and fix. The rules of 
 dataclasses (``AgenticConfig.check_pipeline``, ``RLVRConfig.check_pipeline``).
 
 Nothing here imports above ``roll.config``: rules that need the registries (estimators, losses, rewards, envs,
-strategies), installed packages or data files run in the preflight at launch (:mod:`roll.pipelines.preflight`).
+strategies), installed packages or data files run in the preflight at launch (:mod:`roll.launch.preflight`).
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def weight_sync_mode(
     """``(mode, reason)`` of the actor_train -> actor_infer weight sync (``mappings``: ``device_mapping`` per role).
 
     - ``cuda_ipc``: colocated on GPUs; each trainer rank flattens a bucket on its GPU and the engines load it
-      through one CUDA IPC handle per bucket (:mod:`roll.strategies.ipc_buckets`): no host copy;
+      through one CUDA IPC handle per bucket (:mod:`roll.weights.ipc`): no host copy;
     - ``nccl``: disaggregated; trainer rank 0 broadcasts the buckets to the engines in a weight group;
     - ``direct``: ``distributed=local``; the receiver loads the trainer's tensors in the same process;
     - ``copy``: the fallback: weights gathered to CPU, through the Ray object store, into every receiver.

@@ -112,7 +112,7 @@ class TrainProxy(RoleProxy):
         """Every rank restores what :meth:`save_checkpoint` wrote."""
         self.group.call(Worker.load_checkpoint, path)
 
-    # ------------------------------------------------------------------ weights out (roll.distributed.weight_sync)
+    # ------------------------------------------------------------------ weights out (roll.weights.sync)
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The full weights as CPU tensors: every rank takes part in gathering, rank 0's list is returned."""
         return self.group.call(Worker.named_weights)[0]
@@ -205,7 +205,7 @@ class InferProxy(RoleProxy):
         """Every worker labels the outputs it starts from now on with ``version`` (after a weight sync)."""
         self.group.call(Worker.set_policy_version, version)
 
-    # ------------------------------------------------------------------ weights in (roll.distributed.weight_sync)
+    # ------------------------------------------------------------------ weights in (roll.weights.sync)
     def load_weight_bucket(self, per_worker: list[tuple[list[bytes], bool]]) -> list[float]:
         """Worker ``i`` loads the shared bucket ``per_worker[i]`` (its payloads, whether it is the last); seconds
         per worker (ability ``ipc_weights``)."""

@@ -19,10 +19,10 @@ from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.distributed.network import free_port, node_ip
 from roll.distributed.placement import LOCAL_GPUS, visible_devices
-from roll.distributed.weight_group import WeightGroup
 from roll.strategies.base import GenerationOutput, StrategyContext
 from roll.strategies.registry import get_strategy_class, strategy_spec
-from roll.strategies.weight_buckets import tensor_nbytes
+from roll.weights.buckets import tensor_nbytes
+from roll.weights.group import WeightGroup
 
 
 class Worker:
@@ -62,7 +62,7 @@ class Worker:
         # generation and weight loading take turns (in local mode they come from different threads): a weight
         # update waits for the generate call in progress, so it lands between turns and discards no token
         self._turns = threading.Lock()
-        self.policy_version = 0  # the driver's count of weight syncs (roll.agentic.async_buffer), set after each
+        self.policy_version = 0  # the driver's count of weight syncs (roll.rollout.buffer), set after each
         self._request_versions: dict[str, int] = {}  # submitted request -> the version it started under
 
     def initialize(self, ctx: StrategyContext) -> float:
@@ -137,24 +137,24 @@ class Worker:
     # ------------------------------------------------------------------ copy through shared memory (one machine)
     def write_shared_weights(self, path: str) -> list | None:
         """Every rank takes part in gathering; rank 0 writes the weights into the new file ``path`` and returns
-        their layout (:func:`roll.distributed.shared_weights.write_shared`), the others None."""
-        from roll.distributed.shared_weights import write_shared
+        their layout (:func:`roll.weights.shared_memory.write_shared`), the others None."""
+        from roll.weights.shared_memory import write_shared
 
         weights = list(self.strategy.named_weights())
         return write_shared(path, weights) if weights else None
 
     def load_shared_weights(self, path: str, layout: list) -> float:
         """Load the weights another worker wrote to ``path``; returns seconds."""
-        from roll.distributed.shared_weights import read_shared
+        from roll.weights.shared_memory import read_shared
 
         return self.load_weights(read_shared(path, layout))
 
     # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
     def share_weight_bucket(self, bucket_bytes: int) -> bytes | None:
-        """The CUDA IPC payload of the next weight bucket (:mod:`roll.strategies.ipc_buckets`), or None after the
+        """The CUDA IPC payload of the next weight bucket (:mod:`roll.weights.ipc`), or None after the
         last. Every rank of the role calls in step (ZeRO-3 gathers each bucket collectively); each shares its own
         GPU's copy and keeps it alive until its next call."""
-        from roll.strategies.ipc_buckets import share_bucket
+        from roll.weights.ipc import share_bucket
 
         if getattr(self, "_ipc_buckets", None) is None:
             self._ipc_buckets = iter(self.strategy.weight_buckets(bucket_bytes))

@@ -2,7 +2,7 @@
 
 :meth:`AgenticPipeline.train_step` is the whole step, in CleanRL's order; it only produces the batch and calls the
 shared pieces: rollouts in ``roll.agentic``, the token layout in ``roll.data.layout``, the update in
-``roll.pipelines.ppo`` (math in ``roll.algorithms``), the roles behind typed proxies (``roll.distributed.roles``).
+``roll.ppo`` (math in ``roll.algorithms``), the roles behind typed proxies (``roll.distributed.roles``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict
 import torch
 
 from roll.agentic.render_dump import dump_val_renders, env_descriptions
-from roll.agentic.rollout import RolloutScheduler, manager_cpus, rollout_metrics
+from roll.agentic.scheduler import RolloutScheduler, manager_cpus, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, several_samples, trajectories_to_batch
@@ -145,7 +145,7 @@ class AgenticPipeline(Pipeline):
     def driver_state(self) -> dict:
         """Rollout seeds are a pure function of (seed, phase, step or round, group): the step counter is the seed
         state; asynchronous rollouts add the producers' rounds and the finished groups waiting
-        (:meth:`~roll.agentic.async_buffer.Producers.state_dict`)."""
+        (:meth:`~roll.rollout.buffer.Producers.state_dict`)."""
         state: dict = {"rollout": {"seed": self.cfg.seed}}
         if self.producers is not None:
             state["async"] = self.producers.state_dict(lambda ts: [asdict(t) for t in ts])

@@ -2,7 +2,7 @@
 checkpoints, then the final export and plot. A pipeline supplies the phases (``setup``, ``warm_start``,
 ``validate``, ``train_step``) and the driver state it checkpoints (``driver_state`` / ``load_driver_state``); the
 setup pieces both need (:meth:`Pipeline.start_roles`, :meth:`Pipeline.start_tracker`), the supervised warm-start
-loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.pipelines.ppo.PPOTrainer`) live here once."""
+loop (:meth:`Pipeline.train_sft`) and the PPO update (:class:`~roll.ppo.trainer.PPOTrainer`) live here once."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from roll.agentic.async_buffer import Group, Producers
 from roll.data.batch import Batch
 from roll.distributed.roles import Roles
-from roll.distributed.weight_sync import WeightSync
+from roll.errors import RunStopped
+from roll.launch.startup import colocation_phases, start_roles, sync_weights
 from roll.pipelines import checkpoint as ckpt
-from roll.pipelines.errors import RunStopped
-from roll.pipelines.loss_fns import SFT_LOSS
-from roll.pipelines.ppo import PPOTrainer
-from roll.pipelines.startup import colocation_phases, start_roles, sync_weights
+from roll.ppo.loss_fns import SFT_LOSS
+from roll.ppo.trainer import PPOTrainer
+from roll.rollout.buffer import Group, Producers
 from roll.tracking.rewind import prune_step_dumps
+from roll.weights.sync import WeightSync
 
 
 def resume_command(argv: list[str] | None = None) -> str:
@@ -53,7 +53,7 @@ class Pipeline(ABC):
         self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         self.skipped_in_a_row = 0  # steps in a row whose actor update had a non-finite gradient norm
         self.policy_version = 0  # weight syncs to actor_infer so far (checkpointed): the version tokens carry
-        self.producers: Producers | None = None  # async_generation_ratio >= 1 (roll.agentic.async_buffer)
+        self.producers: Producers | None = None  # async_generation_ratio >= 1 (roll.rollout.buffer)
         self.async_state: dict[str, Any] | None = None  # the producers' checkpointed state, until they start
         self.roles: Roles
         self.trainer: PPOTrainer
@@ -74,7 +74,7 @@ class Pipeline(ABC):
 
     def start_roles(self, extra_cpus: float = 0.0) -> None:
         """Start the roles (typed proxies), the colocation phases and the PPO update (``extra_cpus``: see
-        :func:`~roll.pipelines.startup.start_roles`)."""
+        :func:`~roll.launch.startup.start_roles`)."""
         self.roles = start_roles(self.cfg, extra_cpus)
         self.groups = self.roles.groups
         self.phases = colocation_phases(self.cfg)
@@ -166,7 +166,7 @@ class Pipeline(ABC):
 
     def sync_infer(self) -> dict[str, float]:
         """Sync actor_train's weights to actor_infer: NCCL broadcast or copy, chosen once from placement (see
-        :class:`~roll.distributed.weight_sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
+        :class:`~roll.weights.sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
         stats = self.push_weights()
         self.policy_version += 1
         self.roles.actor_infer.set_policy_version(self.policy_version)

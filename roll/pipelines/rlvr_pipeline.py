@@ -15,8 +15,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from roll.agentic.async_buffer import Group
-from roll.agentic.rollout import generation_client
 from roll.config.rlvr import RLVRConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
@@ -24,11 +22,13 @@ from roll.data.checks import check_batch_if
 from roll.data.files import resolve_data_files
 from roll.data.layout import prompt_response_batch, response_log_probs
 from roll.data.rlvr_dataset import RLVRExample, encode_prompts, load_rlvr_dataset
+from roll.errors import RunStopped
 from roll.pipelines.base import Pipeline
 from roll.pipelines.dynamic_sampling import PromptSampler, collect_groups, group_stats
-from roll.pipelines.errors import RunStopped
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.rewards.workers import NonFiniteReward, RewardTimeout
+from roll.rollout.buffer import Group
+from roll.rollout.client import generation_client
 from roll.tracking.dumps import TrajectoryDumps
 
 HEADLINE_KEYS = ["rollout/accuracy", "rollout/mean_reward", "val/accuracy", "actor/pg_loss", "time/step"]
@@ -319,7 +319,7 @@ class RLVRPipeline(Pipeline):
         """Collect a batch of prompt groups, score, compute advantages, update the actor, sync weights. With
         ``async_generation_ratio`` k >= 1 a producer thread generates rounds of prompt groups on whatever weights
         the engine has (the sync lands between its generate calls) and the step takes the oldest finished ones,
-        at most k policy versions old (:mod:`roll.agentic.async_buffer`)."""
+        at most k policy versions old (:mod:`roll.rollout.buffer`)."""
         cfg, timings = self.cfg, {}
         t0 = time.perf_counter()
         try:

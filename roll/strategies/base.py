@@ -28,7 +28,7 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.strategies.abilities import ABILITIES, protocol_members
-from roll.strategies.weight_buckets import BucketMeta
+from roll.weights.buckets import BucketMeta
 
 
 class LossFn(Protocol):

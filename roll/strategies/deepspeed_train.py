@@ -24,7 +24,7 @@ from roll.strategies.build_locks import prepare_deepspeed_comm
 from roll.strategies.critic import ValueHeadCritic
 from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
-from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
+from roll.weights.buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: DeepSpeed config keys roll passes through when they are set (None / empty means: DeepSpeed's default).
 PASSTHROUGH = (

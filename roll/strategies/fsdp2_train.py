@@ -43,7 +43,7 @@ from roll.strategies.fsdp2_shard import (
     shard_model,
 )
 from roll.strategies.registry import strategy_options
-from roll.strategies.weight_buckets import BucketMeta, NamedTensors, plan_bucket_metas
+from roll.weights.buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: File next to the DCP shards holding roll's own state of a checkpoint.
 STATE_FILE = "roll_state.json"

@@ -204,9 +204,9 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
 
     def load_weight_bucket(self, payloads: list[bytes], flush: bool = True) -> None:
-        """Copy one CUDA-IPC bucket (:mod:`roll.strategies.ipc_buckets`) into the parameters: a device-to-device
+        """Copy one CUDA-IPC bucket (:mod:`roll.weights.ipc`) into the parameters: a device-to-device
         copy on the trainer's GPU (device-to-host while offloaded)."""
-        from roll.strategies.ipc_buckets import open_bucket
+        from roll.weights.ipc import open_bucket
 
         if len(payloads) != 1:
             raise ValueError(f"hf_infer: {len(payloads)} IPC payloads for one GPU; expected 1")

@@ -38,7 +38,7 @@ from roll.strategies.base import (
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
 from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at
-from roll.strategies.weight_buckets import BucketMeta, NamedTensors, iter_buckets, plan_bucket_metas
+from roll.weights.buckets import BucketMeta, NamedTensors, iter_buckets, plan_bucket_metas
 
 
 def init_megatron(opts, seed: int) -> None:

@@ -11,7 +11,7 @@ A registry entry (:class:`StrategySpec`) is the whole contract of a backend:
   class when it is registered, if its module is already imported (a backend registering itself), else when the
   class is first imported (:func:`get_strategy_class`): a TypeError lists what is missing.
 - ``options``: ``"package.module:Class"`` of its typed ``strategy_config`` (:mod:`roll.config.strategies`),
-  parsed once before any worker starts (:func:`roll.pipelines.preflight.check_strategy_options`).
+  parsed once before any worker starts (:func:`roll.launch.preflight.check_strategy_options`).
 - what the doctor and the preflight read: ``packages`` (pip distributions it needs, e.g. ``megatron-core``),
   ``requires`` (the pip requirement named in errors), ``module`` (its Python module, checked for installation),
   ``needs_gpu``, and ``prefix_sharing`` (:data:`PREFIX_SHARING`: whether ``use_prefix_sharing`` applies).

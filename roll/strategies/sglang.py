@@ -15,8 +15,8 @@ continuous batching batches whatever is in flight, so callers send each request 
 Weights: :meth:`load_weights` pushes buckets with ``update_weights_from_tensor``. While memory is released (the
 colocated training phase), weights are kept on the host and pushed right after ``resume_memory_occupation`` (a
 release frees the engine's weights). Disaggregated: :meth:`init_weight_group` + :meth:`update_weights_distributed`
-receive NCCL broadcasts from the trainer (sender: :class:`roll.distributed.weight_group.WeightGroup`, driven by
-:class:`roll.distributed.weight_sync.WeightSync`).
+receive NCCL broadcasts from the trainer (sender: :class:`roll.weights.group.WeightGroup`, driven by
+:class:`roll.weights.sync.WeightSync`).
 Partial rollouts: a weight push while requests are in flight (asynchronous rollouts) is bracketed by SGLang's
 ``pause_generation(mode="retract")`` and ``continue_generation`` (:meth:`SGLangStrategy.paused`): running
 requests go back to the waiting queue with the tokens they have, the weights change, and they continue on the new
@@ -44,7 +44,7 @@ from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions, parse_opt
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
-from roll.strategies.weight_buckets import bucket_meta, iter_buckets
+from roll.weights.buckets import bucket_meta, iter_buckets
 
 #: Typed engine arguments of :class:`SGLangOptions` (roll's own keys are not passed to the Engine). The defaults
 #: (``mem_fraction_static``, ``attention_backend="triton"``, ...) work on the lent H100/H200 bundles.
@@ -331,7 +331,7 @@ class SGLangStrategy(InferenceStrategy):
         self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": float(len(buckets))}
 
     def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> None:
-        """Load one CUDA-IPC bucket (:mod:`roll.strategies.ipc_buckets`; one payload per TP rank, each from the
+        """Load one CUDA-IPC bucket (:mod:`roll.weights.ipc`; one payload per TP rank, each from the
         trainer rank on that rank's GPU) with SGLang's ``flattened_bucket`` format: no host copy. While released,
         the engine's weight memory is resumed first (its KV cache stays released until :meth:`reload_states`)."""
         if len(payloads) != engine_tp_size(self.config):

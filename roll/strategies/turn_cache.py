@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import torch
 
-from roll.strategies.weight_buckets import tensor_nbytes
+from roll.weights.buckets import tensor_nbytes
 
 #: Per layer, (keys, values) of one sequence: (kv_heads, length, head_dim) each.
 SequenceKV = list[tuple[torch.Tensor, torch.Tensor]]

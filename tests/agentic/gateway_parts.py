@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from roll.agentic.batching import BatchedClient
 from roll.config.worker import GeneratingArgs
+from roll.rollout.client import BatchClient
 from roll.strategies.base import GenerationOutput
 
 _HEAD = (
@@ -71,7 +71,7 @@ class StrategyBatches:
         """Nothing to do."""
 
 
-class ScriptedEngine(BatchedClient):
+class ScriptedEngine(BatchClient):
     """Replies ``<think>t{k}</think>`` + an ``add`` tool call + end-of-turn (the k-th reply to a prompt; canonical
     token ids, log-prob -0.5 each; cut at the token budget), recording every prompt it was given."""
 

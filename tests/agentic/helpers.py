@@ -11,10 +11,10 @@ import threading
 import time
 from typing import Any
 
-from roll.agentic.batching import BatchedClient
 from roll.config.worker import GeneratingArgs
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import list_envs, register_env
+from roll.rollout.client import BatchClient
 from roll.strategies.base import GenerationOutput
 
 
@@ -104,7 +104,7 @@ if "flaky_test" not in list_envs():
     register_env("flaky_test", FlakyEnv)
 
 
-class ScriptedGenerator(BatchedClient):
+class ScriptedGenerator(BatchClient):
     """Replies with fixed text (canonically tokenized) + end-of-turn; counts calls and prompts per call. A batched
     client over itself: every poll generates all pending requests in one :meth:`generate` call."""
 

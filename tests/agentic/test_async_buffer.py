@@ -1,4 +1,4 @@
-"""The group buffer of asynchronous rollouts (roll.agentic.async_buffer): admission by running + waiting groups,
+"""The group buffer of asynchronous rollouts (roll.rollout.buffer): admission by running + waiting groups,
 oldest-first takes, staleness metrics, stale groups dropped and counted, the checkpoint drain, producer errors."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from roll.agentic.async_buffer import Group, GroupBuffer, Producers
+from roll.rollout.buffer import Group, GroupBuffer, Producers
 
 
 def _blocked(fn, wait_s: float = 0.2) -> bool:

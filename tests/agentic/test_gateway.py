@@ -11,11 +11,11 @@ import openai
 import pytest
 import torch
 
-from roll.agentic.batching import BatchedClient
 from roll.agentic.gateway.server import Gateway
 from roll.agentic.gateway.tool_parsers import parse_hermes
 from roll.config.worker import GeneratingArgs
 from roll.models.loading import load_tokenizer
+from roll.rollout.client import BatchClient
 from tests.agentic.gateway_harness import TOOLS, first_messages, play
 from tests.agentic.gateway_parts import (
     THINK_STRIP_TOOLS_TEMPLATE,
@@ -87,7 +87,7 @@ def test_sixteen_concurrent_harnesses_are_recorded_as_generated(tools_dir, strat
 
     tok = load_tokenizer(tools_dir)
     engine = StrategyBatches(strategy)
-    gateway = _gateway(tools_dir, BatchedClient(engine))
+    gateway = _gateway(tools_dir, BatchClient(engine))
     try:
         sessions = [gateway.start_session(12) for _ in range(16)]
         with ThreadPoolExecutor(16) as pool:
@@ -133,7 +133,7 @@ def _native_gap(model_dir: str, strategy, model) -> float:
     cfg = make_cfg(group_size=2, env_groups=2, max_tokens=12)
     m = cfg.train_env_manager
     manager = EnvManager(m, plan_groups(m, cfg.custom_envs), model_dir, SAMPLING, 1024, 0, "train")
-    trajs = manager.rollout(1, BatchedClient(StrategyBatches(strategy))).trajectories
+    trajs = manager.rollout(1, BatchClient(StrategyBatches(strategy))).trajectories
     return max(_recomputed_gap(model, t.turns) for t in trajs)
 
 

@@ -168,7 +168,7 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
     """The preflight builds each env under env_step_timeout (one config-error line naming the tag), and so do the
     env managers."""
     from roll.config.errors import ConfigError
-    from roll.pipelines.preflight import check_envs
+    from roll.launch.preflight import check_envs
     from tests.agentic.conftest import make_cfg
 
     cfg = make_cfg(env_config={"hang_init": True}, env_step_timeout=0.5)
@@ -198,7 +198,7 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
 def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
     """An env manager actor that Ray cannot place (the cluster is short of CPUs) stops the run at startup with what
     it needs; before, the first rollout waited on it forever."""
-    from roll.agentic.rollout import MANAGER_CPUS, _await_started
+    from roll.agentic.scheduler import MANAGER_CPUS, _await_started
 
     @ray_session.remote(num_cpus=MANAGER_CPUS)
     class Manager:

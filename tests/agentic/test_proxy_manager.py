@@ -10,7 +10,7 @@ import time
 import pytest
 
 from roll.agentic.gateway.manager import ProxyEnvManager, env_manager_class
-from roll.agentic.rollout import RolloutScheduler
+from roll.agentic.scheduler import RolloutScheduler
 from roll.config.errors import ConfigError
 from tests.agentic import proxy_runners
 from tests.agentic.conftest import make_cfg
@@ -83,7 +83,7 @@ def test_an_external_program_is_a_runner(infer_group, tiny_model_dir):
 
 def test_config_keys_and_their_errors():
     from roll.config.roll_compat import translate
-    from roll.pipelines.preflight import check_agents
+    from roll.launch.preflight import check_agents
 
     tree = {
         "custom_envs": {

@@ -7,10 +7,11 @@ import threading
 
 import pytest
 
-from roll.agentic.batching import BatchingGenerator, GroupGenerator
-from roll.agentic.rollout import RolloutScheduler, fit_batch, keep_groups, rollout_metrics
+from roll.agentic.scheduler import RolloutScheduler, fit_batch, keep_groups, rollout_metrics
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory
+from roll.rollout.batcher import DynamicBatcher
+from roll.rollout.client import RoleBackend
 from roll.strategies.base import GenerationOutput, StrategyContext
 from tests.agentic.conftest import make_cfg
 from tests.agentic.helpers import FlakyEnv
@@ -82,7 +83,7 @@ def test_env_metrics_reach_the_metrics_per_tag():
 
 def test_batching_generator_merges_clients():
     inner = _CountingInner()
-    batcher = BatchingGenerator(inner, max_batch_size=64, max_wait_ms=10_000)
+    batcher = DynamicBatcher(inner, max_batch_size=64, max_wait_ms=10_000)
     batcher.open(8)
     results = {}
 
@@ -116,8 +117,8 @@ def infer_group(tiny_model_dir):
     return infer
 
 
-class _Counting(GroupGenerator):
-    """A real GroupGenerator that records the size of every generate call it makes."""
+class _Counting(RoleBackend):
+    """A real RoleBackend that records the size of every generate call it makes."""
 
     def __init__(self, group):
         super().__init__(group)

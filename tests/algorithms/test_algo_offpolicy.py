@@ -86,8 +86,8 @@ def test_the_pipeline_stores_weights_and_mask_and_the_loss_applies_them():
     masked token has no gradient."""
     from roll.algorithms.losses import ActorLossConfig, actor_loss
     from roll.config.base import CorrectionFilterConfig, TrainInferCorrectionConfig
-    from roll.pipelines.loss_fns import PPOActorLoss, loss_mask
-    from roll.pipelines.ppo import apply_train_infer_correction
+    from roll.ppo.correction import apply_train_infer_correction
+    from roll.ppo.loss_fns import PPOActorLoss, loss_mask
 
     cfg = TrainInferCorrectionConfig()
     cfg.is_weight.enabled, cfg.is_weight.upper_bound = True, 1.3
@@ -118,7 +118,7 @@ def test_the_pipeline_stores_weights_and_mask_and_the_loss_applies_them():
 
 def test_correction_turns_off_the_skipped_old_log_prob_pass():
     from roll.config.agentic import AgenticConfig
-    from roll.pipelines.epochs import actor_mini_batch, skip_old_log_probs
+    from roll.ppo.epochs import actor_mini_batch, skip_old_log_probs
 
     cfg = AgenticConfig()
     n = actor_mini_batch(cfg)

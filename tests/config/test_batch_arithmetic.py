@@ -95,9 +95,9 @@ def test_pipeline_batch_units_count_data_parallel_replicas_not_ranks():
     """The rollout's batch multiple and the actor's mini-batch use the data-parallel size: a TP=2 megatron role on
     two GPUs is one replica, so 8 x 16 x 1 = 128 samples make its optimizer step (with the world size, 256 > the
     128-sample rollout emptied every batch: found on two H100s)."""
-    from roll.agentic.rollout import train_batch_multiple
+    from roll.agentic.scheduler import train_batch_multiple
     from roll.config.loader import load_config
-    from roll.pipelines.epochs import actor_mini_batch
+    from roll.ppo.epochs import actor_mini_batch
 
     cfg = load_config("sokoban_qwen05b_megatron_tp2")
     assert cfg.actor_train.world_size == 2

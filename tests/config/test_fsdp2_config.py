@@ -13,7 +13,7 @@ from roll.config.fsdp2 import FSDP2Options
 from roll.config.loader import load_config
 from roll.config.strategies import parse_options
 from roll.config.vllm_compat import sglang_equivalent
-from roll.pipelines.preflight import preflight
+from roll.launch.preflight import preflight
 
 
 def parse_fsdp2_options(raw):

@@ -10,8 +10,8 @@ from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.validation import parse_device_mapping, validate
 from roll.config.worker import StrategyArgs, WorkerConfig
-from roll.pipelines.launch import load_checked
-from roll.pipelines.preflight import preflight
+from roll.launch.command import load_checked
+from roll.launch.preflight import preflight
 
 
 def load(overrides: list[str] | None = None) -> AgenticConfig:

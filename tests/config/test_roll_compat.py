@@ -14,7 +14,7 @@ from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.roll_compat import translate
-from roll.pipelines.launch import parse_args
+from roll.launch.command import parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = str(REPO / "tests" / "config" / "roll_format")

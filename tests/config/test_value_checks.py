@@ -15,7 +15,7 @@ from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.fields import in_range
 from roll.config.rlvr import RLVRConfig
-from roll.pipelines.launch import load_checked
+from roll.launch.command import load_checked
 
 REPO = Path(__file__).resolve().parents[2]
 AGENTIC, RLVR = "sokoban_tiny", "rlvr_tiny"

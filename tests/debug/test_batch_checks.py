@@ -167,8 +167,8 @@ def _strict_cfg(strict: bool):
 
 
 def test_pipeline_hand_offs_check_when_strict(monkeypatch):
-    from roll.pipelines.epochs import train_actor
-    from roll.pipelines.ppo import compute_advantages
+    from roll.ppo.advantage_step import compute_advantages
+    from roll.ppo.epochs import train_actor
 
     monkeypatch.delenv(ENV_VAR, raising=False)
     batch = valid_batch()

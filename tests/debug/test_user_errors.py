@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from roll.agentic.rollout import RolloutScheduler
+from roll.agentic.scheduler import RolloutScheduler
 from roll.config.agentic import AgenticConfig
 from roll.config.loader import load_config
 from roll.distributed.roles import InferProxy

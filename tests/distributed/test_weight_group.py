@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from roll.distributed.group import free_port
-from roll.distributed.weight_group import BACKEND_DEVICE, WeightGroup, prefixed_store
-from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas
+from roll.weights.buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas
+from roll.weights.group import BACKEND_DEVICE, WeightGroup, prefixed_store
 from tests.distributed.weight_group_peer import digest
 
 HERE = Path(__file__).resolve().parent

@@ -15,13 +15,13 @@ from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
 from roll.distributed.roles import ActorProxy, InferProxy
-from roll.distributed.weight_group import WeightGroup
-from roll.distributed.weight_sync import GROUP_NAME, WeightSync
 from roll.distributed.worker import Worker
-from roll.pipelines.preflight import check_strategy_options, check_weight_sync
+from roll.launch.preflight import check_strategy_options, check_weight_sync
 from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import strategy_spec
-from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
+from roll.weights.buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
+from roll.weights.group import WeightGroup
+from roll.weights.sync import GROUP_NAME, WeightSync
 
 
 # ---------------------------------------------------------------------------- mode decision
@@ -83,7 +83,7 @@ def test_mode_with_cuda_ipc_receivers(mappings, distributed, subprocess, mode, w
 
 
 def test_ipc_routes_pick_the_trainer_rank_of_each_engine_gpu():
-    from roll.distributed.weight_sync import ipc_routes
+    from roll.weights.sync import ipc_routes
 
     assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 1) == [[0], [1]]  # one engine per GPU
     assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 2) == [[0, 1]]  # one TP-2 engine
@@ -354,7 +354,7 @@ def test_direct_sync_loads_the_trainers_buckets_in_process():
 
 
 def test_flattened_bucket_round_trip_mixed_dtypes():
-    from roll.strategies.ipc_buckets import flatten_bucket, share_bucket, unflatten_bucket
+    from roll.weights.ipc import flatten_bucket, share_bucket, unflatten_bucket
 
     named = [
         ("a", torch.arange(6, dtype=torch.float32).view(2, 3)),

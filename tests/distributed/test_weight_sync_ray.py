@@ -10,8 +10,8 @@ from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
 from roll.distributed.group import RayWorkerGroup
 from roll.distributed.roles import ActorProxy, InferProxy
-from roll.distributed.weight_sync import WeightSync
 from roll.strategies.base import StrategyContext
+from roll.weights.sync import WeightSync
 
 
 def _config(model_dir: str, strategy: str) -> WorkerConfig:
@@ -47,7 +47,7 @@ def test_copy_sync_between_ray_actors(ray_session, tiny_model_dir, tmp_path, sha
 
 
 def test_shared_file_round_trip_keeps_names_dtypes_and_values(tmp_path):
-    from roll.distributed.shared_weights import ALIGN, read_shared, write_shared
+    from roll.weights.shared_memory import ALIGN, read_shared, write_shared
 
     named = [
         ("a", torch.randn(3, 5)),

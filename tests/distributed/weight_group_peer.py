@@ -3,7 +3,7 @@
 ``python weight_group_peer.py PORT RANK WORLD_SIZE METAS_JSON KIND`` receives the buckets of ``METAS_JSON`` (a list
 of ``BucketMeta`` dicts) from rank 0 and prints ``{name: sha256 of the received bytes}`` as JSON.
 
-KIND ``roll``: :class:`roll.distributed.weight_group.WeightGroup`. KIND ``sglang``: a stand-in for SGLang's engine
+KIND ``roll``: :class:`roll.weights.group.WeightGroup`. KIND ``sglang``: a stand-in for SGLang's engine
 side, which joins the way SGLang 0.5.16 does (``tcp://`` rendezvous, ``PrefixStore(group_name)``, torch's own
 process-group constructor, then ``torch.distributed.broadcast(..., async_op=True)`` per tensor), so the test checks
 that roll's sender finds the store keys and collective order of that construction.
@@ -74,8 +74,8 @@ def main(port: int, rank: int, world_size: int, metas_path: str, kind: str) -> N
         for meta in metas:
             received += receive_sglang_style(pg, meta)
     else:
-        from roll.distributed.weight_group import WeightGroup
-        from roll.strategies.weight_buckets import BucketMeta
+        from roll.weights.buckets import BucketMeta
+        from roll.weights.group import WeightGroup
 
         group = WeightGroup("127.0.0.1", port, rank, world_size, GROUP, backend="gloo", timeout_s=60)
         for meta in metas:

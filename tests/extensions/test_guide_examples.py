@@ -13,7 +13,7 @@ import pytest
 
 from roll.config.agentic import AgenticConfig
 from roll.config.rlvr import RLVRConfig
-from roll.pipelines.launch import load_checked
+from roll.launch.command import load_checked
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [

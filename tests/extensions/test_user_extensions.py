@@ -15,10 +15,10 @@ from roll.config.rlvr import RLVRConfig
 from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
-from roll.pipelines.epochs import actor_loss_config
-from roll.pipelines.launch import load_checked
-from roll.pipelines.loss_fns import ppo_actor_loss
-from roll.pipelines.ppo import advantage_step
+from roll.launch.command import load_checked
+from roll.ppo.advantage_step import advantage_step
+from roll.ppo.epochs import actor_loss_config
+from roll.ppo.loss_fns import ppo_actor_loss
 
 PLUGINS = "tests.extensions.user_plugins"
 OFFLINE = ["pretrain=/nonexistent", "tiny_model=null", "sft_warmup.enabled=false"]
@@ -102,7 +102,7 @@ def test_user_policy_loss_is_used_by_the_actor_loss():
 
 
 def test_user_reward_from_an_rlvr_config():
-    from roll.pipelines.preflight import preflight
+    from roll.launch.preflight import preflight
     from roll.rewards.workers import RewardWorker
 
     cfg = load_checked(
@@ -124,7 +124,7 @@ def test_user_reward_from_an_rlvr_config():
 def test_score_normalization_through_registries():
     """Both pipelines pick their score normalizer from one registry (named by their config); RLVR's reward_norm
     scopes are a registry a user module adds to."""
-    from roll.pipelines.ppo import SCORE_NORMALIZERS, EpisodeScoreNorm, RLVRScoreNorm, score_normalizer
+    from roll.ppo.advantage_step import SCORE_NORMALIZERS, EpisodeScoreNorm, RLVRScoreNorm, score_normalizer
 
     assert SCORE_NORMALIZERS.names() == ["episode", "response"]
     assert isinstance(score_normalizer(agentic()), EpisodeScoreNorm)

@@ -2,7 +2,7 @@
 
 On the same batch and seed, in bf16, with a Qwen2.5-0.5B-shaped model (``ROLL_GPU_MODEL``, default
 /tmp/roll-models/qwen05b-rand built by scripts/build_qwen05b_rand.py), each backend makes one PPO step through the
-pipeline's loss after an offload / reload cycle, as between colocated phases (:mod:`roll.pipelines.learning_probe`):
+pipeline's loss after an offload / reload cycle, as between colocated phases (:mod:`roll.ppo.learning_probe`):
 - megatron_train TP=1, deepspeed_train (ZeRO-2) and fsdp2_train give the same log-probs before the step within bf16
   tolerance; each learns (grad norm > 0, weights move, the loss on the same batch goes down); their gradient norms
   agree within 2% and their updates (bf16 weights after minus before) have cosine >= 0.99;
@@ -53,7 +53,7 @@ GRAD_RTOL, COSINE_MIN = 0.02, (0.99 if DTYPE == "fp32" else 0.95)
 
 def _run(rank, strategy, options, offload=False):
     from roll.config.worker import WorkerConfig
-    from roll.pipelines.learning_probe import probe_actor, probe_batch
+    from roll.ppo.learning_probe import probe_actor, probe_batch
     from roll.strategies.base import StrategyContext
     from roll.strategies.registry import get_strategy_class
 
@@ -116,7 +116,7 @@ def fs():
 
 def _learns_like(name, result, ref_name, ref):
     """Both learned; equal log-probs before the step, grad norms and update directions (the module docstring)."""
-    from roll.pipelines.learning_probe import check_learned, update_cosine
+    from roll.ppo.learning_probe import check_learned, update_cosine
 
     worst, mean = _compare(result["before"], ref["before"], ref["mask"])
     a, b = result["probe"], ref["probe"]

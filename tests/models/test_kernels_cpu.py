@@ -12,8 +12,8 @@ import torch
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.rlvr import RLVRConfig
+from roll.launch.preflight import check_kernels
 from roll.models.logprobs import _kernels, _logit_grad_eager, logit_grad, logit_stats
-from roll.pipelines.preflight import check_kernels
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])

@@ -166,7 +166,7 @@ def test_launch_refuses_prefix_sharing_where_the_strategy_entry_says_so(role, na
     """What a strategy does about prefixes is its registry entry's ``prefix_sharing``; the preflight reads it."""
     from types import SimpleNamespace
 
-    from roll.pipelines.preflight import check_strategies
+    from roll.launch.preflight import check_strategies
 
     worker = WorkerConfig()
     worker.use_prefix_sharing, worker.strategy_args.strategy_name = True, name
@@ -189,7 +189,7 @@ def test_auto_is_on_where_it_applies_and_off_where_it_cannot():
 
     from roll.config.loader import load_config
     from roll.config.rlvr import RLVRConfig
-    from roll.pipelines.preflight import check_strategies
+    from roll.launch.preflight import check_strategies
 
     worker = WorkerConfig()
     assert worker.use_prefix_sharing == "auto" and worker.shares_prefixes()

@@ -26,11 +26,11 @@ from roll.config.loader import load_config
 from roll.config.validation import validate
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
-from roll.pipelines.epochs import actor_loss_config
-from roll.pipelines.launch import load_checked
-from roll.pipelines.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
-from roll.pipelines.ppo import advantage_step
-from roll.pipelines.preflight import check_algorithms, preflight
+from roll.launch.command import load_checked
+from roll.launch.preflight import check_algorithms, preflight
+from roll.ppo.advantage_step import advantage_step
+from roll.ppo.epochs import actor_loss_config
+from roll.ppo.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
 
 REPO = Path(__file__).resolve().parents[2]
 ALGOS = ["ppo", "grpo", "dr_grpo", "dapo", "reinforce_plus_plus", "rloo", "gigpo"]

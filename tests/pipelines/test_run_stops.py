@@ -16,8 +16,8 @@ import pytest
 
 from roll.config.loader import load_config
 from roll.config.rlvr import RLVRConfig
+from roll.errors import RunStopped
 from roll.pipelines.base import resume_command
-from roll.pipelines.errors import RunStopped
 from roll.pipelines.rlvr_pipeline import RLVRPipeline
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from roll.config.agentic import AgenticConfig
 from roll.data.batch import Batch
 from roll.data.layout import loss_mask, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
-from roll.pipelines import epochs
-from roll.pipelines.ppo import advantage_step
+from roll.ppo import epochs
+from roll.ppo.advantage_step import advantage_step
 
 TURNS = [1, 3, 2, 4]  # turns of the four episodes (groups of two share a seed)
 

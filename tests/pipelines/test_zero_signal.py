@@ -9,7 +9,7 @@ import torch
 
 from roll.config.errors import ConfigError
 from roll.data.batch import Batch
-from roll.pipelines.ppo import NoLearningSignal, SignalWatch, dead_signal_cause, zero_signal_groups
+from roll.ppo.signal import NoLearningSignal, SignalWatch, dead_signal_cause, zero_signal_groups
 
 
 def _batch(adv_per_sample, groups, scores):
@@ -69,7 +69,7 @@ def test_patience_zero_never_stops():
 
 def test_launch_turns_the_stop_into_one_line_and_exit_1(capsys, monkeypatch):
     from roll.config.agentic import AgenticConfig
-    from roll.pipelines import launch
+    from roll.launch import command as launch
 
     class Dead:
         def __init__(self, cfg):
@@ -96,7 +96,7 @@ def test_launch_turns_the_stop_into_one_line_and_exit_1(capsys, monkeypatch):
 )
 def test_groups_of_one_are_refused_before_any_worker(overrides, match):
     from roll.config.agentic import AgenticConfig
-    from roll.pipelines.launch import load_checked
+    from roll.launch.command import load_checked
 
     with pytest.raises(ConfigError, match=match) as info:
         load_checked("sokoban_tiny", overrides=overrides, schema=AgenticConfig)
@@ -105,7 +105,7 @@ def test_groups_of_one_are_refused_before_any_worker(overrides, match):
 
 def test_groups_of_one_with_a_batch_normalization_are_allowed():
     from roll.config.agentic import AgenticConfig
-    from roll.pipelines.launch import load_checked
+    from roll.launch.command import load_checked
 
     load_checked(
         "sokoban_tiny",

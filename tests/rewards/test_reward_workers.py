@@ -87,7 +87,9 @@ def test_non_finite_score_is_named_at_its_source(bad):
     finally:
         registry.REWARDS.unregister(name)
     line = next(
-        i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "register_reward(name)(lambda" in text
+        i
+        for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if "lambda response, ground_truth: RewardResult(bad" in text
     )
     assert str(info.value) == (
         f"reward function {name!r} (test_non_finite_score_is_named_at_its_source.<locals>."

@@ -4,8 +4,8 @@ import torch
 
 from roll.data.layout import prompt_response_batch as build_batch
 from roll.data.rlvr_dataset import RLVRExample
-from roll.pipelines.loss_fns import loss_mask
 from roll.pipelines.rlvr_pipeline import PromptGroup, groups_to_batch, rollout_metrics
+from roll.ppo.loss_fns import loss_mask
 
 PAD = 0
 
@@ -54,7 +54,7 @@ def test_groups_to_batch_and_metrics():
 def test_grpo_advantages_on_rlvr_batch():
     """GRPO through the shared advantage step: group of (1, 0) -> +-0.7071 on every response token."""
     from roll.config.rlvr import RLVRConfig
-    from roll.pipelines.ppo import compute_advantages
+    from roll.ppo.advantage_step import compute_advantages
 
     batch = build_batch([[5, 6]] * 4, [[9, 10], [9], [9, 10, 11], [9]], [1.0, 0.0, 1.0, 1.0], PAD)
     gids = torch.tensor([0, 0, 1, 1])

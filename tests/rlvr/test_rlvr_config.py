@@ -8,8 +8,8 @@ import pytest
 
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.pipelines.launch import load_checked
-from roll.pipelines.preflight import data_files
+from roll.launch.command import load_checked
+from roll.launch.preflight import data_files
 
 REPO = Path(__file__).resolve().parents[2]
 

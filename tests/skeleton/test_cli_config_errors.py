@@ -9,7 +9,7 @@ import pytest
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
-from roll.pipelines.launch import load_checked, parse_args
+from roll.launch.command import load_checked, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "start_agentic_pipeline.py"

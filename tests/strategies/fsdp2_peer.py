@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from roll.algorithms.losses import ActorLossConfig  # noqa: E402
 from roll.config.worker import WorkerConfig  # noqa: E402
-from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss  # noqa: E402
+from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss  # noqa: E402
 from roll.strategies.base import StrategyContext  # noqa: E402
 from roll.strategies.registry import get_strategy_class  # noqa: E402
 from tests.strategies.test_train_step import _batch  # noqa: E402

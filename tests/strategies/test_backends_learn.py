@@ -1,5 +1,5 @@
 """Every training backend learns: one PPO step through the pipeline's loss on a fixed batch with non-zero
-advantages (:mod:`roll.pipelines.learning_probe`), on CPU.
+advantages (:mod:`roll.ppo.learning_probe`), on CPU.
 
 Per backend (deepspeed_train ZeRO 0-3, fsdp2_train, megatron_train TP=1 and TP=2 through the gloo shim, and the
 critic on deepspeed_train and megatron_train): the gradient norm is > 0, the weights move, and the same loss on the
@@ -23,7 +23,7 @@ COSINE_MIN = 0.99
 
 def _probe(rank: int, model_dir: str, strategy: str, role: str, options: dict) -> dict:
     from roll.config.worker import WorkerConfig
-    from roll.pipelines.learning_probe import probe_actor, probe_batch, probe_critic
+    from roll.ppo.learning_probe import probe_actor, probe_batch, probe_critic
     from roll.strategies.base import StrategyContext
     from roll.strategies.registry import get_strategy_class
 
@@ -73,7 +73,7 @@ def actors(tiny_model_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(ACTORS))
 def test_actor_backend_learns(actors, name):
-    from roll.pipelines.learning_probe import check_learned
+    from roll.ppo.learning_probe import check_learned
 
     result = actors[name]
     print(
@@ -87,7 +87,7 @@ def test_actor_backend_learns(actors, name):
 @pytest.mark.parametrize("name", [n for n in ACTORS if n != "zero0"])
 def test_actor_backends_agree(actors, name):
     """Each backend's gradient norm and update against ZeRO-0 (a plain full-model copy)."""
-    from roll.pipelines.learning_probe import update_cosine
+    from roll.ppo.learning_probe import update_cosine
 
     ref, result = actors["zero0"], actors[name]
     assert result.grad_norm == pytest.approx(ref.grad_norm, rel=GRAD_RTOL)
@@ -98,7 +98,7 @@ def test_actor_backends_agree(actors, name):
 
 @pytest.mark.slow
 def test_critic_backends_learn_and_agree(tiny_model_dir):
-    from roll.pipelines.learning_probe import check_learned, update_cosine
+    from roll.ppo.learning_probe import check_learned, update_cosine
 
     ds = _run(tiny_model_dir, "deepspeed_train", {"zero_stage": 2}, role="critic")
     mg = _run(tiny_model_dir, "megatron_train", {"tensor_model_parallel_size": 1}, role="critic")
@@ -109,7 +109,7 @@ def test_critic_backends_learn_and_agree(tiny_model_dir):
 
 def test_a_skipped_update_fails_the_checks():
     """The checks themselves: a probe of a step that applied nothing fails all three, and has cosine 0."""
-    from roll.pipelines.learning_probe import ProbeResult, check_learned, update_cosine
+    from roll.ppo.learning_probe import ProbeResult, check_learned, update_cosine
 
     still = ProbeResult(grad_norm=0.0, loss_before=0.5, loss_after=0.5, update={"w": torch.zeros(3)})
     moved = ProbeResult(grad_norm=1.0, loss_before=0.5, loss_after=0.4, update={"w": torch.ones(3)})

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from roll import doctor
 from roll.distributed.group import free_port, start_notice
+from roll.launch import doctor
 from roll.strategies.build_locks import SHM_COMM_OP, extensions_root, find_build_locks
 
 REPO = Path(__file__).resolve().parents[2]

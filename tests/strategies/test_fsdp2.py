@@ -16,7 +16,7 @@ import torch
 from roll.algorithms.losses import ActorLossConfig
 from roll.config.worker import WorkerConfig
 from roll.models.logprobs import token_log_probs
-from roll.pipelines.loss_fns import SFT_LOSS, CriticValueLoss, PPOActorLoss
+from roll.ppo.loss_fns import SFT_LOSS, CriticValueLoss, PPOActorLoss
 from roll.strategies.base import StrategyContext
 from roll.strategies.registry import get_strategy_class
 from tests.strategies.test_train_step import _applied_grads, _batch

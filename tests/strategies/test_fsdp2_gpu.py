@@ -19,7 +19,7 @@ import torch
 
 from roll.algorithms.losses import ActorLossConfig
 from roll.data.batch import Batch
-from roll.pipelines.loss_fns import PPOActorLoss
+from roll.ppo.loss_fns import PPOActorLoss
 from tests.strategies.test_fsdp2 import _build
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; verified on the GPU machine")

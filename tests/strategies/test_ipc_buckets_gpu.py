@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(
 
 CHILD = """
 import sys, torch
-from roll.strategies.ipc_buckets import open_bucket
+from roll.weights.ipc import open_bucket
 named = open_bucket(sys.stdin.buffer.read())
 for name, t in named:
     print("|".join([name, t.device.type, str(t.dtype).removeprefix("torch."), str(tuple(t.shape)),
@@ -25,7 +25,7 @@ for name, t in named:
 
 
 def test_payload_opens_in_another_process_without_copy():
-    from roll.strategies.ipc_buckets import payload_globals, share_bucket
+    from roll.weights.ipc import payload_globals, share_bucket
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     named = [

@@ -1,7 +1,7 @@
 """Per-env request path (CPU, no SGLang): an env manager whose generator ``supports_submit`` sends each env's turn
 on its own and steps replies as they finish; with a deterministic generator it must produce exactly the
 trajectories of the lock-step path, whatever order replies come back in. Also checks rank routing and aborts of
-:class:`SubmitGenerator` over in-process workers."""
+:class:`SubmitClient` over in-process workers."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from roll.agentic.batching import BatchedClient
 from roll.agentic.env_manager import EnvManager, plan_groups
-from roll.agentic.rollout import SubmitGenerator
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
 from roll.distributed.roles import InferProxy
+from roll.rollout.client import BatchClient, SubmitClient
 from roll.strategies.base import GenerationOutput
 
 ACTIONS = ["Up", "Down", "Left", "Right"]
@@ -88,7 +87,7 @@ def _summary(result):
 def test_submit_path_matches_lockstep(tiny_model_dir):
     manager = _manager(tiny_model_dir)
     tok = manager.tokenizer
-    lockstep = manager.rollout(3, BatchedClient(Scripted(tok)))  # every poll generates all pending turns
+    lockstep = manager.rollout(3, BatchClient(Scripted(tok)))  # every poll generates all pending turns
     gen = ScriptedSubmit(tok, seed=5)
     per_env = manager.rollout(3, gen)
     assert _summary(per_env) == _summary(lockstep)
@@ -127,7 +126,7 @@ class _FakeStrategy:
 
 def test_submit_generator_routes_a_trajectory_to_one_rank():
     workers = [_FakeStrategy() for _ in range(3)]  # stand-ins for Workers: same submit/poll/abort signatures
-    gen = SubmitGenerator(InferProxy(LocalWorkerGroup.of("actor_infer", workers)))
+    gen = SubmitClient(InferProxy(LocalWorkerGroup.of("actor_infer", workers)))
     rids = [f"train-0-g{g}-e0-t0/turn{k}" for g in range(6) for k in range(2)]
     gen.submit([(r, [1] * (i + 1)) for i, r in enumerate(rids)], GeneratingArgs())
     for g in range(6):  # both turns of a trajectory went to the same rank
@@ -143,6 +142,6 @@ def test_submit_generator_routes_a_trajectory_to_one_rank():
 
 def test_supported_reads_the_strategy_class():
     cfg = SimpleNamespace(actor_infer=SimpleNamespace(strategy_args=SimpleNamespace(strategy_name="sglang")))
-    assert SubmitGenerator.supported(cfg)
+    assert SubmitClient.supported(cfg)
     cfg.actor_infer.strategy_args.strategy_name = "hf_infer"
-    assert not SubmitGenerator.supported(cfg)
+    assert not SubmitClient.supported(cfg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.strategies.weight_buckets import BucketMeta, bucket_meta, iter_buckets, plan_buckets, tensor_nbytes
+from roll.weights.buckets import BucketMeta, bucket_meta, iter_buckets, plan_buckets, tensor_nbytes
 
 
 def test_plan_buckets_hand_computed():

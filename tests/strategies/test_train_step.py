@@ -11,7 +11,7 @@ import torch
 from roll.algorithms.losses import ActorLossConfig
 from roll.data.batch import Batch
 from roll.models.logprobs import pack_layout, token_log_probs
-from roll.pipelines.loss_fns import SFT_LOSS, PPOActorLoss, loss_mask
+from roll.ppo.loss_fns import SFT_LOSS, PPOActorLoss, loss_mask
 from roll.strategies.accumulation import merge_metrics
 from roll.strategies.microbatch import accumulation_weights, micro_batches, plan_by_tokens, trim_right
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from roll.cli import main as roll_main
 from roll.data.trajectory import Trajectory, Turn
+from roll.launch.cli import main as roll_main
 from roll.tracking import make_tracker
 from roll.tracking.dumps import TrajectoryDumps
 from roll.tracking.viewer import build_viewer, find_run

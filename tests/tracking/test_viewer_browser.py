@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from roll.cli import main as roll_main
+from roll.launch.cli import main as roll_main
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

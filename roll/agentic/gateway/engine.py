@@ -1,5 +1,5 @@
 """The gateway's side of generation: HTTP request threads hand prompts to one loop thread that drives a
-:class:`~roll.agentic.batching.Generator` (the rollout's generation client: batched on hf_infer, per request on
+:class:`~roll.rollout.client.GenerationClient` (the rollout's generation client: batched on hf_infer, per request on
 SGLang), so concurrent sessions share engine calls the way env managers' turns do.
 
 Batching rule: the loop submits what is queued when every open session has a request waiting, or when the oldest
@@ -14,8 +14,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from roll.agentic.batching import Generator
 from roll.config.worker import GeneratingArgs
+from roll.rollout.client import GenerationClient
 from roll.strategies.base import GenerationOutput
 
 
@@ -34,7 +34,7 @@ class GenerationLoop:
 
     def __init__(self, max_wait_ms: float = 20.0):
         self.max_wait_s = max_wait_ms / 1000.0
-        self.generator: Generator | None = None
+        self.generator: GenerationClient | None = None
         self.expected = 0  # open sessions: when all have a request waiting, nothing is gained by waiting longer
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
@@ -44,7 +44,7 @@ class GenerationLoop:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="roll-gateway-engine")
         self._thread.start()
 
-    def use(self, generator: Generator | None) -> None:
+    def use(self, generator: GenerationClient | None) -> None:
         """Send the following requests to ``generator`` (None: refuse them until a client is set)."""
         with self._cond:
             self.generator = generator

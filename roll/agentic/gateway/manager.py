@@ -17,7 +17,6 @@ import math
 import time
 from typing import Any
 
-from roll.agentic.batching import Generator
 from roll.agentic.env_manager import EnvManager, GroupSpec, ManagerResult, group_seed
 from roll.agentic.failures import record_error, record_failure
 from roll.agentic.gateway.runners import AgentResult, AgentRunner, AgentTask, load_runner
@@ -27,6 +26,7 @@ from roll.calls import CallPool, TooManyHungCalls
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
 from roll.data.trajectory import Trajectory
+from roll.rollout.client import GenerationClient
 
 
 def env_manager_class(manager: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig]) -> type:
@@ -84,7 +84,7 @@ class ProxyEnvManager:
             self.phase,
         )
 
-    def rollout(self, step: int, generator: Generator) -> ManagerResult:
+    def rollout(self, step: int, generator: GenerationClient) -> ManagerResult:
         """One episode per slot, seeds from ``step``; failed trajectories are returned with ``failure`` set."""
         start, busy = time.perf_counter(), self.gateway.engine.busy_s
         episodes: list[tuple[GroupSpec, Trajectory, str]] = []

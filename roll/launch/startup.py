@@ -12,9 +12,9 @@ from roll.config.base import BaseConfig
 from roll.config.validation import ROLES, optimizer_steps_per_rollout
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.roles import RoleProxy, Roles, TrainProxy
-from roll.distributed.weight_sync import copy_weights
 from roll.distributed.worker import Worker
 from roll.strategies.base import StrategyContext
+from roll.weights.sync import copy_weights
 
 
 def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
@@ -89,7 +89,7 @@ def colocation_phases(cfg: BaseConfig) -> Any:
 def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
     """Copy actor_train's weights into every worker of ``target`` (reference, critic); returns seconds.
 
-    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.distributed.weight_sync.WeightSync`: NCCL
+    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.weights.sync.WeightSync`: NCCL
     broadcast when disaggregated, this copy otherwise)."""
     start = time.perf_counter()
     copy_weights(train, target)

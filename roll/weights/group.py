@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import torch
 
-from roll.strategies.weight_buckets import BucketMeta, NamedTensors
+from roll.weights.buckets import BucketMeta, NamedTensors
 
 #: First device of each backend's device map: the prefix torch's group constructor puts before backend keys.
 BACKEND_DEVICE = {"nccl": "cuda", "gloo": "cpu"}
@@ -108,7 +108,7 @@ class WeightGroup:
 
     def send_bucket(self, bucket: NamedTensors) -> None:
         """Rank 0: broadcast a bucket's tensors in order (receivers post theirs from the bucket's
-        :class:`~roll.strategies.weight_buckets.BucketMeta`)."""
+        :class:`~roll.weights.buckets.BucketMeta`)."""
         tensors = [t if t.is_contiguous() else t.contiguous() for _, t in bucket]
         if any(t.device.type != self.device.type for t in tensors):
             raise ValueError(

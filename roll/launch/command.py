@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from roll.config.errors import ConfigError
-from roll.pipelines.preflight import preflight, visible_gpus
+from roll.launch.preflight import preflight, visible_gpus
 
 
 def parse_args(argv: Sequence[str] | None, default_config: str) -> argparse.Namespace:
@@ -76,7 +76,7 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
         print(f"roll: config error: {exc}", file=sys.stderr)
         return 2
     apply_system_envs(cfg.system_envs)
-    from roll.pipelines.errors import RunStopped
+    from roll.errors import RunStopped
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the run like Ctrl-C: the resume line is printed
     try:

@@ -42,8 +42,8 @@ def command(name: str, help: str, add_arguments: AddArguments) -> Callable[[Hand
 
 
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``roll doctor`` (defined in :mod:`roll.doctor`)."""
-    from roll import doctor
+    """Arguments of ``roll doctor`` (defined in :mod:`roll.launch.doctor`)."""
+    from roll.launch import doctor
 
     doctor.add_arguments(parser)
 
@@ -55,7 +55,7 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def _doctor(args: argparse.Namespace) -> int:
     """Run ``roll doctor``."""
-    from roll import doctor
+    from roll.launch import doctor
 
     return doctor.run(args)
 

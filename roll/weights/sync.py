@@ -11,14 +11,14 @@ into ``hf_infer``'s parameters). The weights never leave the GPU; only the paylo
 
 ``copy``: every trainer rank takes part in gathering the weights, rank 0 returns them (CPU tensors), and every
 inference worker loads them. A CPU Ray run on one machine passes them through a file in ``/dev/shm``
-(:mod:`roll.distributed.shared_weights`: rank 0 writes, the engines map and load it; no serialization), while it
+(:mod:`roll.weights.shared_memory`: rank 0 writes, the engines map and load it; no serialization), while it
 has room for twice the weights. Otherwise, on Ray, they go from rank 0's result in the object store straight to
 the inference workers (the driver passes the object ref and never holds or re-serializes them); in one process,
 as a list. The sglang strategy then pushes them
 into its engine in buckets with ``update_weights_from_tensor`` (held on the host while its memory is released).
 
 ``nccl`` (disaggregated): set up once, on the first sync: trainer rank 0 picks a free port on its node and hosts a
-:class:`~roll.distributed.weight_group.WeightGroup` (rank 0); every engine joins it through SGLang's
+:class:`~roll.weights.group.WeightGroup` (rank 0); every engine joins it through SGLang's
 ``init_weights_update_group`` (engine ``r`` of TP size ``tp`` at ranks ``1 + r * tp ..``). Every sync: the
 trainer's bucket plan (names, dtypes, full shapes; fixed for a run, asked for once) goes to the engines, whose
 ``update_weights_from_distributed`` calls are started first; then the trainer's ``broadcast_weights`` (rank 0
@@ -41,7 +41,7 @@ from typing import Any
 
 from roll.distributed.group import RayWorkerGroup
 from roll.distributed.roles import InferProxy, RoleProxy, TrainProxy
-from roll.strategies.weight_buckets import DEFAULT_BUCKET_BYTES, BucketMeta, tensor_nbytes
+from roll.weights.buckets import DEFAULT_BUCKET_BYTES, BucketMeta, tensor_nbytes
 
 
 def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> list[list[int]]:
@@ -100,7 +100,7 @@ class WeightSync:
         GPU, gloo in CPU tests); ``count_buckets``: report ``sync/buckets`` in copy mode too (sglang's push);
         ``ipc_routes`` (cuda_ipc): for each inference worker, the trainer rank on each of its GPUs, in order;
         ``shared_dir`` (copy, every worker on this machine): the weights go through a file there
-        (:mod:`roll.distributed.shared_weights`) while it has room for them twice over."""
+        (:mod:`roll.weights.shared_memory`) while it has room for them twice over."""
         if mode not in MODE_IDS:
             raise ValueError(f"weight sync mode {mode!r}: expected one of {sorted(MODE_IDS)}")
         self.train, self.infer, self.mode, self.bucket_bytes = train, infer, mode, bucket_bytes

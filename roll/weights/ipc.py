@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from roll.strategies.weight_buckets import NamedTensors, tensor_nbytes
+from roll.weights.buckets import NamedTensors, tensor_nbytes
 
 #: Position of the device argument in ``torch.multiprocessing.reductions.rebuild_cuda_tensor``'s arguments.
 _DEVICE_ARG = 6

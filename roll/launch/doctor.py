@@ -7,7 +7,7 @@ carries the command that fixes it. Exit codes: 0 ok, 1 something needed is missi
 cannot be loaded (or bad usage). See docs/doctor.md.
 
 Run as ``roll doctor [--config-name X] [--config-path P] [overrides ...]``, ``python -m roll doctor`` or
-``python -m roll.doctor``.
+``python -m roll.launch.doctor``.
 """
 
 from __future__ import annotations
@@ -562,7 +562,7 @@ def _load_config(config_path: str | None, config_name: str, overrides: list[str]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``doctor`` arguments, shared by ``roll doctor`` and ``python -m roll.doctor``."""
+    """The ``doctor`` arguments, shared by ``roll doctor`` and ``python -m roll.launch.doctor``."""
     parser.add_argument("--config-name", help="also check what this config needs (e.g. agentic_sokoban_cpu)")
     parser.add_argument(
         "--config-path", default=None, help="directory of the config files (default: the repo's examples/config)"
@@ -607,8 +607,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m roll.doctor``."""
-    parser = argparse.ArgumentParser(prog="python -m roll.doctor", description=__doc__.split("\n\n")[0])
+    """Entry point of ``python -m roll.launch.doctor``."""
+    parser = argparse.ArgumentParser(prog="python -m roll.launch.doctor", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -1,6 +1,6 @@
-"""The training epochs of the update (:mod:`roll.pipelines.ppo`): the actor's and the critic's ``ppo_epochs``
+"""The training epochs of the update (:mod:`roll.ppo.trainer`): the actor's and the critic's ``ppo_epochs``
 passes over shuffled mini-batches of their global train batch, with the loss objects of
-:mod:`roll.pipelines.loss_fns`."""
+:mod:`roll.ppo.loss_fns`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import episode_rows, from_episode_frame, several_samples, to_episode_frame
 from roll.distributed.roles import CriticProxy, TrainProxy
-from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask
+from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask
 
 
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:

@@ -20,15 +20,6 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from roll.agentic.async_buffer import Group, GroupBuffer
-from roll.agentic.batching import (
-    BatchedClient,
-    BatchGenerator,
-    BatchingGenerator,
-    Generator,
-    GroupGenerator,
-    RemoteGenerator,
-)
 from roll.agentic.env_manager import ManagerResult, plan_groups
 from roll.agentic.failures import failure_report, print_lines
 from roll.agentic.gateway.manager import env_manager_class
@@ -36,6 +27,9 @@ from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.config.validation import global_train_batch
 from roll.data.trajectory import Trajectory
 from roll.distributed.roles import InferProxy
+from roll.rollout.batcher import DynamicBatcher, RemoteBatcher
+from roll.rollout.buffer import Group, GroupBuffer
+from roll.rollout.client import GenerationBackend, GenerationClient, RoleBackend, generation_client
 
 #: CPUs each env manager actor reserves in Ray mode (its envs or agent harnesses and, for agents, a gateway).
 MANAGER_CPUS = 0.5
@@ -93,19 +87,19 @@ class RolloutScheduler:
         n = manager.num_env_managers
         submit = infer.spec is not None and infer.spec.can("submit")  # per-env requests when the engine takes them
         self.batcher: Any = None
-        inner: BatchGenerator = GroupGenerator(infer)
+        inner: GenerationBackend = RoleBackend(infer)
         if n > 1 and not submit:  # merge the managers' per-turn requests
             if use_ray:
                 import ray
 
-                self.batcher = ray.remote(num_cpus=0, max_concurrency=n + 4)(BatchingGenerator).remote(
+                self.batcher = ray.remote(num_cpus=0, max_concurrency=n + 4)(DynamicBatcher).remote(
                     inner, manager.batch_max_size, manager.batch_max_wait_ms
                 )
-                inner = RemoteGenerator(self.batcher)
+                inner = RemoteBatcher(self.batcher)
             else:
-                self.batcher = BatchingGenerator(inner, manager.batch_max_size, manager.batch_max_wait_ms)
+                self.batcher = DynamicBatcher(inner, manager.batch_max_size, manager.batch_max_wait_ms)
                 inner = self.batcher
-        self.generator: Generator = generation_client(infer, inner)
+        self.generator: GenerationClient = generation_client(infer, inner)
         raise_errors = manager.raise_env_errors
         self.failed: list[Trajectory] = []  # the failed trajectories of the last rollout (for the dumps)
         self._failed_since_take: list[Trajectory] = []  # asynchronous: what the producers' rounds left out
@@ -188,7 +182,7 @@ class RolloutScheduler:
     # ------------------------------------------------------------------ asynchronous (async_generation_ratio >= 1)
     @property
     def units(self) -> list[int]:
-        """Groups each manager plays per round: the producers' admission units (roll.agentic.async_buffer)."""
+        """Groups each manager plays per round: the producers' admission units (roll.rollout.buffer)."""
         return [self.manager.env_groups // len(self.managers)] * len(self.managers)
 
     def produce(self, i: int, round_: int, version: int) -> list[Group]:
@@ -373,95 +367,3 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
         for name, vs in sorted(values.items()):
             metrics[f"{env}/{tag}/{name}"] = sum(vs) / len(vs)
     return metrics
-
-
-# ---------------------------------------------------------------------------- per-request generation (ability "submit")
-class SubmitGenerator:
-    """A :class:`~roll.agentic.batching.Generator` that sends each request on its own to an inference role whose
-    strategy declares the ``submit`` ability (SGLang: its continuous batching batches whatever is in flight).
-
-    Request ``rid`` goes to rank ``crc32(rid before '/') % world_size``, so every turn of one trajectory (``rid`` =
-    ``"{traj_id}/turn{k}"``) lands on the same engine and reuses its prefix cache. The calls go to all ranks involved
-    at once (:class:`~roll.distributed.roles.InferProxy`).
-    """
-
-    def __init__(self, infer: InferProxy, poll_timeout_s: float = 0.2):
-        import threading
-
-        self.infer, self.poll_timeout_s = infer, poll_timeout_s
-        self._lock = threading.Lock()  # local mode: manager threads share this client and one engine
-        self._rank_of: dict[str, int] = {}
-
-    @staticmethod
-    def supported(cfg: AgenticConfig) -> bool:
-        """Whether ``actor_infer``'s strategy declares the ``submit`` ability (in the strategy registry)."""
-        from roll.strategies.registry import strategy_spec
-
-        return strategy_spec(cfg.actor_infer.strategy_args.strategy_name).can("submit")
-
-    def __getstate__(self) -> dict[str, Any]:  # sent to Ray env managers: the lock stays behind
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        import threading
-
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def _rank(self, rid: str) -> int:
-        import zlib
-
-        return zlib.crc32(rid.split("/", 1)[0].encode()) % self.infer.world_size
-
-    def submit(self, requests: list[tuple[str, list[int]]], args: Any, max_new_tokens: int | None = None) -> None:
-        """Queue ``(rid, prompt ids)`` requests (one sample each: agentic turns use ``num_return_sequences=1``)."""
-        by_rank: dict[int, list] = defaultdict(list)
-        for rid, prompt in requests:
-            self._rank_of[rid] = self._rank(rid)
-            by_rank[self._rank_of[rid]].append((rid, prompt))
-        with self._lock:
-            self.infer.submit(dict(by_rank), args, max_new_tokens)
-
-    def poll(self, rids: list[str]) -> dict[str, Any]:
-        """Finished requests among ``rids`` (waits up to ``poll_timeout_s`` for the first on each rank)."""
-        by_rank: dict[int, list[str]] = defaultdict(list)
-        for rid in rids:
-            by_rank[self._rank_of[rid]].append(rid)
-        with self._lock:
-            done = self.infer.poll(dict(by_rank), self.poll_timeout_s)
-        for rid in done:
-            self._rank_of.pop(rid, None)
-        return done
-
-    def abort(self, rids: list[str]) -> None:
-        """Abort requests still in flight."""
-        by_rank: dict[int, list[str]] = defaultdict(list)
-        for rid in rids:
-            if rid in self._rank_of:
-                by_rank[self._rank_of.pop(rid)].append(rid)
-        with self._lock:
-            self.infer.abort(dict(by_rank))
-
-    def generate(self, prompts: list[list[int]], args: Any, max_new_tokens: int | None = None) -> list[Any]:
-        """Batch form: every prompt as its own request, results in prompt order."""
-        import os
-        import time
-
-        base = f"batch-{os.getpid()}-{time.monotonic_ns()}"  # unique among this engine's requests
-        rids = [f"{base}-{i}" for i in range(len(prompts))]
-        self.submit(list(zip(rids, prompts)), args, max_new_tokens)
-        done: dict[str, Any] = {}
-        while len(done) < len(rids):
-            done.update(self.poll([r for r in rids if r not in done]))
-        return [done[r] for r in rids]
-
-    def leave(self) -> None:
-        """Nothing to do: requests go straight through."""
-
-
-def generation_client(infer: InferProxy, batch_generator: BatchGenerator | None = None) -> Generator:
-    """The :class:`~roll.agentic.batching.Generator` of ``actor_infer``: per-request when its strategy declares
-    ``submit``, else batched (through ``batch_generator``, default the role itself)."""
-    if infer.spec is not None and infer.spec.can("submit"):
-        return SubmitGenerator(infer)
-    return BatchedClient(batch_generator or GroupGenerator(infer))

@@ -2,7 +2,7 @@
 
 The question "is this backend actually training my model?" has a measured answer: :func:`probe_actor` runs what a
 pipeline step does to ``actor_train`` (an offload / reload cycle as between colocated phases, then ``train_step``
-with :class:`~roll.pipelines.loss_fns.PPOActorLoss` built from the config's PPO keys) on a batch whose advantages
+with :class:`~roll.ppo.loss_fns.PPOActorLoss` built from the config's PPO keys) on a batch whose advantages
 are non-zero, and reports
 
 - ``grad_norm``: the pre-clip gradient norm the backend logged (0 for a backend whose gradients never arrive);
@@ -24,7 +24,7 @@ import torch
 
 from roll.algorithms.losses import ActorLossConfig
 from roll.data.batch import Batch
-from roll.pipelines.loss_fns import CriticValueLoss, PPOActorLoss
+from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Preflight: the checks of a loaded config that need more than the config itself, run once at launch before any
-worker starts (:func:`roll.pipelines.launch.run_pipeline`), with the same one-line :class:`ConfigError` (exit code
+worker starts (:func:`roll.launch.command.run_pipeline`), with the same one-line :class:`ConfigError` (exit code
 2) as the pure rules of :mod:`roll.config.validation`.
 
 What each check asks:

@@ -1,0 +1,1 @@
+"""The shared rollout machinery: generation clients, the dynamic batcher, the asynchronous group buffer."""
