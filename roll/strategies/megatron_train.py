@@ -36,9 +36,8 @@ from roll.strategies.base import (
     TrainStrategy,
 )
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
-from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at
-from roll.weights.buckets import BucketMeta, NamedTensors, iter_buckets, plan_bucket_metas
+from roll.weights.buckets import NamedTensors, iter_buckets
 
 
 def init_megatron(opts, seed: int) -> None:
@@ -101,6 +100,7 @@ class MegatronModel(Strategy):
     of every megatron role (``value_head``: the critic's ``hidden -> 1`` head in place of the LM head)."""
 
     value_head = False
+    options: MegatronOptions
 
     def initialize(self, ctx: StrategyContext) -> None:
         from megatron.core import parallel_state as mpu
@@ -110,12 +110,13 @@ class MegatronModel(Strategy):
 
         margs = self.config.model_args
         key = "strategy_args.strategy_config"  # parsed (and errors named by role) at launch
-        self.opts = strategy_options(self.config, key, MegatronOptions)
-        check_megatron_options(self.opts, key, self.world_size, margs.dtype, read_hf_config(margs.model_name_or_path))
-        init_megatron(self.opts, ctx.seed)
+        check_megatron_options(
+            self.options, key, self.world_size, margs.dtype, read_hf_config(margs.model_name_or_path)
+        )
+        init_megatron(self.options, ctx.seed)
         self.hf = build.load_hf_config(margs.model_name_or_path, margs.trust_remote_code)
-        self.chunks = build.build_chunks(self.hf, self.opts, margs.dtype, value_head=self.value_head)
-        self.tp_rank, self.tp_size = mpu.get_tensor_model_parallel_rank(), self.opts.tensor_model_parallel_size
+        self.chunks = build.build_chunks(self.hf, self.options, margs.dtype, value_head=self.value_head)
+        self.tp_rank, self.tp_size = mpu.get_tensor_model_parallel_rank(), self.options.tensor_model_parallel_size
         weights.load_checkpoint(self.chunks, margs.model_name_or_path, self.hf, self.tp_rank, self.tp_size)
         self.device = next(self.chunks[0].parameters()).device
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
@@ -192,7 +193,7 @@ class MegatronModel(Strategy):
         )
 
     def _padded(self, batch: Batch) -> Batch:
-        return pad_width(batch, self.tp_size if self.opts.sequence_parallel else 1)
+        return pad_width(batch, self.tp_size if self.options.sequence_parallel else 1)
 
     @torch.no_grad()
     def _forward_only(self, batch: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -211,10 +212,6 @@ class MegatronModel(Strategy):
         """Full HF-named weights on CPU at rank 0 (every rank must call: TP/PP gathers are collective)."""
         out = [(n, t.to("cpu", copy=True)) for n, t in self.exporter]
         return out if self.rank == 0 else []
-
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """Buckets of the full HF weights (names, dtypes, full shapes), the same on every rank."""
-        return plan_bucket_metas(self.exporter.specs(), bucket_bytes)
 
     def weight_buckets(self, bucket_bytes: int) -> Iterator[NamedTensors]:
         """The full HF weights on this worker's device, bucket by bucket (every rank must iterate)."""
@@ -267,17 +264,17 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
                 bf16=bf16,
                 params_dtype=torch.bfloat16 if bf16 else torch.float32,
                 clip_grad=ctx.max_grad_norm,
-                use_distributed_optimizer=self.opts.use_distributed_optimizer,
+                use_distributed_optimizer=self.options.use_distributed_optimizer,
             ),
             self.model,
         )
         config = self.chunks[0].config
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
-        if self.opts.overlap_grad_reduce:
+        if self.options.overlap_grad_reduce:
             syncs = [m.no_sync for m in self.model]
             config.no_sync_func = syncs[0] if len(syncs) == 1 else syncs
-        if self.opts.overlap_param_gather:
+        if self.options.overlap_param_gather:
             params = [m.start_param_sync for m in self.model]
             config.param_sync_func = params[0] if len(params) == 1 else params
         self.total_steps = targs.max_steps or ctx.total_steps
@@ -289,9 +286,9 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
 
         ddp = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
-            overlap_grad_reduce=self.opts.overlap_grad_reduce,
-            use_distributed_optimizer=self.opts.use_distributed_optimizer,
-            overlap_param_gather=self.opts.overlap_param_gather,
+            overlap_grad_reduce=self.options.overlap_grad_reduce,
+            use_distributed_optimizer=self.options.use_distributed_optimizer,
+            overlap_param_gather=self.options.overlap_param_gather,
         )
         return [
             DistributedDataParallel(chunk.config, ddp, module, disable_bucketing=i > 0)
