@@ -25,7 +25,7 @@ from roll.config.megatron import MegatronOptions, check_megatron_options
 from roll.data.batch import Batch
 from roll.models.loading import load_tokenizer
 from roll.models.mcore.vocab_parallel import vocab_parallel_log_probs
-from roll.strategies.accumulation import merge_metrics, optimizer_steps
+from roll.strategies.accumulation import ScheduledSteps, merge_metrics
 from roll.strategies.base import (
     CriticStrategy,
     LossFn,
@@ -36,7 +36,6 @@ from roll.strategies.base import (
     TrainStrategy,
 )
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
-from roll.strategies.schedule import lr_at
 from roll.weights.buckets import NamedTensors, iter_buckets
 
 
@@ -243,10 +242,8 @@ class MegatronInferStrategy(MegatronLogProbs, MegatronModel, ScoringStrategy):
     """``megatron_infer``: a megatron-core model without optimizer that scores sequences (the reference)."""
 
 
-class MegatronTrainer(MegatronModel, TrainingStrategy):
+class MegatronTrainer(MegatronModel, ScheduledSteps, TrainingStrategy):
     """A megatron-core model trained with megatron-core's DDP, optimizer and schedules (both training roles)."""
-
-    metric_prefix = "actor"
 
     def initialize(self, ctx: StrategyContext) -> None:
         super().initialize(ctx)
@@ -304,9 +301,9 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
         return_log_probs: bool = False,
     ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples
-        (:func:`~roll.strategies.accumulation.optimizer_steps`, the loop the torch backends share), each through
-        megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch weighted by its
-        share of the loss's unit, summed over the data-parallel replicas)."""
+        (:meth:`~roll.strategies.accumulation.ScheduledSteps.run_steps`, the loop every training backend shares),
+        each through megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch
+        weighted by its share of the loss's unit, summed over the data-parallel replicas)."""
         for m in self.model:
             m.train()
         width = batch["input_ids"].shape[1] - 1
@@ -334,13 +331,7 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
             metrics[f"{self.metric_prefix}/grad_norm"] = float(grad_norm or 0.0)
             return metrics, kept
 
-        return optimizer_steps(self, batch, lr, return_log_probs, self.config.strategy_args.strategy_name, one_step)
-
-    def _scheduled_lr(self) -> float:
-        targs = self.config.training_args
-        return lr_at(
-            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
-        )
+        return self.run_steps(batch, lr, return_log_probs, self.config.strategy_args.strategy_name, one_step)
 
     def _weighted(self, batch: Batch, loss_fn: LossFn, keep: bool) -> list[Batch]:
         """Micro-batches of ``per_device_train_batch_size`` carrying their accumulation weight
