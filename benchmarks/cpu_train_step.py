@@ -34,7 +34,7 @@ def build(name: str, model_dir: str):
     """A world-size-1 training strategy configured as sokoban_tiny's actor_train."""
     from roll.config.worker import WorkerConfig
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
     strategy_name, options = STRATEGIES[name]
     cfg = WorkerConfig()
@@ -45,7 +45,7 @@ def build(name: str, model_dir: str):
     cfg.training_args.per_device_train_batch_size = 8
     cfg.training_args.gradient_accumulation_steps = 2
     cfg.infer_batch_size = 32
-    strategy = get_strategy_class(strategy_name, "actor_train")(cfg)
+    strategy = build_strategy(cfg, "actor_train")
     strategy.initialize(StrategyContext(seed=0, max_grad_norm=1.0, total_steps=100))
     return strategy
 

@@ -76,13 +76,13 @@ def run_variant(args: argparse.Namespace, overrides: list[str]) -> dict:
     from roll.ppo.epochs import actor_loss_config
     from roll.ppo.loss_fns import PPOActorLoss
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
     schema = RLVRConfig if "rlvr" in args.config_name else None
     model = [f"pretrain={args.model}", f"actor_train.model_args.model_name_or_path={args.model}"]
     cfg = load_config(args.config_name, args.config_path, [*model, *overrides], schema=schema)
     worker = cfg.actor_train
-    strategy = get_strategy_class(worker.strategy_args.strategy_name, "actor_train")(worker)
+    strategy = build_strategy(worker, "actor_train")
     strategy.initialize(StrategyContext(seed=0, max_grad_norm=cfg.max_grad_norm, total_steps=100))
     targs = worker.training_args
     per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps

@@ -45,6 +45,15 @@ def instrument(log: CallLog) -> None:
     from roll.pipelines.rlvr_pipeline import RLVRPipeline
     from roll.rewards.workers import RewardWorkerPool
 
+    def label(args) -> str:
+        """``role.method``; a weight call (a worker's ``weights_out`` / ``weights_in`` entry point) adds the endpoint
+        method it runs: ``actor_train.weights_out:gather``."""
+        group, method = args[0], method_name(args[1])
+        if method not in ("weights_out", "weights_in"):
+            return f"{group.role}.{method}"
+        endpoint = args[2][0][0] if isinstance(args[2], list) else args[2]  # call_each: per-rank argument tuples
+        return f"{group.role}.{method}:{endpoint.__name__}"
+
     def timed(fn, name_of):
         def wrapper(*args, **kwargs):
             start = time.time()
@@ -59,7 +68,7 @@ def instrument(log: CallLog) -> None:
         setattr(
             RayWorkerGroup,
             name,
-            timed(getattr(RayWorkerGroup, name), lambda a, n=name: f"{a[0].role}.{method_name(a[1])}"),
+            timed(getattr(RayWorkerGroup, name), label),
         )
     RewardWorkerPool.compute = timed(RewardWorkerPool.compute, lambda a: "rewards.compute")
     ray.put = timed(ray.put, lambda a: "driver.ray_put")
@@ -110,7 +119,7 @@ def summarize(log: CallLog, tasks: list[dict], skip: int) -> dict:
     for c in log.calls:
         if c["step"] <= skip:
             continue
-        short = c["method"].split(".")[-1]
+        short = c["method"].split(".")[-1].split(":")[0]  # the actor method, as Ray's timeline names it
         inside = [
             t for t in tasks if t["name"] == short and t["start"] >= c["start"] - 0.01 and t["end"] <= c["end"] + 0.01
         ]
@@ -160,7 +169,8 @@ def sync_ab(model_dir: str, repeats: int) -> dict:
     from roll.distributed.roles import ActorProxy, InferProxy
     from roll.distributed.worker import Worker
     from roll.strategies.base import StrategyContext
-    from roll.weights.sync import SHARED_DIR, WeightSync, copy_weights
+    from roll.weights.shared_memory import SHARED_DIR
+    from roll.weights.sync import WeightSync, copy_weights
 
     def config(strategy: str) -> WorkerConfig:
         cfg = WorkerConfig()
@@ -176,12 +186,12 @@ def sync_ab(model_dir: str, repeats: int) -> dict:
     infer.initialize(StrategyContext(seed=0))
 
     def via_driver() -> None:
-        infer.load_weights(ray.put(train.named_weights()))
+        infer.weights_in.load(ray.put(train.weights_out.gather()))
 
-    shared = WeightSync(train, infer, "copy", shared_dir=SHARED_DIR)
+    shared = WeightSync(train.weights_out, infer.weights_in, "copy", shared_dir=SHARED_DIR)
     ways = {
         "via_driver": via_driver,
-        "ref": lambda: copy_weights(train, infer),
+        "ref": lambda: copy_weights(train.weights_out, infer.weights_in),
         "shared_memory": shared,
         "ping": lambda: train.group.call(Worker.ping),
     }

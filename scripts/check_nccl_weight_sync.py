@@ -77,6 +77,7 @@ def main(model_path: str, out_dir: Path) -> int:
     import sglang
     from transformers import AutoModelForCausalLM
 
+    from roll.config.strategies import SGLangOptions
     from roll.distributed.group import free_port
     from roll.strategies.sglang import engine_kwargs
     from roll.weights.buckets import plan_bucket_metas
@@ -84,7 +85,7 @@ def main(model_path: str, out_dir: Path) -> int:
     result: dict = {"nccl": torch.cuda.nccl.version(), "gpus": [torch.cuda.get_device_name(i) for i in range(2)]}
     start = time.perf_counter()
     engine = sglang.Engine(
-        **engine_kwargs(model_path, "bf16", {"engine_args": {"base_gpu_id": 1}, "mem_fraction_static": 0.4}, 0)
+        **engine_kwargs(model_path, "bf16", SGLangOptions(engine_args={"base_gpu_id": 1}, mem_fraction_static=0.4), 0)
     )
     result["engine_start_s"] = time.perf_counter() - start
     torch.cuda.set_device(0)

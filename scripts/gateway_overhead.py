@@ -31,6 +31,7 @@ def main() -> None:
     from roll.rollout.client import BatchClient
     from roll.strategies.base import StrategyContext
     from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.registry import strategy_options
     from tests.agentic.gateway_harness import TOOLS, first_messages
     from tests.agentic.gateway_parts import TOOLS_TEMPLATE, StrategyBatches, model_dir_with_template
 
@@ -45,7 +46,7 @@ def main() -> None:
     config = WorkerConfig()
     config.model_args.model_name_or_path = model
     config.strategy_args.strategy_name = "hf_infer"
-    strategy = HFInferStrategy(config, 0, 1)
+    strategy = HFInferStrategy(config, 0, 1, options=strategy_options(config))
     strategy.initialize(StrategyContext(seed=0))
     gateway = Gateway(load_tokenizer(model), GeneratingArgs(max_new_tokens=args.max_tokens), 2048)
     gateway.start()

@@ -103,7 +103,7 @@ def _probe_rank(rank: int, work: str, backend: str, options: dict, lr: float) ->
 
     from roll.ppo.learning_probe import probe_actor
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
     worker, loss_cfg = pickle.loads(Path(work, "worker.pkl").read_bytes())
     worker.model_args.model_name_or_path = str(Path(work, "actor"))
@@ -112,7 +112,7 @@ def _probe_rank(rank: int, work: str, backend: str, options: dict, lr: float) ->
     batch = torch.load(Path(work, "batch.pt"), weights_only=False)
     targs = worker.training_args
     targs.gradient_accumulation_steps = len(batch) // targs.per_device_train_batch_size  # the batch: one step
-    s = get_strategy_class(backend, "actor_train")(worker, rank, int(os.environ["WORLD_SIZE"]))
+    s = build_strategy(worker, "actor_train", rank, int(os.environ["WORLD_SIZE"]))
     s.initialize(StrategyContext(seed=1, max_grad_norm=1.0, total_steps=1))
     result = probe_actor(s, batch, loss_cfg)
     if rank:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import subprocess
 import sys
@@ -279,7 +280,7 @@ def test_needs_come_from_the_registries(monkeypatch):
     import tests.extensions.user_plugins  # noqa: F401  (registers its tracker and backend before the patch)
     from roll.strategies import registry
 
-    monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
+    monkeypatch.setattr(registry, "STRATEGIES", copy.deepcopy(registry.STRATEGIES))  # the test's entries vanish
     registry.register_strategy(
         "user_gpu_infer",
         "user_mod:Engine",

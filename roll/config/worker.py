@@ -120,8 +120,9 @@ class StrategyArgs:
         "and shorthands, hf_infer or SGLang keys; see 'Strategy options' below).",
     )
 
-    #: ``strategy_config`` parsed into the strategy's typed options class, set once by the launch's preflight
-    #: (:func:`roll.strategies.registry.strategy_options` reads it); not a config key.
+    #: ``strategy_config`` parsed into the strategy's typed options class, with the name and mapping it came from:
+    #: set once by :func:`roll.strategies.registry.strategy_options` (the launch's preflight asks first) and read by
+    #: every later asker, the worker that hands it to its strategy included; not a config key.
     options: ClassVar[Any] = None
 
 

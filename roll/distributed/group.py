@@ -27,7 +27,7 @@ from typing import Any
 
 from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
-from roll.distributed.network import free_port
+from roll.network import free_port
 
 #: A worker method: the function (``Worker.train_step``) or its name.
 Method = str | Callable[..., Any]

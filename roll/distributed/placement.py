@@ -13,7 +13,8 @@ CPU runs (empty mappings): ``world_size`` workers per role, one placement group 
 ``{"CPU": num_cpus_per_worker}`` bundle per worker.
 
 Weight sync follows placement (:func:`weight_sync_mode`): disaggregated actor_train / actor_infer (disjoint GPUs,
-Ray) broadcast over NCCL, everything else copies through the driver.
+Ray) broadcast over NCCL, colocated ones share buckets by CUDA IPC (:func:`ipc_routes`: which trainer rank serves
+each engine GPU), everything else copies.
 
 Every request is checked against the cluster's resources before any actor exists, and placement groups are awaited
 with a timeout, so an unsatisfiable config fails fast with a message that names what is missing.
@@ -301,6 +302,15 @@ def weight_sync_mode(
     if distributed == "local":
         return "direct", "distributed=local: trainer and receiver share this process"
     return "copy", f"no zero-copy path: {ipc}; and no NCCL broadcast: {nccl}"
+
+
+def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> list[list[int]]:
+    """For each actor_infer worker, the actor_train rank on each of its GPUs (in the worker's GPU order), what a
+    ``cuda_ipc`` sync hands each engine; empty on CPU. Trainer rank r runs on ``actor_train.device_mapping[r]``."""
+    train, infer = list(mappings.get("actor_train") or []), list(mappings.get("actor_infer") or [])
+    rank_of = {gpu: rank for rank, gpu in enumerate(train)}
+    k = max(1, gpus_per_infer_worker)
+    return [[rank_of.get(g, 0) for g in infer[i : i + k]] for i in range(0, len(infer), k)]
 
 
 def role_mappings(cfg: Any) -> dict[str, list[int]]:

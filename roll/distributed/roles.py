@@ -7,6 +7,10 @@ A proxy wraps the role's :class:`~roll.distributed.group.WorkerGroup` and says h
 rank 0). :meth:`Roles.of` builds the proxies once at start and checks there, against the strategy registry, that
 each role's strategy serves it; what a strategy can do beyond its role (``submit``, ``weight_group``,
 ``ipc_weights``) is read from its registry entry (:attr:`RoleProxy.spec`), never discovered at call time.
+
+Weights have one face per direction (:mod:`roll.distributed.weight_faces`): every role takes weights in
+(:attr:`RoleProxy.weights_in`), a training role also sends them (:attr:`TrainProxy.weights_out`); the weight sync
+(:mod:`roll.weights.sync`) drives the two.
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ import torch
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.distributed.group import WorkerGroup
+from roll.distributed.weight_faces import WeightsIn, WeightsOut
 from roll.distributed.worker import Worker
 from roll.strategies.base import GenerationOutput, LossFn, StrategyContext
 from roll.strategies.registry import StrategySpec, strategy_spec
 
 
 class RoleProxy:
-    """Calls every role answers: start, memory, phases, checkpoints, weights in."""
+    """Calls every role answers: start, memory, RNG states, and weights in (:attr:`weights_in`)."""
 
     def __init__(self, group: WorkerGroup, spec: StrategySpec | None = None):
         self.group, self.spec = group, spec
+        self.weights_in = WeightsIn(group)  # weights into every worker of the role (the sync's receiver)
         self._no_cuda = False  # rank 0 answered memory_stats with {}: it has no CUDA, and never will
 
     @property
@@ -47,14 +53,6 @@ class RoleProxy:
         stats = self.group.call_rank0(Worker.memory_stats)
         self._no_cuda = not stats
         return stats
-
-    def load_weights(self, named_tensors: Any) -> list[float]:
-        """Every rank loads ``(name, tensor)`` pairs (a list, or a Ray object ref of one); seconds per rank."""
-        return self.group.call(Worker.load_weights, named_tensors)
-
-    def load_shared_weights(self, path: str, layout: list) -> list[float]:
-        """Every rank loads the weights written to the shared-memory file ``path``; seconds per rank."""
-        return self.group.call(Worker.load_shared_weights, path, layout)
 
     def rng_states(self) -> list[dict[str, Any]]:
         """Every rank's RNG states, in rank order."""
@@ -74,7 +72,11 @@ class ScorerProxy(RoleProxy):
 
 
 class TrainProxy(RoleProxy):
-    """A training role: optimizer steps, checkpoints, export."""
+    """A training role: optimizer steps, checkpoints, export, and weights out (:attr:`weights_out`)."""
+
+    def __init__(self, group: WorkerGroup, spec: StrategySpec | None = None):
+        super().__init__(group, spec)
+        self.weights_out = WeightsOut(group)  # the role's weights going out (the sync's sender)
 
     def train_step(
         self,
@@ -111,51 +113,6 @@ class TrainProxy(RoleProxy):
     def load_checkpoint(self, path: str) -> None:
         """Every rank restores what :meth:`save_checkpoint` wrote."""
         self.group.call(Worker.load_checkpoint, path)
-
-    # ------------------------------------------------------------------ weights out (roll.weights.sync)
-    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """The full weights as CPU tensors: every rank takes part in gathering, rank 0's list is returned."""
-        return self.group.call(Worker.named_weights)[0]
-
-    def write_shared_weights(self, path: str) -> list:
-        """Every rank takes part in gathering; rank 0 writes the weights into the new shared-memory file ``path``;
-        their layout."""
-        return self.group.call(Worker.write_shared_weights, path)[0]
-
-    def start_named_weights(self) -> list[Any]:
-        """:meth:`named_weights` started on every rank without waiting; handles in rank order, for :meth:`wait`. On
-        Ray, rank 0's handle is an object ref that another role's call can take as its argument: the weights then
-        go from worker to worker through the object store, never through the driver."""
-        return self.group.call_async(Worker.named_weights)
-
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
-        """The trainer's bucket plan (``BucketMeta`` dicts), the same on every rank: asked of rank 0."""
-        return self.group.call_rank0(Worker.weight_bucket_metas, bucket_bytes)
-
-    def device_weight_buckets(self, bucket_bytes: int) -> Any:
-        """Rank 0's generator of device buckets (``direct`` sync: in-process only)."""
-        return self.group.call_rank0(Worker.weight_buckets, bucket_bytes)
-
-    def share_weight_bucket(self, bucket_bytes: int) -> list[bytes | None]:
-        """Every rank's CUDA IPC payload of the next bucket (None after the last), in rank order."""
-        return self.group.call(Worker.share_weight_bucket, bucket_bytes)
-
-    def weight_group_endpoint(self) -> tuple[str, int]:
-        """``(node IP, free port)`` on rank 0's node, where it hosts a weight group."""
-        return self.group.call_rank0(Worker.weight_group_endpoint)
-
-    def host_weight_group(self, host: str, port: int, world_size: int, group_name: str, backend: str) -> list[Any]:
-        """Start joining weight group ``group_name`` as its sender (rank 0 hosts it); handles to :meth:`wait` on."""
-        return self.group.call_async(Worker.init_weight_group, host, port, 0, world_size, group_name, backend)
-
-    def broadcast_weights(self, bucket_bytes: int, group_name: str) -> list[Any]:
-        """Start broadcasting every bucket in ``group_name`` (every rank joins the gathers); handles whose first
-        result is rank 0's ``seconds`` / ``buckets`` / ``bytes``."""
-        return self.group.call_async(Worker.broadcast_weights, bucket_bytes, group_name)
-
-    def wait(self, handles: list[Any]) -> list[Any]:
-        """Results of started calls (of any role), failing fast when one raises."""
-        return self.group.wait(handles)
 
 
 class ActorProxy(TrainProxy, ScorerProxy):
@@ -204,29 +161,6 @@ class InferProxy(RoleProxy):
     def set_policy_version(self, version: int) -> None:
         """Every worker labels the outputs it starts from now on with ``version`` (after a weight sync)."""
         self.group.call(Worker.set_policy_version, version)
-
-    # ------------------------------------------------------------------ weights in (roll.weights.sync)
-    def load_weight_bucket(self, per_worker: list[tuple[list[bytes], bool]]) -> list[float]:
-        """Worker ``i`` loads the shared bucket ``per_worker[i]`` (its payloads, whether it is the last); seconds
-        per worker (ability ``ipc_weights``)."""
-        return self.group.call_each(Worker.load_weight_bucket, per_worker)
-
-    def join_weight_group(
-        self, host: str, port: int, ranks_per_worker: int, world_size: int, group_name: str, backend: str
-    ) -> list[Any]:
-        """Start every worker joining weight group ``group_name`` at ranks ``1 + r * ranks_per_worker ..``
-        (ability ``weight_group``); handles to wait on together with the sender's."""
-        return self.group.call_each_async(
-            Worker.init_weight_group,
-            {
-                r: (host, port, 1 + r * ranks_per_worker, world_size, group_name, backend)
-                for r in range(self.world_size)
-            },
-        )
-
-    def receive_weights(self, metas: list[dict[str, list]], group_name: str) -> list[Any]:
-        """Start every worker receiving the buckets ``metas`` describes (ability ``weight_group``); handles."""
-        return self.group.call_async(Worker.update_weights_distributed, metas, group_name)
 
     def _each(self, method: Any, per_rank_args: dict[int, tuple]) -> dict[int, Any]:
         if not per_rank_args:

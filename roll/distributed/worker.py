@@ -2,27 +2,35 @@
 
 What the strategy must implement is its registry entry's contract (:mod:`roll.strategies.registry`): the base
 class of its role and the Protocols of its declared abilities, checked when the class is resolved. The forwarders
-below call the strategy's declared methods directly; an ability is read from the entry, never probed.
+below call the strategy's declared methods directly; an ability is read from the entry, never probed. The strategy
+gets its typed options (:func:`roll.strategies.registry.strategy_options`, parsed once per run) at construction.
+
+Weights go through two endpoints the worker holds (:mod:`roll.weights`): a
+:class:`~roll.weights.receiver.WeightReceiver` on every worker and a :class:`~roll.weights.sender.WeightSender` on a
+training role's; :meth:`Worker.weights_in` and :meth:`Worker.weights_out` run one of their methods, named by
+reference (``WeightSender.share_bucket``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
-from roll.distributed.network import free_port, node_ip
 from roll.distributed.placement import LOCAL_GPUS, visible_devices
-from roll.strategies.base import GenerationOutput, StrategyContext
-from roll.strategies.registry import get_strategy_class, strategy_spec
-from roll.weights.buckets import tensor_nbytes
-from roll.weights.group import WeightGroup
+from roll.network import node_ip
+from roll.strategies.base import GenerationOutput, StrategyContext, TrainingStrategy
+from roll.strategies.registry import build_strategy, strategy_spec
+from roll.weights.receiver import WeightReceiver
+from roll.weights.sender import WeightSender
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Worker:
@@ -57,11 +65,9 @@ class Worker:
         self.role, self.rank, self.world_size = role, rank, world_size
         name = config.strategy_args.strategy_name
         self.spec = strategy_spec(name)
-        self.strategy = get_strategy_class(name, role)(config, rank, world_size)  # contract checked there
-        self.weight_groups: dict[str, WeightGroup] = {}  # sender side of weight groups (train rank 0)
-        # generation and weight loading take turns (in local mode they come from different threads): a weight
-        # update waits for the generate call in progress, so it lands between turns and discards no token
-        self._turns = threading.Lock()
+        self.strategy = build_strategy(config, role, rank, world_size)  # contract checked, the launch's options
+        self.receiver = WeightReceiver(self.strategy, self.spec.abilities, f"{role}: strategy {name!r}")
+        self.sender = WeightSender(self.strategy, rank, role) if isinstance(self.strategy, TrainingStrategy) else None
         self.policy_version = 0  # the driver's count of weight syncs (roll.rollout.buffer), set after each
         self._request_versions: dict[str, int] = {}  # submitted request -> the version it started under
 
@@ -74,7 +80,7 @@ class Worker:
     def generate(
         self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
     ) -> list[GenerationOutput]:
-        with self._turns:
+        with self.receiver.turns:  # a weight load waits for this call, and this call for a load in progress
             version = self.policy_version
             outputs = self.strategy.generate(prompts, args, max_new_tokens)
         for out in outputs:
@@ -84,7 +90,7 @@ class Worker:
     def set_policy_version(self, version: int) -> None:
         """The driver's weight-sync count, after a sync: outputs started from now on carry it. A label is never
         newer than the weights that made the tokens (set after the weights are in)."""
-        with self._turns:
+        with self.receiver.turns:
             self.policy_version = version
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
@@ -125,59 +131,20 @@ class Worker:
         key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
         return prof.key_averages().table(sort_by=key, row_limit=rows)
 
-    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
-        return list(self.strategy.named_weights())
+    # ------------------------------------------------------------------ weights (the two endpoints' entry points)
+    def weights_out(self, method: Callable[Concatenate[WeightSender, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``method``, a :class:`~roll.weights.sender.WeightSender` method given by reference
+        (``WeightSender.share_bucket``), on this worker's sender (a training strategy's), with ``args``."""
+        if self.sender is None:
+            raise TypeError(
+                f"{self.role}: strategy {self.spec.name!r} sends no weights (only a training strategy does)"
+            )
+        return _bound(self.sender, WeightSender, method)(*args, **kwargs)
 
-    def load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> float:
-        start = time.perf_counter()
-        with self._turns:
-            self.strategy.load_weights(named_tensors)
-        return time.perf_counter() - start
-
-    # ------------------------------------------------------------------ copy through shared memory (one machine)
-    def write_shared_weights(self, path: str) -> list | None:
-        """Every rank takes part in gathering; rank 0 writes the weights into the new file ``path`` and returns
-        their layout (:func:`roll.weights.shared_memory.write_shared`), the others None."""
-        from roll.weights.shared_memory import write_shared
-
-        weights = list(self.strategy.named_weights())
-        return write_shared(path, weights) if weights else None
-
-    def load_shared_weights(self, path: str, layout: list) -> float:
-        """Load the weights another worker wrote to ``path``; returns seconds."""
-        from roll.weights.shared_memory import read_shared
-
-        return self.load_weights(read_shared(path, layout))
-
-    # ------------------------------------------------------------------ zero-copy sync (CUDA IPC, colocated)
-    def share_weight_bucket(self, bucket_bytes: int) -> bytes | None:
-        """The CUDA IPC payload of the next weight bucket (:mod:`roll.weights.ipc`), or None after the
-        last. Every rank of the role calls in step (ZeRO-3 gathers each bucket collectively); each shares its own
-        GPU's copy and keeps it alive until its next call."""
-        from roll.weights.ipc import share_bucket
-
-        if getattr(self, "_ipc_buckets", None) is None:
-            self._ipc_buckets = iter(self.strategy.weight_buckets(bucket_bytes))
-        self._ipc_buffer = None  # the previous bucket's receivers are done
-        bucket = next(self._ipc_buckets, None)
-        if bucket is None:
-            self._ipc_buckets = None
-            return None
-        payload, self._ipc_buffer = share_bucket(bucket)
-        return payload
-
-    def weight_buckets(self, bucket_bytes: int):
-        """The strategy's generator of device weight buckets (``direct`` sync, in-process only: under Ray a
-        generator does not cross processes)."""
-        return self.strategy.weight_buckets(bucket_bytes)
-
-    def load_weight_bucket(self, payloads: list[bytes], flush: bool) -> float:
-        """Load one shared bucket (one payload per GPU of this worker, in its GPU order); returns seconds."""
-        self._needs("ipc_weights", "load CUDA IPC weight buckets")
-        start = time.perf_counter()
-        with self._turns:
-            self.strategy.load_weight_bucket(payloads, flush)
-        return time.perf_counter() - start
+    def weights_in(self, method: Callable[Concatenate[WeightReceiver, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``method``, a :class:`~roll.weights.receiver.WeightReceiver` method given by reference
+        (``WeightReceiver.load``), on this worker's receiver, with ``args``."""
+        return _bound(self.receiver, WeightReceiver, method)(*args, **kwargs)
 
     def _needs(self, ability: str, purpose: str) -> None:
         """A TypeError naming the strategy when its registry entry does not declare ``ability``."""
@@ -211,63 +178,6 @@ class Worker:
         for rid in aborted:
             self._request_versions.pop(rid, None)
         return aborted
-
-    # ------------------------------------------------------------------ weight groups (disaggregated sync)
-    def weight_group_endpoint(self) -> tuple[str, int]:
-        """``(node IP, free port)`` on this worker's node, for a weight group this worker hosts (rank 0)."""
-        host = node_ip()
-        return host, free_port(host)
-
-    def init_weight_group(
-        self,
-        master_address: str,
-        master_port: int,
-        rank_offset: int,
-        world_size: int,
-        group_name: str,
-        backend: str = "nccl",
-    ) -> None:
-        """Join weight group ``group_name``. A receiving strategy (sglang) joins through its engine at
-        ``rank_offset``; a training strategy's rank 0 is the sender (``rank_offset`` 0) and hosts the store, its
-        other ranks take no part. Blocks until all ``world_size`` members joined: start the members together."""
-        if self.spec.can("weight_group"):
-            self.strategy.init_weight_group(master_address, master_port, rank_offset, world_size, group_name, backend)
-            return
-        if self.role != "actor_train":
-            raise TypeError(
-                f"{self.role}: strategy {self.spec.name!r} can neither send weights by broadcast (only "
-                f"actor_train does) nor receive them (no 'weight_group' ability)"
-            )
-        if self.rank == 0:
-            if group_name in self.weight_groups:
-                raise RuntimeError(f"{self.role}: weight group {group_name!r} is already set up")
-            self.weight_groups[group_name] = WeightGroup(
-                master_address, master_port, rank_offset, world_size, group_name, backend
-            )
-
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[dict[str, list]]:
-        """The sender's bucket plan (``BucketMeta`` as dicts): what receivers allocate, in broadcast order."""
-        return [m.to_dict() for m in self.strategy.weight_bucket_metas(bucket_bytes)]
-
-    def broadcast_weights(self, bucket_bytes: int, group_name: str) -> dict[str, float]:
-        """Rank 0 broadcasts every bucket of :meth:`weight_bucket_metas` in ``group_name``; every rank must call
-        (ZeRO-3 gathers each bucket collectively). Returns ``seconds``, ``buckets`` and ``bytes`` sent."""
-        start, buckets, nbytes = time.perf_counter(), 0, 0
-        group = self.weight_groups.get(group_name)
-        if self.rank == 0 and group is None:
-            raise RuntimeError(f"{self.role}: no weight group {group_name!r}; call init_weight_group first")
-        for bucket in self.strategy.weight_buckets(bucket_bytes):
-            if group is not None:
-                group.send_bucket(bucket)
-            buckets += 1
-            nbytes += sum(tensor_nbytes(t) for _, t in bucket)
-        return {"seconds": time.perf_counter() - start, "buckets": float(buckets), "bytes": float(nbytes)}
-
-    def update_weights_distributed(self, metas: list[dict[str, list]], group_name: str) -> float:
-        """Receive the buckets ``metas`` describes from the group's rank 0; returns seconds."""
-        self._needs("weight_group", "receive weights by broadcast")
-        with self._turns:
-            return self.strategy.update_weights_distributed(metas, group_name)
 
     def save_pretrained(self, path: str) -> None:
         self.strategy.save_pretrained(path)
@@ -316,6 +226,14 @@ class Worker:
         node = ray.get_runtime_context().get_node_id()[:8] if ray.is_initialized() else "local"
         gpus = os.environ.get("CUDA_VISIBLE_DEVICES") if torch.cuda.is_available() else None
         return f"node {node} ({node_ip()})" + (f", GPU {gpus}" if gpus else "")
+
+
+def _bound(obj: Any, endpoint: type, method: Callable[..., R]) -> Callable[..., R]:
+    """``method``, a method of class ``endpoint`` given by reference, bound to ``obj`` (an instance of it or of a
+    subclass, whose override runs); a TypeError for anything else: the entry points run endpoint methods only."""
+    if getattr(endpoint, getattr(method, "__name__", ""), None) is not method:
+        raise TypeError(f"{method!r} is not a method of {endpoint.__name__}; pass one as {endpoint.__name__}.<name>")
+    return getattr(obj, method.__name__)
 
 
 def get_rng_state() -> dict[str, Any]:

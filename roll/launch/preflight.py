@@ -190,15 +190,15 @@ def _importable(module: str) -> bool:
 
 
 def check_strategy_options(cfg: Any) -> list[str]:
-    """Each role's ``strategy_config`` parses into its strategy's options class, stored for every later reader
-    (:func:`roll.strategies.registry.strategy_options`); returns warnings for keys that are accepted but not
-    used."""
-    from roll.strategies.registry import parse_strategy_options
+    """Each role's ``strategy_config`` parses into its strategy's options class, kept for every later reader
+    (:func:`roll.strategies.registry.strategy_options`: the worker hands it to its strategy); returns warnings for
+    keys that are accepted but not used."""
+    from roll.strategies.registry import strategy_options
 
     warnings = []
     for role, worker in _roles(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
-        options = parse_strategy_options(worker, key)  # the one parse: every later reader gets this object
+        options = strategy_options(worker, key)  # the one parse: every later reader gets this object
         check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
         if check_worker is not None:
             check_worker(worker, key)
@@ -222,7 +222,8 @@ def check_weight_sync(cfg: Any) -> None:
     receives = spec.can("weight_group")
     if not receives:
         return  # such a strategy has no weight_sync option: it always receives weights by copy (or CUDA IPC)
-    requested = strategy_options(infer, key).weight_sync
+    options = strategy_options(infer, key)
+    requested = options.weight_sync
     mappings = role_mappings(cfg)
     blocker = nccl_sync_blocker(mappings, cfg.distributed, receives)
     if requested == "nccl" and blocker:
@@ -232,7 +233,7 @@ def check_weight_sync(cfg: Any) -> None:
         raise ConfigError(
             f"{key}.weight_sync", requested, f"CUDA IPC sync is impossible: {ipc_blocker}; use auto or copy"
         )
-    ranks = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(infer)
+    ranks = get_strategy_class(spec.name, "actor_infer").weight_group_ranks(infer, options)
     if infer.device_mapping and ranks != infer.num_gpus_per_worker:
         raise ConfigError(
             f"{key}.tp_size",

@@ -14,6 +14,7 @@ from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup
 from roll.distributed.roles import RoleProxy, Roles, TrainProxy
 from roll.distributed.worker import Worker
 from roll.strategies.base import StrategyContext
+from roll.weights.buckets import DEFAULT_BUCKET_BYTES
 from roll.weights.sync import copy_weights
 
 
@@ -89,8 +90,8 @@ def colocation_phases(cfg: BaseConfig) -> Any:
 def sync_weights(train: TrainProxy, target: RoleProxy) -> float:
     """Copy actor_train's weights into every worker of ``target`` (reference, critic); returns seconds.
 
-    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.weights.sync.WeightSync`: NCCL
-    broadcast when disaggregated, this copy otherwise)."""
+    actor_infer is synced by ``Pipeline.sync_infer`` (:class:`~roll.weights.sync.WeightSync`, set up by
+    :func:`roll.launch.weight_sync.weight_sync`)."""
     start = time.perf_counter()
-    copy_weights(train, target)
+    copy_weights(train.weights_out, target.weights_in, DEFAULT_BUCKET_BYTES)
     return time.perf_counter() - start

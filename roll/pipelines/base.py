@@ -21,6 +21,7 @@ from roll.data.batch import Batch
 from roll.distributed.roles import Roles
 from roll.errors import RunStopped
 from roll.launch.startup import colocation_phases, start_roles, sync_weights
+from roll.launch.weight_sync import weight_sync
 from roll.pipelines import checkpoint as ckpt
 from roll.ppo.loss_fns import SFT_LOSS
 from roll.ppo.trainer import PPOTrainer
@@ -165,8 +166,9 @@ class Pipeline(ABC):
         """Release pipeline-specific resources at the end of a run."""
 
     def sync_infer(self) -> dict[str, float]:
-        """Sync actor_train's weights to actor_infer: NCCL broadcast or copy, chosen once from placement (see
-        :class:`~roll.weights.sync.WeightSync`); returns ``time/sync`` and ``sync/*`` metrics."""
+        """Sync actor_train's weights to actor_infer: CUDA IPC, NCCL broadcast or copy, chosen once from placement (see
+        :class:`~roll.weights.sync.WeightSync`, set up by :func:`roll.launch.weight_sync.weight_sync`); returns
+        ``time/sync`` and ``sync/*`` metrics."""
         stats = self.push_weights()
         self.policy_version += 1
         self.roles.actor_infer.set_policy_version(self.policy_version)
@@ -209,7 +211,8 @@ class Pipeline(ABC):
     def push_weights(self) -> dict[str, float]:
         """The weight push of :meth:`sync_infer` without a new policy version (a resume re-sends the same weights)."""
         if self._weight_sync is None:
-            self._weight_sync = WeightSync.from_config(self.cfg, self.roles.actor_train, self.roles.actor_infer)
+            roles = self.roles
+            self._weight_sync = weight_sync(self.cfg, roles.actor_train.weights_out, roles.actor_infer.weights_in)
         return self._weight_sync()
 
     # ------------------------------------------------------------------ the loop

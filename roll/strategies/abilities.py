@@ -36,8 +36,9 @@ class ReceivesWeightGroup(Protocol):
     """Ability ``weight_group``: receives weights by broadcast in an NCCL weight group (disaggregated sync)."""
 
     @classmethod
-    def weight_group_ranks(cls, config: WorkerConfig) -> int:
-        """Group ranks one worker of block ``config`` takes (its engine's TP size); read before it starts."""
+    def weight_group_ranks(cls, config: WorkerConfig, options: Any) -> int:
+        """Group ranks one worker of block ``config`` (typed ``options``) takes: its engine's TP size; read before
+        it starts."""
 
     def init_weight_group(
         self,

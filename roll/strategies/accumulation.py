@@ -5,7 +5,8 @@
 micro-batches (fixed or token-budget, padded or packed: :mod:`roll.strategies.microbatch`) and accumulated with
 exact weights, so the gradient equals that of the whole step's loss, on one rank or many (the unit counts are
 summed over the data-parallel ranks). A backend implements the hooks: the model to run, backward, the boundary and
-the optimizer step (which returns the pre-clip global gradient norm).
+the optimizer step (which returns the pre-clip global gradient norm). :class:`ScheduledSteps`, the outer loop over
+optimizer steps with the learning-rate schedule, is every training backend's (Megatron's too).
 
 Metrics of a step are averaged over micro-batches with the accumulation weights; keys ending in ``_max`` / ``_min``
 take the max / min instead.
@@ -22,6 +23,7 @@ from roll.data.batch import Batch
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import LossFn, TrainingStrategy
 from roll.strategies.microbatch import accumulation_weights, micro_batches, scatter_rows
+from roll.strategies.schedule import lr_at
 
 
 def merge_metrics(parts: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
@@ -148,46 +150,63 @@ class ForwardLogProbs:
         return self.forward_batch(batch, "log_probs", with_entropy)  # type: ignore[attr-defined]
 
 
-def optimizer_steps(
-    strategy: Any, batch: Batch, lr: float | None, return_log_probs: bool, name: str, one_step: Any
-) -> dict[str, Any]:
-    """The outer loop every training backend shares: ``batch`` cut into optimizer steps of
-    ``per_device_train_batch_size x gradient_accumulation_steps`` samples (a ValueError otherwise), or, when
-    ``batch.info["one_optimizer_step"]`` (the samples of a batch of episodes), one step of all of them; each run by
-    ``one_step(step_batch, rate) -> (metrics, log_probs (S, L-1) or None)``; ``lr`` (warm start) replaces the
-    scheduled rate (``strategy._scheduled_lr()``) and does not advance ``strategy.optimizer_steps``. Adds
-    ``<metric_prefix>/lr`` per step; returns the steps' mean metrics (and ``"log_probs"`` in batch order)."""
-    targs = strategy.config.training_args
-    per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
-    if batch.info.get("one_optimizer_step"):  # samples of a batch of whole episodes (trajectory_mode step): their
-        per_step = max(1, len(batch))  # count varies with the turns; the schedule counts batches of episodes
-    if len(batch) % per_step:
-        raise ValueError(
-            f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
-            f"per_device_train_batch_size x gradient_accumulation_steps = "
-            f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}"
-        )
-    step_metrics, kept = [], []
-    for start in range(0, len(batch), per_step):
-        rate = lr if lr is not None else strategy._scheduled_lr()
-        metrics, lps = one_step(batch.select(range(start, start + per_step)), rate)
-        metrics[f"{strategy.metric_prefix}/lr"] = rate
-        if lr is None:
-            strategy.optimizer_steps += 1
-        step_metrics.append((1.0 / (len(batch) // per_step), metrics))
-        if lps is not None:
-            kept.append(lps)
-    out: dict[str, Any] = merge_metrics(step_metrics)
-    if return_log_probs:
-        out["log_probs"] = torch.cat(kept) if kept else torch.zeros((0, batch["input_ids"].shape[1] - 1))
-    return out
-
-
-class AccumulatingTrainer(BatchedForward, TrainingStrategy):
-    """``train_step`` over hooks a torch backend implements (both training roles: the actor adds
-    :class:`ForwardLogProbs`, the critic :class:`~roll.strategies.critic.ValueHeadCritic`)."""
+class ScheduledSteps:
+    """The optimizer steps of a training backend: the outer loop of ``train_step`` every backend shares
+    (:meth:`run_steps`) and the learning rate of its next step (:meth:`scheduled_lr`). Mixed into a
+    :class:`~roll.strategies.base.TrainingStrategy`, which sets ``total_steps`` and ``optimizer_steps`` when it
+    initializes (and restores ``optimizer_steps`` from a checkpoint)."""
 
     metric_prefix = "actor"  # prefix of train_step's grad_norm / lr metrics
+    config: Any  # the worker block (a WorkerConfig), set by the strategy
+    total_steps: int  # optimizer steps the schedule spans
+    optimizer_steps: int  # optimizer steps taken on the schedule (the warm start's fixed-lr steps do not count)
+
+    def scheduled_lr(self) -> float:
+        """The learning rate of the next optimizer step: ``training_args``' warmup and decay
+        (:func:`roll.strategies.schedule.lr_at`) after ``optimizer_steps`` steps of ``total_steps``."""
+        targs = self.config.training_args
+        return lr_at(
+            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
+        )
+
+    def run_steps(
+        self, batch: Batch, lr: float | None, return_log_probs: bool, name: str, one_step: Any
+    ) -> dict[str, Any]:
+        """``batch`` cut into optimizer steps of ``per_device_train_batch_size x gradient_accumulation_steps``
+        samples (a ValueError naming ``name`` otherwise), or, when ``batch.info["one_optimizer_step"]`` (the
+        samples of a batch of episodes), one step of all of them; each run by ``one_step(step_batch, rate) ->
+        (metrics, log_probs (S, L-1) or None)``. ``lr`` (warm start) replaces :meth:`scheduled_lr` and does not
+        advance ``optimizer_steps``. Adds ``<metric_prefix>/lr`` per step; returns the steps' mean metrics (and
+        ``"log_probs"`` in batch order)."""
+        targs = self.config.training_args
+        per_step = targs.per_device_train_batch_size * targs.gradient_accumulation_steps
+        if batch.info.get("one_optimizer_step"):  # samples of a batch of whole episodes (trajectory_mode step): their
+            per_step = max(1, len(batch))  # count varies with the turns; the schedule counts batches of episodes
+        if len(batch) % per_step:
+            raise ValueError(
+                f"{name} train_step: {len(batch)} samples are not a whole number of optimizer steps of "
+                f"per_device_train_batch_size x gradient_accumulation_steps = "
+                f"{targs.per_device_train_batch_size} x {targs.gradient_accumulation_steps}"
+            )
+        step_metrics, kept = [], []
+        for start in range(0, len(batch), per_step):
+            rate = lr if lr is not None else self.scheduled_lr()
+            metrics, lps = one_step(batch.select(range(start, start + per_step)), rate)
+            metrics[f"{self.metric_prefix}/lr"] = rate
+            if lr is None:
+                self.optimizer_steps += 1
+            step_metrics.append((1.0 / (len(batch) // per_step), metrics))
+            if lps is not None:
+                kept.append(lps)
+        out: dict[str, Any] = merge_metrics(step_metrics)
+        if return_log_probs:
+            out["log_probs"] = torch.cat(kept) if kept else torch.zeros((0, batch["input_ids"].shape[1] - 1))
+        return out
+
+
+class AccumulatingTrainer(BatchedForward, ScheduledSteps, TrainingStrategy):
+    """``train_step`` over hooks a torch backend implements (both training roles: the actor adds
+    :class:`ForwardLogProbs`, the critic :class:`~roll.strategies.critic.ValueHeadCritic`)."""
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
@@ -215,8 +234,8 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
         return_log_probs: bool = False,
     ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples (see the
-        module docstring and :func:`optimizer_steps`). ``return_log_probs``: also return ``"log_probs"`` (B, L-1),
-        the detached log-probs of each sample's forward (CPU float32, in ``batch`` order)."""
+        module docstring and :meth:`~ScheduledSteps.run_steps`). ``return_log_probs``: also return ``"log_probs"``
+        (B, L-1), the detached log-probs of each sample's forward (CPU float32, in ``batch`` order)."""
         self._train_mode(True)
 
         def one_step(step: Batch, rate: float) -> tuple[dict[str, float], torch.Tensor | None]:
@@ -225,7 +244,7 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
             metrics[f"{self.metric_prefix}/grad_norm"] = self._optimizer_step()
             return metrics, lps
 
-        return optimizer_steps(self, batch, lr, return_log_probs, self.metric_prefix, one_step)
+        return self.run_steps(batch, lr, return_log_probs, self.metric_prefix, one_step)
 
     def _accumulate(
         self, batch: Batch, loss_fn: LossFn, with_entropy: bool, keep: bool
@@ -254,14 +273,6 @@ class AccumulatingTrainer(BatchedForward, TrainingStrategy):
                     kept.append((idx, log_probs.detach().float().cpu()))
         lps = scatter_rows(kept, len(batch), batch["input_ids"].shape[1] - 1) if keep else None
         return merge_metrics(parts), lps
-
-    def _scheduled_lr(self) -> float:
-        from roll.strategies.schedule import lr_at
-
-        targs = self.config.training_args
-        return lr_at(
-            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
-        )
 
 
 def move_module_and_optimizer(module: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:

@@ -28,7 +28,6 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.strategies.abilities import ABILITIES, protocol_members
-from roll.weights.buckets import BucketMeta
 
 
 class LossFn(Protocol):
@@ -65,10 +64,14 @@ class GenerationOutput:
 
 
 class Strategy(ABC):
-    """What every backend does: build its model, take weights in, free memory between phases."""
+    """What every backend does: build its model, take weights in, free memory between phases.
 
-    def __init__(self, config: WorkerConfig, rank: int = 0, world_size: int = 1):
-        self.config, self.rank, self.world_size = config, rank, world_size
+    ``options`` is the typed ``strategy_config`` (an instance of the options class its registry entry names), parsed
+    once per run (:func:`roll.strategies.registry.strategy_options`) and handed over by the worker; a strategy
+    reads it, never the mapping."""
+
+    def __init__(self, config: WorkerConfig, rank: int = 0, world_size: int = 1, *, options: Any):
+        self.config, self.rank, self.world_size, self.options = config, rank, world_size, options
 
     @abstractmethod
     def initialize(self, ctx: StrategyContext) -> None:
@@ -131,21 +134,17 @@ class TrainingStrategy(Strategy):
 
     @abstractmethod
     def named_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
-        """Full (gathered) weights as ``(name, cpu tensor)`` pairs for syncing to inference workers.
+        """Full (gathered) weights as ``(name, cpu tensor)`` pairs, for export and checks (the weight sync reads
+        :meth:`weight_buckets`).
 
         Called on every rank of the role (gathering may be collective); rank 0 returns the weights, other ranks
         may return an empty list."""
 
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """The plan of :meth:`weight_buckets`: names, dtypes and full shapes of each bucket, the same on every rank
-        (receivers of a broadcast or IPC sync allocate from it)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot plan weight buckets")
-
+    @abstractmethod
     def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """The full weights on this worker's device, bucket by bucket (:meth:`weight_bucket_metas` order), for
-        zero-copy (CUDA IPC) and broadcast syncs. Every rank iterates (gathers may be collective); a yielded
-        bucket stays valid until the next is requested."""
-        raise NotImplementedError(f"{type(self).__name__} cannot hand out weight buckets")
+        """The full weights on this worker's device, bucket by bucket (about ``bucket_bytes`` each, in a fixed
+        order): what every weight sync sends (:class:`roll.weights.sender.WeightSender`, through its ``buckets``).
+        Every rank iterates (gathers may be collective); a yielded bucket stays valid until the next is requested."""
 
     def reset_optimizer(self) -> None:
         """Forget the optimizer's moment estimates (a new training phase starts, e.g. RL after the warm start)."""

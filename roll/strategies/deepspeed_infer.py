@@ -13,26 +13,23 @@ from typing import Any
 
 import torch
 
-from roll.config.strategies import DeepSpeedInferOptions, parse_options
+from roll.config.strategies import DeepSpeedInferOptions
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import ScoringStrategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
-from roll.strategies.registry import strategy_options
 
 
 def build_infer_ds_config(
-    options: DeepSpeedInferOptions | dict[str, Any],
+    opts: DeepSpeedInferOptions,
     *,
     micro_batch: int,
     world_size: int,
     dtype: str,
-    key: str = "deepspeed_infer.strategy_config",
 ) -> dict[str, Any]:
     """The DeepSpeed config of an inference engine (:class:`~roll.config.strategies.DeepSpeedInferOptions`): batch
     sizes (required by DeepSpeed, unused without an optimizer), ZeRO stage 0 or 3, precision."""
-    opts = parse_options(DeepSpeedInferOptions, options, key)
     zero: dict[str, Any] = {"stage": opts.zero_stage}
     if opts.offload_param == "cpu":
         zero["offload_param"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
@@ -51,13 +48,15 @@ def build_infer_ds_config(
 class DeepSpeedInferStrategy(ScoringStrategy):
     """A causal LM in a DeepSpeed engine (no optimizer) that scores sequences."""
 
+    options: DeepSpeedInferOptions
+
     def initialize(self, ctx: StrategyContext) -> None:
         import deepspeed
 
         init_deepspeed_distributed(ctx.seed)
         margs = self.config.model_args
         self.ds_config = build_infer_ds_config(
-            strategy_options(self.config, cls=DeepSpeedInferOptions),
+            self.options,
             micro_batch=self.config.infer_batch_size,
             world_size=self.world_size,
             dtype=margs.dtype,

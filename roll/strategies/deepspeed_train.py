@@ -16,13 +16,12 @@ from typing import Any
 
 import torch
 
-from roll.config.strategies import DeepSpeedTrainOptions, parse_options
+from roll.config.strategies import DeepSpeedTrainOptions
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.build_locks import prepare_deepspeed_comm
 from roll.strategies.critic import ValueHeadCritic
-from roll.strategies.registry import strategy_options
 from roll.strategies.schedule import lr_at  # noqa: F401  (re-exported: the schedule of this backend)
 from roll.weights.buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
@@ -37,7 +36,7 @@ PASSTHROUGH = (
 
 
 def build_ds_config(
-    options: DeepSpeedTrainOptions | dict[str, Any],
+    opts: DeepSpeedTrainOptions,
     *,
     micro_batch: int,
     grad_accum: int,
@@ -47,8 +46,7 @@ def build_ds_config(
     key: str = "deepspeed_train.strategy_config",
 ) -> dict[str, Any]:
     """A complete DeepSpeed config from the typed options: shorthands folded into ``zero_optimization``, ``auto``
-    values resolved from the worker block, precision from ``dtype``."""
-    opts = parse_options(DeepSpeedTrainOptions, options, key)
+    values resolved from the worker block, precision from ``dtype`` (``key`` names the options in errors)."""
     zero = copy.deepcopy(dict(opts.zero_optimization))
     if opts.zero_stage is not None:
         zero["stage"] = opts.zero_stage
@@ -105,6 +103,8 @@ class DeepSpeedTrainer(AccumulatingTrainer):
     :class:`~roll.strategies.accumulation.AccumulatingTrainer` (DeepSpeed's own accumulation counter is
     overridden: the boundary is set per micro-batch and gradients are not divided by its accumulation steps)."""
 
+    options: DeepSpeedTrainOptions
+
     def _load_model(self) -> torch.nn.Module:
         """The model to train (a causal LM; the critic overrides this with a value model)."""
         margs = self.config.model_args
@@ -133,7 +133,7 @@ class DeepSpeedTrainer(AccumulatingTrainer):
             weight_decay=targs.weight_decay,
         )
         self.ds_config = build_ds_config(
-            strategy_options(self.config, cls=DeepSpeedTrainOptions),
+            self.options,
             micro_batch=targs.per_device_train_batch_size,
             grad_accum=targs.gradient_accumulation_steps,
             world_size=self.world_size,
@@ -204,8 +204,9 @@ class DeepSpeedTrainer(AccumulatingTrainer):
             return [(n, p.detach().to("cpu", copy=True)) for n, p in self.engine.module.named_parameters()]
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """Buckets of the full weights (names, dtypes, full shapes; ZeRO-3 shards report ``ds_shape``), in
-        ``named_parameters`` order; the same on every rank. A tied ``lm_head`` is not a separate parameter."""
+        """The buckets :meth:`weight_buckets` gathers: names, dtypes, full shapes (ZeRO-3 shards report
+        ``ds_shape``, so no gather is needed), in ``named_parameters`` order; the same on every rank. A tied
+        ``lm_head`` is not a separate parameter."""
         specs = [(n, getattr(p, "ds_shape", p.shape), p.dtype) for n, p in self.engine.module.named_parameters()]
         return plan_bucket_metas(specs, bucket_bytes)
 

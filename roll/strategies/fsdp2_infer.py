@@ -27,19 +27,15 @@ from roll.strategies.fsdp2_shard import (
     reshard_all,
     shard_model,
 )
-from roll.strategies.registry import strategy_options
 
 
 class FSDP2InferStrategy(ForwardLogProbs, BatchedForward, ScoringStrategy):
     """A causal LM sharded by FSDP2 that scores sequences."""
 
+    options: FSDP2Options
+
     def initialize(self, ctx: StrategyContext) -> None:
-        self.options = fsdp2_options(
-            self.config,
-            "reference",
-            self.world_size,
-            strategy_options(self.config, "reference.strategy_args.strategy_config", FSDP2Options),
-        )
+        self.options = fsdp2_options(self.config, "reference", self.world_size, self.options)
         self.device = init_fsdp2_distributed(ctx.seed)
         margs = self.config.model_args
         dtype = compute_dtype_of(self.options, margs.dtype)

@@ -42,7 +42,6 @@ from roll.strategies.fsdp2_shard import (
     reshard_all,
     shard_model,
 )
-from roll.strategies.registry import strategy_options
 from roll.weights.buckets import BucketMeta, NamedTensors, plan_bucket_metas
 
 #: File next to the DCP shards holding roll's own state of a checkpoint.
@@ -55,6 +54,7 @@ class FSDP2Trainer(AccumulatingTrainer):
 
     name = "fsdp2_train"
     role = "actor_train"  # the worker block named in config errors
+    options: FSDP2Options
 
     def _load_model(self, attention: str | None) -> torch.nn.Module:
         """The model to train, in fp32 (the master weights; the critic overrides this with a value model)."""
@@ -64,10 +64,7 @@ class FSDP2Trainer(AccumulatingTrainer):
         )
 
     def initialize(self, ctx: StrategyContext) -> None:
-        key = f"{self.role}.strategy_args.strategy_config"
-        self.options: FSDP2Options = fsdp2_options(
-            self.config, self.role, self.world_size, strategy_options(self.config, key, FSDP2Options)
-        )
+        self.options = fsdp2_options(self.config, self.role, self.world_size, self.options)
         self.device = init_fsdp2_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
         self.compute_dtype = compute_dtype_of(self.options, margs.dtype)
@@ -134,8 +131,8 @@ class FSDP2Trainer(AccumulatingTrainer):
         return dict(self.model.named_parameters())
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """Buckets of the full weights (names, ``model_args.dtype``, full shapes) in ``named_parameters`` order;
-        the same on every rank."""
+        """The buckets :meth:`weight_buckets` gathers: names, ``model_args.dtype``, full shapes, in
+        ``named_parameters`` order; the same on every rank."""
         dtype = DTYPES[self.config.model_args.dtype]
         return plan_bucket_metas([(n, p.shape, dtype) for n, p in self._params().items()], bucket_bytes)
 

@@ -19,7 +19,6 @@ from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
-from roll.strategies.registry import strategy_options
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
 
@@ -30,8 +29,10 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     ``ipc_weights``: weights may arrive as CUDA-IPC buckets from a trainer on the same GPU
     (:meth:`load_weight_bucket`)."""
 
+    options: HFInferOptions
+
     def initialize(self, ctx: StrategyContext) -> None:
-        options = strategy_options(self.config, cls=HFInferOptions)
+        options = self.options
         margs = self.config.model_args
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = (

@@ -25,7 +25,7 @@ from roll.config.megatron import MegatronOptions, check_megatron_options
 from roll.data.batch import Batch
 from roll.models.loading import load_tokenizer
 from roll.models.mcore.vocab_parallel import vocab_parallel_log_probs
-from roll.strategies.accumulation import merge_metrics, optimizer_steps
+from roll.strategies.accumulation import ScheduledSteps, merge_metrics
 from roll.strategies.base import (
     CriticStrategy,
     LossFn,
@@ -36,9 +36,7 @@ from roll.strategies.base import (
     TrainStrategy,
 )
 from roll.strategies.microbatch import accumulation_weights, scatter_rows
-from roll.strategies.registry import strategy_options
-from roll.strategies.schedule import lr_at
-from roll.weights.buckets import BucketMeta, NamedTensors, iter_buckets, plan_bucket_metas
+from roll.weights.buckets import NamedTensors, iter_buckets
 
 
 def init_megatron(opts, seed: int) -> None:
@@ -101,6 +99,7 @@ class MegatronModel(Strategy):
     of every megatron role (``value_head``: the critic's ``hidden -> 1`` head in place of the LM head)."""
 
     value_head = False
+    options: MegatronOptions
 
     def initialize(self, ctx: StrategyContext) -> None:
         from megatron.core import parallel_state as mpu
@@ -110,12 +109,13 @@ class MegatronModel(Strategy):
 
         margs = self.config.model_args
         key = "strategy_args.strategy_config"  # parsed (and errors named by role) at launch
-        self.opts = strategy_options(self.config, key, MegatronOptions)
-        check_megatron_options(self.opts, key, self.world_size, margs.dtype, read_hf_config(margs.model_name_or_path))
-        init_megatron(self.opts, ctx.seed)
+        check_megatron_options(
+            self.options, key, self.world_size, margs.dtype, read_hf_config(margs.model_name_or_path)
+        )
+        init_megatron(self.options, ctx.seed)
         self.hf = build.load_hf_config(margs.model_name_or_path, margs.trust_remote_code)
-        self.chunks = build.build_chunks(self.hf, self.opts, margs.dtype, value_head=self.value_head)
-        self.tp_rank, self.tp_size = mpu.get_tensor_model_parallel_rank(), self.opts.tensor_model_parallel_size
+        self.chunks = build.build_chunks(self.hf, self.options, margs.dtype, value_head=self.value_head)
+        self.tp_rank, self.tp_size = mpu.get_tensor_model_parallel_rank(), self.options.tensor_model_parallel_size
         weights.load_checkpoint(self.chunks, margs.model_name_or_path, self.hf, self.tp_rank, self.tp_size)
         self.device = next(self.chunks[0].parameters()).device
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
@@ -192,7 +192,7 @@ class MegatronModel(Strategy):
         )
 
     def _padded(self, batch: Batch) -> Batch:
-        return pad_width(batch, self.tp_size if self.opts.sequence_parallel else 1)
+        return pad_width(batch, self.tp_size if self.options.sequence_parallel else 1)
 
     @torch.no_grad()
     def _forward_only(self, batch: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -211,10 +211,6 @@ class MegatronModel(Strategy):
         """Full HF-named weights on CPU at rank 0 (every rank must call: TP/PP gathers are collective)."""
         out = [(n, t.to("cpu", copy=True)) for n, t in self.exporter]
         return out if self.rank == 0 else []
-
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """Buckets of the full HF weights (names, dtypes, full shapes), the same on every rank."""
-        return plan_bucket_metas(self.exporter.specs(), bucket_bytes)
 
     def weight_buckets(self, bucket_bytes: int) -> Iterator[NamedTensors]:
         """The full HF weights on this worker's device, bucket by bucket (every rank must iterate)."""
@@ -246,10 +242,8 @@ class MegatronInferStrategy(MegatronLogProbs, MegatronModel, ScoringStrategy):
     """``megatron_infer``: a megatron-core model without optimizer that scores sequences (the reference)."""
 
 
-class MegatronTrainer(MegatronModel, TrainingStrategy):
+class MegatronTrainer(MegatronModel, ScheduledSteps, TrainingStrategy):
     """A megatron-core model trained with megatron-core's DDP, optimizer and schedules (both training roles)."""
-
-    metric_prefix = "actor"
 
     def initialize(self, ctx: StrategyContext) -> None:
         super().initialize(ctx)
@@ -267,17 +261,17 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
                 bf16=bf16,
                 params_dtype=torch.bfloat16 if bf16 else torch.float32,
                 clip_grad=ctx.max_grad_norm,
-                use_distributed_optimizer=self.opts.use_distributed_optimizer,
+                use_distributed_optimizer=self.options.use_distributed_optimizer,
             ),
             self.model,
         )
         config = self.chunks[0].config
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
-        if self.opts.overlap_grad_reduce:
+        if self.options.overlap_grad_reduce:
             syncs = [m.no_sync for m in self.model]
             config.no_sync_func = syncs[0] if len(syncs) == 1 else syncs
-        if self.opts.overlap_param_gather:
+        if self.options.overlap_param_gather:
             params = [m.start_param_sync for m in self.model]
             config.param_sync_func = params[0] if len(params) == 1 else params
         self.total_steps = targs.max_steps or ctx.total_steps
@@ -289,9 +283,9 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
 
         ddp = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
-            overlap_grad_reduce=self.opts.overlap_grad_reduce,
-            use_distributed_optimizer=self.opts.use_distributed_optimizer,
-            overlap_param_gather=self.opts.overlap_param_gather,
+            overlap_grad_reduce=self.options.overlap_grad_reduce,
+            use_distributed_optimizer=self.options.use_distributed_optimizer,
+            overlap_param_gather=self.options.overlap_param_gather,
         )
         return [
             DistributedDataParallel(chunk.config, ddp, module, disable_bucketing=i > 0)
@@ -307,9 +301,9 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
         return_log_probs: bool = False,
     ) -> dict[str, Any]:
         """One optimizer step per ``per_device_train_batch_size x gradient_accumulation_steps`` samples
-        (:func:`~roll.strategies.accumulation.optimizer_steps`, the loop the torch backends share), each through
-        megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch weighted by its
-        share of the loss's unit, summed over the data-parallel replicas)."""
+        (:meth:`~roll.strategies.accumulation.ScheduledSteps.run_steps`, the loop every training backend shares),
+        each through megatron's schedule, accumulated exactly like ``AccumulatingTrainer`` (each micro-batch
+        weighted by its share of the loss's unit, summed over the data-parallel replicas)."""
         for m in self.model:
             m.train()
         width = batch["input_ids"].shape[1] - 1
@@ -337,13 +331,7 @@ class MegatronTrainer(MegatronModel, TrainingStrategy):
             metrics[f"{self.metric_prefix}/grad_norm"] = float(grad_norm or 0.0)
             return metrics, kept
 
-        return optimizer_steps(self, batch, lr, return_log_probs, self.config.strategy_args.strategy_name, one_step)
-
-    def _scheduled_lr(self) -> float:
-        targs = self.config.training_args
-        return lr_at(
-            self.optimizer_steps, targs.learning_rate, targs.warmup_steps, self.total_steps, targs.lr_scheduler_type
-        )
+        return self.run_steps(batch, lr, return_log_probs, self.config.strategy_args.strategy_name, one_step)
 
     def _weighted(self, batch: Batch, loss_fn: LossFn, keep: bool) -> list[Batch]:
         """Micro-batches of ``per_device_train_batch_size`` carrying their accumulation weight

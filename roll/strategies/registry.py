@@ -11,12 +11,13 @@ A registry entry (:class:`StrategySpec`) is the whole contract of a backend:
   class when it is registered, if its module is already imported (a backend registering itself), else when the
   class is first imported (:func:`get_strategy_class`): a TypeError lists what is missing.
 - ``options``: ``"package.module:Class"`` of its typed ``strategy_config`` (:mod:`roll.config.strategies`),
-  parsed once before any worker starts (:func:`roll.launch.preflight.check_strategy_options`).
+  parsed once, by the launch's preflight (:func:`strategy_options`); the worker hands the object to the strategy.
 - what the doctor and the preflight read: ``packages`` (pip distributions it needs, e.g. ``megatron-core``),
   ``requires`` (the pip requirement named in errors), ``module`` (its Python module, checked for installation),
   ``needs_gpu``, and ``prefix_sharing`` (:data:`PREFIX_SHARING`: whether ``use_prefix_sharing`` applies).
 
-A backend in another package registers the same way (``register_strategy("my_backend", "pkg.mod:MyStrategy",
+The entries live in :data:`STRATEGIES`, a :class:`roll.registry.Registry` (duplicates raise, a failed lookup lists
+the names). A backend in another package registers the same way (``register_strategy("my_backend", "pkg.mod:MyStrategy",
 {"actor_infer"}, options="pkg.options:MyOptions")``), from a module the run imports; ``docs/architecture.md``
 walks through one.
 """
@@ -30,7 +31,7 @@ from typing import Any
 
 from roll.config.validation import ROLES
 from roll.config.vllm_compat import VLLM_UNAVAILABLE
-from roll.registry import import_user_module
+from roll.registry import Registry
 from roll.strategies.abilities import ABILITIES
 
 TRAIN_ROLES = frozenset({"actor_train", "critic"})
@@ -44,7 +45,7 @@ PREFIX_SHARING = {
 UNAVAILABLE = {"vllm": VLLM_UNAVAILABLE}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class StrategySpec:
     """What one registered strategy declares (see the module docstring)."""
 
@@ -59,6 +60,9 @@ class StrategySpec:
     packages: tuple[str, ...] = ()  # pip distributions the doctor checks
     needs_gpu: bool = False  # runs only on a CUDA GPU
     prefix_sharing: str = "roll"  # a key of PREFIX_SHARING
+
+    def __repr__(self) -> str:
+        return f"StrategySpec({self.name!r}: {self.import_path})"
 
     def can(self, ability: str) -> bool:
         """Whether the strategy declared ``ability`` (a key of :data:`roll.strategies.abilities.ABILITIES`)."""
@@ -75,7 +79,8 @@ class StrategySpec:
         return dict(self.role_paths).get(role, self.import_path)
 
 
-_STRATEGIES: dict[str, StrategySpec] = {}
+#: Every registered backend by name (:func:`register_strategy` adds one).
+STRATEGIES: Registry[StrategySpec] = Registry("strategy", "register_strategy")
 
 
 def _import(path: str) -> Any:
@@ -115,11 +120,9 @@ def register_strategy(
     needs_gpu: bool = False,
     prefix_sharing: str = "roll",
 ) -> None:
-    """Register a backend (fields: :class:`StrategySpec`). Raises a ValueError for a duplicate name, an unknown
-    role, ability or ``prefix_sharing`` value, or a role path outside ``roles``; a TypeError when a class already
-    imported does not fulfil its roles and abilities."""
-    if name in _STRATEGIES:
-        raise ValueError(f"strategy {name!r} is already registered ({_STRATEGIES[name].import_path})")
+    """Register a backend (fields: :class:`StrategySpec`) in :data:`STRATEGIES`. Raises a ValueError for a duplicate
+    name, an unknown role, ability or ``prefix_sharing`` value, or a role path outside ``roles``; a TypeError when a
+    class already imported does not fulfil its roles and abilities."""
     unknown_roles = set(roles) - set(ROLES)
     if unknown_roles:
         raise ValueError(f"strategy {name!r}: unknown roles {sorted(unknown_roles)}; known: {sorted(ROLES)}")
@@ -148,60 +151,48 @@ def register_strategy(
         cls = _already_imported(spec.class_path(role))
         if cls is not None:
             check_contract(spec, role, cls)
-    _STRATEGIES[name] = spec
+    STRATEGIES.register(name)(spec)
 
 
 def strategy_spec(name: str) -> StrategySpec:
     """What strategy ``name`` declared; ``"package.module:name"`` imports ``package.module`` first (a user module
     that registers its backend). A ValueError lists the registered names."""
     try:
-        name = import_user_module(name)
+        return STRATEGIES.get(name)
     except ImportError as exc:
         raise ValueError(str(exc)) from None
-    if name not in _STRATEGIES:
-        hint = f" ({name} {UNAVAILABLE[name]})" if name in UNAVAILABLE else ""
-        raise ValueError(f"unknown strategy {name!r}{hint}; valid: {', '.join(list_strategies())}")
-    return _STRATEGIES[name]
+    except KeyError:
+        entry = name.partition(":")[2] or name
+        hint = f" ({entry} {UNAVAILABLE[entry]})" if entry in UNAVAILABLE else ""
+        raise ValueError(f"unknown strategy {name!r}{hint}; valid: {', '.join(list_strategies())}") from None
 
 
 def strategy_roles() -> dict[str, frozenset[str]]:
     """Every registered strategy name with the roles it serves."""
-    return {name: spec.roles for name, spec in _STRATEGIES.items()}
+    return {name: STRATEGIES.get(name).roles for name in STRATEGIES.names()}
 
 
 def list_strategies() -> list[str]:
     """Registered strategy names, sorted."""
-    return sorted(_STRATEGIES)
+    return STRATEGIES.names()
 
 
-def strategy_options(worker: Any, key: str = "strategy_args.strategy_config", cls: type | None = None) -> Any:
-    """The typed options of a worker block's strategy: its ``strategy_config`` parsed by the registered options
-    class. Parsed once: the launch's preflight (:func:`parse_strategy_options`) stores them on
-    ``strategy_args.options``, and every later reader (strategies, weight sync, doctor) gets that object; a block
-    that was not launched (a unit test) is parsed here. ``cls``: the options class the caller (a strategy) reads,
-    else the registered one of ``strategy_name``. A ConfigError names ``key``
-    (``<role>.strategy_args.strategy_config.<key>``)."""
+def strategy_options(worker: Any, key: str = "strategy_args.strategy_config") -> Any:
+    """The typed options of a worker block's strategy: its ``strategy_config`` parsed by the options class its
+    registry entry names (:func:`roll.config.strategies.parse_options`), the one parse of a run. The launch's
+    preflight asks first; the object is kept on ``strategy_args.options`` with the strategy name and mapping it came
+    from, so every later reader (the worker, which hands it to its strategy; the weight-sync setup; the doctor) gets
+    that object, in the driver and, pickled with the block, in each worker. A block whose strategy name or mapping
+    changed since is parsed afresh. A ConfigError names ``key`` (``<role>.strategy_args.strategy_config.<key>``)."""
     from roll.config.strategies import parse_options
 
     args = worker.strategy_args
-    cls = cls or strategy_spec(args.strategy_name).options_class()
-    if isinstance(args.strategy_config, cls):  # typed options given directly
-        return args.strategy_config
-    stored = getattr(args, "options", None)  # None on a block that is not a StrategyArgs (the doctor's)
-    if stored is not None and isinstance(stored[1], cls) and stored[0] == dict(args.strategy_config or {}):
+    source = (args.strategy_name, dict(args.strategy_config or {}))
+    stored = getattr(args, "options", None)  # None on a block that was never asked (or is not a StrategyArgs)
+    if stored is not None and stored[0] == source:
         return stored[1]
-    return parse_options(cls, args.strategy_config, key)
-
-
-def parse_strategy_options(worker: Any, key: str) -> Any:
-    """Parse a worker block's ``strategy_config`` (``key``: its dotted path, for errors) and store the typed
-    options on its ``strategy_args`` (with the mapping they came from: a later change of the mapping is parsed
-    afresh); returns them."""
-    from roll.config.strategies import parse_options
-
-    args = worker.strategy_args
     options = parse_options(strategy_spec(args.strategy_name).options_class(), args.strategy_config, key)
-    args.options = (dict(args.strategy_config or {}), options)
+    args.options = (source, options)
     return options
 
 
@@ -218,6 +209,15 @@ def get_strategy_class(name: str, role: str | None = None) -> type:
     for served in [role] if role else sorted(r for r in spec.roles if spec.class_path(r) == path):
         check_contract(spec, served, cls)
     return cls
+
+
+def build_strategy(worker: Any, role: str, rank: int = 0, world_size: int = 1) -> Any:
+    """The strategy of worker block ``worker`` serving ``role`` as rank ``rank`` of ``world_size``: its class
+    (:func:`get_strategy_class`, checked against the role and abilities) built with the block's typed options
+    (:func:`strategy_options`). What a worker does; tests and scripts build strategies the same way."""
+    cls = get_strategy_class(worker.strategy_args.strategy_name, role)
+    options = strategy_options(worker, f"{role}.strategy_args.strategy_config")
+    return cls(worker, rank, world_size, options=options)
 
 
 register_strategy(

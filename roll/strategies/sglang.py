@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions, parse_options  # noqa: F401
+from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions  # noqa: F401
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
@@ -66,17 +66,9 @@ DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SAMPLE_SEP = "#"
 
 
-def engine_kwargs(
-    model_path: str,
-    dtype: str,
-    options: SGLangOptions | dict[str, Any],
-    seed: int,
-    tp_size: int = 1,
-    key: str = "sglang.strategy_config",
-) -> dict[str, Any]:
+def engine_kwargs(model_path: str, dtype: str, opts: SGLangOptions, seed: int, tp_size: int = 1) -> dict[str, Any]:
     """``sglang.Engine`` keyword arguments: the typed engine fields that are set, then ``engine_args``, then roll's
     own (``model_path``, ``skip_tokenizer_init``, ``random_seed``); ``dtype`` from the options or the model's."""
-    opts = parse_options(SGLangOptions, options, key)
     kwargs = {name: getattr(opts, name) for name in ENGINE_FIELDS if getattr(opts, name) is not None}
     kwargs.update(tp_size=opts.tp_size or tp_size, **opts.engine_args)
     kwargs.update(model_path=model_path, skip_tokenizer_init=True, random_seed=seed)
@@ -84,12 +76,10 @@ def engine_kwargs(
     return kwargs
 
 
-def engine_tp_size(config: Any) -> int:
-    """Tensor-parallel size of one engine of a worker block: ``strategy_config.tp_size``, default
+def engine_tp_size(config: Any, options: SGLangOptions) -> int:
+    """Tensor-parallel size of one engine of worker block ``config`` (typed ``options``): ``tp_size``, default
     ``num_gpus_per_worker``. Each engine holds that many ranks of a weight group."""
-    from roll.strategies.registry import strategy_options
-
-    return strategy_options(config, cls=SGLangOptions).tp_size or config.num_gpus_per_worker
+    return options.tp_size or config.num_gpus_per_worker
 
 
 def sampling_params(args: GeneratingArgs, max_new_tokens: int | None, eos_token_id: int | None) -> dict[str, Any]:
@@ -196,10 +186,12 @@ class SGLangStrategy(InferenceStrategy):
     :meth:`abort`), ``weight_group`` (:meth:`init_weight_group`, then :meth:`update_weights_distributed` every
     sync), ``ipc_weights`` (:meth:`load_weight_bucket`)."""
 
+    options: SGLangOptions
+
     @staticmethod
-    def weight_group_ranks(config: Any) -> int:
+    def weight_group_ranks(config: Any, options: SGLangOptions) -> int:
         """Ranks one worker of block ``config`` holds in a weight group: its engine's TP size."""
-        return engine_tp_size(config)
+        return engine_tp_size(config, options)
 
     def initialize(self, ctx: StrategyContext) -> None:
         try:
@@ -209,15 +201,17 @@ class SGLangStrategy(InferenceStrategy):
                 f"strategy 'sglang' needs SGLang (GPU only): {exc}. Install roll[gpu] on a GPU "
                 f"machine, or use strategy_name: hf_infer"
             ) from exc
-        from roll.strategies.registry import strategy_options
-
-        options = strategy_options(self.config, cls=SGLangOptions)
+        options = self.options
         margs = self.config.model_args
         self.bucket_bytes = options.weight_bucket_bytes
         self.release_tags = options.release_tags
         self.model_path = margs.model_name_or_path
         kwargs = engine_kwargs(
-            self.model_path, margs.dtype, options, ctx.seed + 7919 * self.rank, tp_size=engine_tp_size(self.config)
+            self.model_path,
+            margs.dtype,
+            options,
+            ctx.seed + 7919 * self.rank,
+            tp_size=engine_tp_size(self.config, options),
         )
         if options.max_running_requests is None and ctx.max_running_requests is not None:
             kwargs["max_running_requests"] = ctx.max_running_requests
@@ -334,10 +328,10 @@ class SGLangStrategy(InferenceStrategy):
         """Load one CUDA-IPC bucket (:mod:`roll.weights.ipc`; one payload per TP rank, each from the
         trainer rank on that rank's GPU) with SGLang's ``flattened_bucket`` format: no host copy. While released,
         the engine's weight memory is resumed first (its KV cache stays released until :meth:`reload_states`)."""
-        if len(payloads) != engine_tp_size(self.config):
+        tp = engine_tp_size(self.config, self.options)
+        if len(payloads) != tp:
             raise ValueError(
-                f"sglang: {len(payloads)} IPC payloads for an engine of TP size "
-                f"{engine_tp_size(self.config)}; one per TP rank is needed"
+                f"sglang: {len(payloads)} IPC payloads for an engine of TP size {tp}; one per TP rank is needed"
             )
         if self.released and self._weights_released:
             self.engine.resume_memory_occupation(tags=["weights"])

@@ -16,6 +16,8 @@ import torch
 
 #: Byte alignment of each tensor in the file.
 ALIGN = 64
+#: Where a CPU run on one machine passes the weights (``copy`` mode): a RAM-backed file system.
+SHARED_DIR = "/dev/shm"
 
 Layout = list[list]
 

@@ -37,12 +37,12 @@ def tools_dir(tiny_model_dir, tmp_path_factory) -> str:
 def strategy(tools_dir):
     from roll.config.worker import WorkerConfig
     from roll.strategies.base import StrategyContext
-    from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.registry import build_strategy
 
     config = WorkerConfig()
     config.model_args.model_name_or_path = tools_dir
     config.strategy_args.strategy_name = "hf_infer"
-    s = HFInferStrategy(config, 0, 1)
+    s = build_strategy(config, "actor_infer")
     s.initialize(StrategyContext(seed=0))
     return s
 

@@ -63,10 +63,10 @@ def test_pushing_identical_weights_mid_rollout_changes_no_token(tiny_model_dir, 
     pipe = AgenticPipeline(cfg)
     pipe.setup()
     infer, manager = pipe.roles.actor_infer, pipe.train_rollout.managers[0]
-    weights = pipe.roles.actor_train.named_weights()
+    weights = pipe.roles.actor_train.weights_out.gather()
 
     def push():
-        infer.load_weights(weights)
+        infer.weights_in.load(weights)
         infer.set_policy_version(1)
 
     plain = manager.rollout(1000, pipe.train_rollout.generator).trajectories

@@ -24,6 +24,7 @@ def main(model_dir: str, port: str, fragments: list[str]) -> None:
     from roll.data.batch import Batch
     from roll.strategies.base import StrategyContext
     from roll.strategies.deepspeed_train import DeepSpeedTrainStrategy
+    from roll.strategies.registry import strategy_options
 
     def loss_fn(log_probs, entropy, mb):
         loss = -log_probs.mean()
@@ -36,7 +37,7 @@ def main(model_dir: str, port: str, fragments: list[str]) -> None:
         worker.model_args.disable_gradient_checkpointing = True
         ta = worker.training_args
         ta.per_device_train_batch_size, ta.gradient_accumulation_steps, ta.learning_rate = 2, 2, 1e-2
-        strategy = DeepSpeedTrainStrategy(worker)
+        strategy = DeepSpeedTrainStrategy(worker, options=strategy_options(worker))
         strategy.initialize(StrategyContext(seed=0, total_steps=10))
         before = [t.clone() for _, t in strategy.named_weights()]
         ids = torch.randint(3, 100, (4, 12), generator=torch.Generator().manual_seed(0))

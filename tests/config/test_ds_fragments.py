@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from roll.config.strategies import DeepSpeedTrainOptions, parse_options
 from roll.strategies.deepspeed_train import build_ds_config
 
 HERE = Path(__file__).resolve().parent
@@ -25,7 +26,8 @@ def block(name: str) -> dict:
 
 @pytest.mark.parametrize("name, stage", FRAGMENTS.items())
 def test_auto_values_resolved_from_worker_block(name, stage):
-    cfg = build_ds_config(block(name), micro_batch=4, grad_accum=8, world_size=2, max_grad_norm=0.5, dtype="bf16")
+    options = parse_options(DeepSpeedTrainOptions, block(name), f"{name}.strategy_config")
+    cfg = build_ds_config(options, micro_batch=4, grad_accum=8, world_size=2, max_grad_norm=0.5, dtype="bf16")
     assert cfg["train_micro_batch_size_per_gpu"] == 4 and cfg["gradient_accumulation_steps"] == 8
     assert cfg["train_batch_size"] == 4 * 8 * 2 and cfg["gradient_clipping"] == 0.5
     assert cfg["bf16"] == {"enabled": True} and cfg["fp16"] == {"enabled": False}

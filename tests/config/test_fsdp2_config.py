@@ -164,6 +164,7 @@ def test_bad_fsdp2_config_is_one_line(base_cfg, role, name, strategy_config, wor
 
 def test_vllm_answer_names_the_sglang_options(base_cfg):
     """ROLL's usual vLLM block becomes the sglang block the message spells out, which roll's sglang strategy takes."""
+    from roll.config.strategies import SGLangOptions
     from roll.strategies.sglang import engine_kwargs
 
     vllm = {
@@ -187,7 +188,8 @@ def test_vllm_answer_names_the_sglang_options(base_cfg):
     assert "drop sleep_level" in msg and "check swap_space" in msg and "hf_infer" in msg
     config, dropped, unknown = sglang_equivalent(vllm)
     assert (dropped, unknown) == (["sleep_level"], ["swap_space"])
-    kwargs = engine_kwargs("/m", "bf16", config, seed=0)
+    options = parse_options(SGLangOptions, config, "actor_infer.strategy_args.strategy_config")  # it parses
+    kwargs = engine_kwargs("/m", "bf16", options, seed=0)
     assert (kwargs["mem_fraction_static"], kwargs["page_size"], kwargs["disable_radix_cache"]) == (0.8, 16, True)
 
 

@@ -13,6 +13,7 @@ from roll.config.worker import WorkerConfig
 from roll.data.batch import Batch
 from roll.distributed.group import RayWorkerGroup
 from roll.distributed.placement import check_feasible, create_placement_groups, plan_placement
+from roll.distributed.roles import ActorProxy
 from roll.strategies.base import StrategyContext
 
 GLOBAL_BATCH, SEQ = 4, 12
@@ -60,7 +61,7 @@ def _train_once(ray, group: RayWorkerGroup, pgs: dict, batch: Batch) -> dict[str
         group.call("initialize", StrategyContext(seed=3, max_grad_norm=1.0, total_steps=1))
         metrics = group.call_dp("train_step", batch, loss_fn=mean_logp_loss)
         assert len(metrics) == group.world_size
-        return dict(group.call("named_weights")[0])
+        return dict(ActorProxy(group).weights_out.gather())  # every rank gathers, rank 0's copies
     finally:
         group.shutdown()
         for pg in pgs.values():

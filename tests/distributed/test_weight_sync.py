@@ -1,6 +1,8 @@
 """actor_train -> actor_infer weight sync on CPU: the mode decision from device_mapping, its config checks, the
-async calls of a local worker group, and :class:`WeightSync` end to end over local groups (the broadcast path over
-a real gloo weight group between threads, with engines of TP size 2, and the copy path)."""
+async calls of a local worker group, and :class:`WeightSync` end to end over local groups through the role proxies'
+weight faces and the workers' endpoints (the broadcast path over a real gloo weight group between threads, with
+engines of TP size 2; the copy, shared-memory and direct paths; the CUDA IPC orchestration with a stand-in for the
+GPU-only payloads), and that every mode sends what the sender's one ``buckets`` method yields."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.worker import GeneratingArgs
 from roll.distributed.group import LocalWorkerGroup
-from roll.distributed.placement import nccl_sync_blocker, weight_sync_mode
+from roll.distributed.placement import ipc_routes, nccl_sync_blocker, weight_sync_mode
 from roll.distributed.roles import ActorProxy, InferProxy
 from roll.distributed.worker import Worker
 from roll.launch.preflight import check_strategy_options, check_weight_sync
+from roll.launch.weight_sync import weight_sync
 from roll.strategies.base import GenerationOutput
 from roll.strategies.registry import strategy_spec
-from roll.weights.buckets import BucketMeta, bucket_meta, iter_buckets, plan_bucket_metas, plan_buckets
+from roll.weights.buckets import BucketMeta, bucket_meta, iter_buckets, plan_buckets
 from roll.weights.group import WeightGroup
+from roll.weights.receiver import WeightReceiver
+from roll.weights.sender import WeightSender
 from roll.weights.sync import GROUP_NAME, WeightSync
 
 
@@ -83,8 +88,6 @@ def test_mode_with_cuda_ipc_receivers(mappings, distributed, subprocess, mode, w
 
 
 def test_ipc_routes_pick_the_trainer_rank_of_each_engine_gpu():
-    from roll.weights.sync import ipc_routes
-
     assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 1) == [[0], [1]]  # one engine per GPU
     assert ipc_routes({"actor_train": [0, 1], "actor_infer": [0, 1]}, 2) == [[0, 1]]  # one TP-2 engine
     assert ipc_routes({"actor_train": [2, 3, 0, 1], "actor_infer": [0, 1, 2, 3]}, 2) == [[2, 3], [0, 1]]
@@ -172,19 +175,24 @@ def test_gpu_example_configs_pick_their_mode(name, extra, mode):
     )
 
 
-def test_from_config_reads_mode_buckets_and_tp(capsys):
+def test_launch_decides_mode_buckets_and_tp(capsys):
     cfg = _cfg(infer_gpus=(1,), weight_bucket_bytes=4096)
-    sync = WeightSync.from_config(cfg, train=None, infer=None)
+    sync = weight_sync(cfg, sender=None, receiver=None)
     assert (sync.mode, sync.bucket_bytes, sync.engine_tp_size, sync.count_buckets) == ("nccl", 4096, 1, True)
     assert "weight sync actor_train -> actor_infer: nccl (actor_infer GPUs [1] are disjoint" in capsys.readouterr().out
     cfg = _cfg(infer_gpus=(0, 1), tp_size=2)
     cfg.actor_infer.num_gpus_per_worker = 2
-    sync = WeightSync.from_config(cfg, train=None, infer=None)
+    sync = weight_sync(cfg, sender=None, receiver=None)
     assert (sync.mode, sync.engine_tp_size) == ("copy", 2)
-    hf = WeightSync.from_config(_cfg("hf_infer"), train=None, infer=None)
+    hf = weight_sync(_cfg("hf_infer"), sender=None, receiver=None)
     assert (hf.mode, hf.engine_tp_size, hf.count_buckets) == ("copy", 1, False)
-    hf = WeightSync.from_config(_cfg("hf_infer", infer_gpus=(0,), weight_bucket_bytes=8192), train=None, infer=None)
+    hf = weight_sync(_cfg("hf_infer", infer_gpus=(0,), weight_bucket_bytes=8192), sender=None, receiver=None)
     assert (hf.mode, hf.bucket_bytes) == ("cuda_ipc", 8192)  # colocated hf_infer: its own bucket size option
+    assert hf.ipc_routes == [[0]] and hf.shared_dir is None  # its engine's GPU holds trainer rank 0
+    cpu = weight_sync(_cfg("hf_infer", train_gpus=(), infer_gpus=()), sender=None, receiver=None)
+    assert (cpu.mode, cpu.shared_dir) == ("copy", "/dev/shm")  # a CPU Ray run on one machine: shared memory
+    cpu = weight_sync(_cfg("hf_infer", train_gpus=(), infer_gpus=(), distributed="local"), sender=None, receiver=None)
+    assert (cpu.mode, cpu.shared_dir) == ("direct", None)
 
 
 # ---------------------------------------------------------------------------- async calls of a local group
@@ -231,16 +239,11 @@ def _weights(shift: float = 0.0) -> list[tuple[str, torch.Tensor]]:
 
 
 class _Trainer:
-    """A training strategy as far as a sync needs it: weights, their bucket plan and buckets."""
+    """A training strategy as far as the sender needs it: its weights, bucket by bucket (nothing else: a sync that
+    read ``named_weights`` or a strategy plan would fail here)."""
 
     def __init__(self):
         self.weights = _weights()
-
-    def named_weights(self):
-        return [(n, t.clone()) for n, t in self.weights]
-
-    def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        return plan_bucket_metas([(n, t.shape, t.dtype) for n, t in self.weights], bucket_bytes)
 
     def weight_buckets(self, bucket_bytes: int):
         yield from iter_buckets(self.weights, bucket_bytes)
@@ -248,12 +251,10 @@ class _Trainer:
 
 class _Engine:
     """A receiving strategy like sglang's: ``tp`` ranks (threads here, processes in SGLang), each receiving the
-    full tensors in the weight group."""
-
-    supports_weight_group = True
+    full tensors in the weight group; CUDA IPC buckets arrive as the stand-in payloads of :func:`_fake_share`."""
 
     def __init__(self, tp: int):
-        self.tp, self.groups, self.joins, self.weights = tp, [], [], {}
+        self.tp, self.groups, self.joins, self.weights, self.buckets = tp, [], [], {}, []
 
     def _each_rank(self, fn) -> list:
         out = [None] * self.tp
@@ -284,22 +285,30 @@ class _Engine:
     def load_weights(self, named):
         self.weights.update({n: t.clone() for n, t in named})
 
+    def load_weight_bucket(self, payloads, flush):
+        self.buckets.append((list(payloads), flush))
+        self.load_weights(_FAKE_IPC[payloads[0]])
 
-def _worker(role: str, rank: int, strategy, name: str = "deepspeed_train") -> Worker:
-    """A :class:`Worker` around a stand-in strategy (the forwarders under test, without building a backend),
-    with the registry entry of strategy ``name`` (what it declares: its abilities)."""
+
+def _worker(role: str, rank: int, strategy, name: str = "deepspeed_train", sender: type = WeightSender) -> Worker:
+    """A :class:`Worker` around a stand-in strategy (the endpoints under test, without building a backend), with
+    the registry entry of strategy ``name`` (what it declares: its abilities), endpoints as ``Worker.__init__``
+    builds them (a sender on the training role)."""
     w = Worker.__new__(Worker)
-    w.role, w.rank, w.strategy, w.weight_groups, w.spec = role, rank, strategy, {}, strategy_spec(name)
-    w._turns, w.policy_version, w._request_versions = threading.Lock(), 0, {}  # as Worker.__init__ sets them
+    w.role, w.rank, w.strategy, w.spec = role, rank, strategy, strategy_spec(name)
+    w.receiver = WeightReceiver(strategy, w.spec.abilities, f"{role}: strategy {name!r}")
+    w.sender = sender(strategy, rank, role) if role == "actor_train" else None
+    w.policy_version, w._request_versions = 0, {}
     return w
 
 
-def _groups(engines):
-    """The trainer and the sync's two role proxies over local groups (the engines declare sglang's abilities)."""
+def _groups(engines, sender: type = WeightSender):
+    """The trainer and the sync's two sides (the proxies' weight faces) over local groups; the engines declare
+    sglang's abilities."""
     trainer = _Trainer()
-    train = LocalWorkerGroup.of("actor_train", [_worker("actor_train", 0, trainer)])
+    train = LocalWorkerGroup.of("actor_train", [_worker("actor_train", 0, trainer, sender=sender)])
     infer = LocalWorkerGroup.of("actor_infer", [_worker("actor_infer", r, e, "sglang") for r, e in enumerate(engines)])
-    return trainer, ActorProxy(train), InferProxy(infer)
+    return trainer, ActorProxy(train).weights_out, InferProxy(infer).weights_in
 
 
 def _equal(engine: _Engine, trainer: _Trainer) -> bool:
@@ -310,8 +319,8 @@ def _equal(engine: _Engine, trainer: _Trainer) -> bool:
 
 def test_broadcast_sync_two_engines_of_tp2_over_gloo():
     engines = [_Engine(tp=2), _Engine(tp=2)]
-    trainer, train, infer = _groups(engines)
-    sync = WeightSync(train, infer, "nccl", bucket_bytes=100, engine_tp_size=2, backend="gloo")
+    trainer, sender, receiver = _groups(engines)
+    sync = WeightSync(sender, receiver, "nccl", bucket_bytes=100, engine_tp_size=2, backend="gloo")
     first = sync()
     assert [e.joins for e in engines] == [[(1, 5, GROUP_NAME)], [(3, 5, GROUP_NAME)]]  # trainer + 2 x TP 2
     assert all(_equal(e, trainer) for e in engines)
@@ -322,35 +331,106 @@ def test_broadcast_sync_two_engines_of_tp2_over_gloo():
     trainer.weights = _weights(shift=1.0)  # the next step's weights: same group, new tensors
     sync()
     assert all(_equal(e, trainer) for e in engines) and all(len(e.joins) == 1 for e in engines)
-    train.group.workers[0].weight_groups[GROUP_NAME].close()
+    sender.group.workers[0].sender.groups[GROUP_NAME].close()
 
 
 def test_copy_sync_counts_buckets_of_the_engine_push():
     engines = [_Engine(tp=1)]
-    trainer, train, infer = _groups(engines)
-    out = WeightSync(train, infer, "copy", bucket_bytes=100, count_buckets=True)()
+    trainer, sender, receiver = _groups(engines)
+    out = WeightSync(sender, receiver, "copy", bucket_bytes=100, count_buckets=True)()
     assert _equal(engines[0], trainer) and engines[0].joins == []
     assert out["sync/mode"] == 0.0 and out["sync/buckets"] == len(plan_buckets([48] * 5, 100)) == 3
+
+
+def test_copy_sync_through_shared_memory_removes_its_file(tmp_path):
+    engines = [_Engine(tp=1), _Engine(tp=1)]
+    trainer, sender, receiver = _groups(engines)
+    out = WeightSync(sender, receiver, "copy", bucket_bytes=100, shared_dir=str(tmp_path))()
+    assert all(_equal(e, trainer) for e in engines) and list(tmp_path.iterdir()) == []
+    assert out["sync/gib"] == pytest.approx(240 / 2**30) and "sync/buckets" not in out
+
+
+def test_direct_sync_loads_the_trainers_buckets_in_process():
+    engines = [_Engine(tp=1), _Engine(tp=1)]
+    trainer, sender, receiver = _groups(engines)
+    out = WeightSync(sender, receiver, "direct", bucket_bytes=100)()
+    assert all(_equal(e, trainer) for e in engines)
+    assert out["sync/mode"] == 3.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2**30)
+
+
+#: payload -> tensors of the stand-in CUDA IPC share (the real one: tests/strategies/test_ipc_buckets_gpu.py)
+_FAKE_IPC: dict[bytes, list] = {}
+
+
+def _fake_share(bucket):
+    """``roll.weights.ipc.share_bucket`` without CUDA: a payload naming the bucket, and a buffer to keep alive."""
+    payload = f"bucket-{len(_FAKE_IPC)}".encode()
+    _FAKE_IPC[payload] = [(n, t.clone()) for n, t in bucket]
+    return payload, torch.zeros(1)
+
+
+def test_cuda_ipc_sync_routes_each_engine_its_payloads(monkeypatch):
+    """The CUDA IPC orchestration on CPU: per bucket of the plan, each engine gets the payload of the trainer rank
+    its route names, the last one flushes, and a trainer with more buckets than its plan is an error."""
+    monkeypatch.setattr("roll.weights.ipc.share_bucket", _fake_share)
+    engines = [_Engine(tp=1), _Engine(tp=1)]
+    trainer, sender, receiver = _groups(engines)
+    sync = WeightSync(sender, receiver, "cuda_ipc", bucket_bytes=100, ipc_routes=[[0], [0]])
+    out = sync()
+    assert all(_equal(e, trainer) for e in engines)
+    assert [flush for _, flush in engines[0].buckets] == [False, False, True]
+    assert engines[0].buckets == engines[1].buckets  # both engines' GPUs hold trainer rank 0
+    assert out["sync/mode"] == 2.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2**30)
+    trainer.weights = _weights() + [("extra.weight", torch.zeros(60, dtype=torch.bfloat16))]  # a 4th bucket
+    with pytest.raises(RuntimeError, match=r"more weight buckets than its plan \(3\)"):
+        sync()
+
+
+class _FirstLayerOnly(WeightSender):
+    """What an adapter-only sync is: a sender whose one ``buckets`` method yields fewer tensors."""
+
+    def buckets(self, bucket_bytes):
+        for bucket in super().buckets(bucket_bytes):
+            kept = [(name, t) for name, t in bucket if name == "layers.0.weight"]
+            if kept:
+                yield kept
+
+
+@pytest.mark.parametrize("mode", ["copy", "shared_memory", "direct", "nccl", "cuda_ipc"])
+def test_every_mode_sends_what_the_senders_buckets_yield(mode, tmp_path, monkeypatch):
+    """Changing :meth:`WeightSender.buckets` alone changes what every mode sends (plan included): the one place
+    an adapter-only sync changes."""
+    monkeypatch.setattr("roll.weights.ipc.share_bucket", _fake_share)
+    engines = [_Engine(tp=1)]
+    trainer, sender, receiver = _groups(engines, sender=_FirstLayerOnly)
+    shared = str(tmp_path) if mode == "shared_memory" else None
+    name = "copy" if mode == "shared_memory" else mode
+    sync = WeightSync(sender, receiver, name, bucket_bytes=100, backend="gloo", shared_dir=shared, count_buckets=True)
+    out = sync()
+    assert list(engines[0].weights) == ["layers.0.weight"]
+    assert torch.equal(engines[0].weights["layers.0.weight"], trainer.weights[0][1])
+    assert out["sync/gib"] == pytest.approx(48 / 2**30) and out["sync/buckets"] == 1.0
+    if mode == "nccl":
+        sender.group.workers[0].sender.groups[GROUP_NAME].close()
 
 
 def test_worker_refuses_what_its_strategy_cannot_do():
     receiver_only = _worker("actor_infer", 0, object(), "hf_infer")  # declares ipc_weights, not weight_group
     with pytest.raises(TypeError, match="strategy 'hf_infer' cannot receive weights by broadcast .*no 'weight_group'"):
-        receiver_only.update_weights_distributed([], GROUP_NAME)
-    with pytest.raises(TypeError, match="can neither send weights by broadcast .* nor receive them"):
-        receiver_only.init_weight_group("127.0.0.1", 1, 0, 2, GROUP_NAME)
+        receiver_only.weights_in(WeightReceiver.receive, [], GROUP_NAME)
+    with pytest.raises(TypeError, match="strategy 'hf_infer' cannot join a weight group .*no 'weight_group'"):
+        receiver_only.weights_in(WeightReceiver.join_group, "127.0.0.1", 1, 1, 2, GROUP_NAME)
+    with pytest.raises(TypeError, match="actor_infer: strategy 'hf_infer' sends no weights"):
+        receiver_only.weights_out(WeightSender.gather)
     with pytest.raises(TypeError, match="strategy 'hf_infer' cannot take single requests"):
         receiver_only.submit([], None)
-    with pytest.raises(RuntimeError, match="call init_weight_group first"):
-        _worker("actor_train", 0, _Trainer()).broadcast_weights(100, GROUP_NAME)
-
-
-def test_direct_sync_loads_the_trainers_buckets_in_process():
-    engines = [_Engine(tp=1), _Engine(tp=1)]
-    trainer, train, infer = _groups(engines)
-    out = WeightSync(train, infer, "direct", bucket_bytes=100)()
-    assert all(_equal(e, trainer) for e in engines)
-    assert out["sync/mode"] == 3.0 and out["sync/buckets"] == 3.0 and out["sync/gib"] == pytest.approx(240 / 2**30)
+    trainer = _worker("actor_train", 0, _Trainer())
+    with pytest.raises(RuntimeError, match="no weight group 'roll_weights'; host it first"):
+        trainer.weights_out(WeightSender.broadcast, 100, GROUP_NAME)
+    with pytest.raises(TypeError, match="is not a method of WeightSender"):
+        trainer.weights_out(WeightReceiver.load, [])  # the entry points run their own endpoint's methods only
+    with pytest.raises(TypeError, match="is not a method of WeightReceiver"):
+        trainer.weights_in(lambda receiver: receiver.sink)
 
 
 def test_flattened_bucket_round_trip_mixed_dtypes():

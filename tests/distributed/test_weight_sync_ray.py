@@ -1,5 +1,6 @@
 """The copy-mode weight sync between real Ray actors, through the object store (the driver passes the object ref)
-and through a shared-memory file: the engine then scores exactly as the trainer does."""
+and through a shared-memory file, driven through the role proxies' weight faces (the endpoint methods travel to the
+actors by reference): the engine then scores exactly as the trainer does."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def test_copy_sync_between_ray_actors(ray_session, tiny_model_dir, tmp_path, sha
         return torch.cat([p["log_probs"] for p in infer.group.call_dp("compute_log_probs", batch)])
 
     want = train.compute_log_probs(batch)
-    infer.load_weights([(n, t + 0.05) for n, t in train.named_weights()])  # the engine now holds other weights
+    infer.weights_in.load([(n, t + 0.05) for n, t in train.weights_out.gather()])  # the engine holds other weights
     assert (infer_log_probs() - want).abs().max() > 1e-3
-    out = WeightSync(train, infer, "copy", shared_dir=str(tmp_path) if shared else None)()
+    assert train.weights_out.passes_refs  # Ray: rank 0's gathered weights go to the engine by object ref
+    out = WeightSync(train.weights_out, infer.weights_in, "copy", shared_dir=str(tmp_path) if shared else None)()
     torch.testing.assert_close(infer_log_probs(), want, atol=1e-5, rtol=1e-5)
     assert out["sync/mode"] == 0.0 and out["sync/gib"] > 0 and out["time/sync"] >= out["time/sync_push"] > 0
     assert list(tmp_path.iterdir()) == []  # the shared file is removed after the load

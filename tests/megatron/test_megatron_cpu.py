@@ -39,6 +39,7 @@ def _strategy(rank, model_dir, tp, cls="MegatronTrainStrategy", **options):
     from roll.config.worker import WorkerConfig
     from roll.strategies import megatron_train
     from roll.strategies.base import StrategyContext
+    from roll.strategies.registry import strategy_options
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -46,7 +47,7 @@ def _strategy(rank, model_dir, tp, cls="MegatronTrainStrategy", **options):
     cfg.training_args.per_device_train_batch_size = 4
     cfg.strategy_args.strategy_name = "megatron_train"
     cfg.strategy_args.strategy_config = {"tensor_model_parallel_size": tp, **options}
-    strategy = getattr(megatron_train, cls)(cfg, rank, tp)
+    strategy = getattr(megatron_train, cls)(cfg, rank, tp, options=strategy_options(cfg))
     strategy.initialize(StrategyContext(seed=1, max_grad_norm=1.0, total_steps=4))
     return strategy
 

@@ -55,7 +55,7 @@ def _run(rank, strategy, options, offload=False):
     from roll.config.worker import WorkerConfig
     from roll.ppo.learning_probe import probe_actor, probe_batch
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path, cfg.model_args.dtype = MODEL, DTYPE
@@ -66,7 +66,7 @@ def _run(rank, strategy, options, offload=False):
     cfg.infer_batch_size = 4
     cfg.strategy_args.strategy_name, cfg.strategy_args.strategy_config = strategy, options
     world = int(os.environ["WORLD_SIZE"])
-    s = get_strategy_class(strategy, "actor_train")(cfg, rank, world)
+    s = build_strategy(cfg, "actor_train", rank, world)
     s.initialize(StrategyContext(seed=1, max_grad_norm=1.0, total_steps=1))
     batch = probe_batch(vocab_size=150000, samples=8, width=256, prompt=16)
     out = {"before": s.compute_log_probs(batch)["log_probs"]}

@@ -119,13 +119,14 @@ def test_shared_prompt_prefill_generates_the_same(tiny_model_dir):
     within float noise, and a prompt that appears once takes the ordinary path."""
     from roll.strategies.base import StrategyContext
     from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.registry import strategy_options
 
     def strategy(share: bool) -> HFInferStrategy:
         config = WorkerConfig()
         config.model_args.model_name_or_path = tiny_model_dir
         config.strategy_args.strategy_name = "hf_infer"
         config.use_prefix_sharing = share
-        s = HFInferStrategy(config, 0, 1)
+        s = HFInferStrategy(config, 0, 1, options=strategy_options(config))
         s.initialize(StrategyContext(seed=0))
         return s
 
@@ -232,12 +233,13 @@ def test_default_config_runs_shared_rows(tiny_model_dir):
     from roll.data.batch import Batch
     from roll.strategies.base import StrategyContext
     from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.registry import strategy_options
 
     def strategy(**key) -> HFInferStrategy:
         config = WorkerConfig(**key)
         config.model_args.model_name_or_path = tiny_model_dir
         config.strategy_args.strategy_name = "hf_infer"
-        s = HFInferStrategy(config, 0, 1)
+        s = HFInferStrategy(config, 0, 1, options=strategy_options(config))
         s.initialize(StrategyContext(seed=0))
         return s
 

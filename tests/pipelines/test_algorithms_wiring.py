@@ -414,11 +414,9 @@ def test_deepspeed_infer_log_probs_equal_transformers(tiny_model_dir, dist_env, 
 
     from roll.models.logprobs import token_log_probs
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
-    strategy = get_strategy_class("deepspeed_infer", "reference")(
-        _worker_config(tiny_model_dir, "deepspeed_infer", zero_stage=stage)
-    )
+    strategy = build_strategy(_worker_config(tiny_model_dir, "deepspeed_infer", zero_stage=stage), "reference")
     strategy.initialize(StrategyContext())
     batch = _sequences()
     got = strategy.compute_log_probs(batch)["log_probs"]
@@ -434,11 +432,11 @@ def test_deepspeed_infer_log_probs_equal_transformers(tiny_model_dir, dist_env, 
 
 
 def test_deepspeed_infer_rejects_bad_settings():
-    from roll.strategies.deepspeed_infer import build_infer_ds_config
+    from roll.strategies.registry import strategy_options
 
     for bad in ({"zero_stage": 2}, {"offload_param": "cpu"}, {"optimizer": {}}):
-        with pytest.raises(ValueError, match="deepspeed_infer"):
-            build_infer_ds_config(bad, micro_batch=2, world_size=1, dtype="fp32")
+        with pytest.raises(ConfigError, match="reference.strategy_args.strategy_config"):
+            strategy_options(_worker_config("/m", "deepspeed_infer", **bad), "reference.strategy_args.strategy_config")
     with pytest.raises(ConfigError, match="cannot serve actor_infer"):  # it scores, it does not generate
         algo_cfg("grpo", {"actor_infer.strategy_args.strategy_name": "deepspeed_infer"})
 
@@ -448,11 +446,12 @@ def test_critic_strategy_values_training_and_backbone_sync(tiny_model_dir, dist_
 
     from roll.strategies.base import StrategyContext
     from roll.strategies.deepspeed_train import DeepSpeedCriticStrategy
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy, get_strategy_class
 
     cls = get_strategy_class("deepspeed_train", "critic")
     assert cls is DeepSpeedCriticStrategy and get_strategy_class("deepspeed_train", "actor_train") is not cls
-    critic = cls(_worker_config(tiny_model_dir, "deepspeed_train", zero_stage=0))
+    critic = build_strategy(_worker_config(tiny_model_dir, "deepspeed_train", zero_stage=0), "critic")
+    assert type(critic) is cls
     critic.initialize(StrategyContext(total_steps=10))
     batch = _sequences()
     values = critic.compute_values(batch)["values"]

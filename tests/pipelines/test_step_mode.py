@@ -73,7 +73,7 @@ def config(mode: str, estimator: str) -> AgenticConfig:
 def strategy(model_dir: str):
     from roll.config.worker import WorkerConfig
     from roll.strategies.base import StrategyContext
-    from roll.strategies.deepspeed_train import DeepSpeedTrainStrategy
+    from roll.strategies.registry import build_strategy
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -82,7 +82,7 @@ def strategy(model_dir: str):
     cfg.strategy_args.strategy_config = {"zero_stage": 0}
     cfg.training_args.per_device_train_batch_size = 2
     cfg.training_args.gradient_accumulation_steps = 2
-    out = DeepSpeedTrainStrategy(cfg)
+    out = build_strategy(cfg, "actor_train")
     out.initialize(StrategyContext(seed=0, max_grad_norm=1e9, total_steps=10))  # no clipping
     return out
 

@@ -30,7 +30,7 @@ from roll.algorithms.losses import ActorLossConfig  # noqa: E402
 from roll.config.worker import WorkerConfig  # noqa: E402
 from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss  # noqa: E402
 from roll.strategies.base import StrategyContext  # noqa: E402
-from roll.strategies.registry import get_strategy_class  # noqa: E402
+from roll.strategies.registry import build_strategy  # noqa: E402
 from tests.strategies.test_train_step import _batch  # noqa: E402
 
 RANK, WORLD = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -62,7 +62,7 @@ def strategy(
     cfg.use_dynamic_batching_in_train = cfg.use_dynamic_batching_in_infer = dynamic
     cfg.max_tokens_per_microbatch_in_train = cfg.max_tokens_per_microbatch_in_infer = 20
     cfg.infer_batch_size = 2
-    s = get_strategy_class(name, role)(cfg, RANK, WORLD)
+    s = build_strategy(cfg, role, RANK, WORLD)
     s.initialize(StrategyContext(seed=0, max_grad_norm=0.5, total_steps=10))
     return s
 

@@ -25,7 +25,7 @@ def _probe(rank: int, model_dir: str, strategy: str, role: str, options: dict) -
     from roll.config.worker import WorkerConfig
     from roll.ppo.learning_probe import probe_actor, probe_batch, probe_critic
     from roll.strategies.base import StrategyContext
-    from roll.strategies.registry import get_strategy_class
+    from roll.strategies.registry import build_strategy
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -37,7 +37,7 @@ def _probe(rank: int, model_dir: str, strategy: str, role: str, options: dict) -
     import os
 
     world = int(os.environ["WORLD_SIZE"])
-    s = get_strategy_class(strategy, role)(cfg, rank, world)
+    s = build_strategy(cfg, role, rank, world)
     s.initialize(StrategyContext(seed=1, max_grad_norm=1.0, total_steps=4))
     batch = probe_batch(vocab_size=500, samples=8)  # every rank of a TP group sees the whole batch
     result = probe_critic(s, batch) if role == "critic" else probe_actor(s, batch)

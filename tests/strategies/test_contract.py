@@ -3,6 +3,7 @@ abilities are Protocols, and both are checked against the class by the registry 
 
 from __future__ import annotations
 
+import copy
 import sys
 import types
 
@@ -16,7 +17,7 @@ from roll.strategies.base import CriticStrategy, InferenceStrategy, TrainStrateg
 @pytest.fixture
 def scratch_registry(monkeypatch):
     """Registrations of a test vanish afterwards."""
-    monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._STRATEGIES))
+    monkeypatch.setattr(registry, "STRATEGIES", copy.deepcopy(registry.STRATEGIES))
 
 
 @pytest.mark.parametrize(
@@ -133,3 +134,25 @@ def test_entry_values_are_checked(scratch_registry):
         registry.register_strategy("x", "m:C", {"actor_infer"}, options="m:O", prefix_sharing="maybe")
     with pytest.raises(ValueError, match="unknown abilities \\['teleport'\\]"):
         registry.register_strategy("x", "m:C", {"actor_infer"}, options="m:O", abilities={"teleport"})
+
+
+def test_the_strategy_registry_is_the_houses_registry(scratch_registry):
+    """One registry class per extension point: duplicates raise, a failed lookup lists the names, a user entry
+    named ``"package.module:name"`` imports its module."""
+    from roll.registry import Registry
+
+    assert isinstance(registry.STRATEGIES, Registry)
+    with pytest.raises(ValueError, match="strategy 'hf_infer' is already registered"):
+        registry.register_strategy("hf_infer", "m:C", {"actor_infer"}, options="m:O")
+    assert registry.strategy_spec("hf_infer").import_path == "roll.strategies.hf_infer:HFInferStrategy"
+    with pytest.raises(ValueError, match="unknown strategy 'nope'; valid: .*deepspeed_train, .*hf_infer"):
+        registry.strategy_spec("nope")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
+        registry.strategy_spec("no_such_module:backend")
+    module = _user_module(Generator=_Generator)
+    registry.register_strategy(
+        "user_gen3", f"{module}:Generator", {"actor_infer"}, options="roll.config.strategies:HFInferOptions"
+    )
+    assert (
+        registry.strategy_spec(f"{module}:user_gen3").name == "user_gen3" and "user_gen3" in registry.list_strategies()
+    )

@@ -18,7 +18,7 @@ from roll.config.worker import WorkerConfig
 from roll.models.logprobs import token_log_probs
 from roll.ppo.loss_fns import SFT_LOSS, CriticValueLoss, PPOActorLoss
 from roll.strategies.base import StrategyContext
-from roll.strategies.registry import get_strategy_class
+from roll.strategies.registry import build_strategy
 from tests.strategies.test_train_step import _applied_grads, _batch
 
 HERE = Path(__file__).resolve().parent
@@ -67,7 +67,7 @@ def _build(
     cfg.use_dynamic_batching_in_train = cfg.use_dynamic_batching_in_infer = dynamic
     cfg.max_tokens_per_microbatch_in_train = cfg.max_tokens_per_microbatch_in_infer = 20
     cfg.use_sequence_packing = pack
-    strategy = get_strategy_class(name, role)(cfg)
+    strategy = build_strategy(cfg, role)
     strategy.initialize(StrategyContext(seed=0, max_grad_norm=0.5, total_steps=10))
     return strategy
 

@@ -10,10 +10,10 @@ import importlib.util
 import pytest
 import torch
 
-from roll.config.strategies import SGLangOptions
+from roll.config.strategies import SGLangOptions, parse_options
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.strategies.base import GenerationOutput
-from roll.strategies.registry import get_strategy_class, strategy_roles
+from roll.strategies.registry import get_strategy_class, strategy_options, strategy_roles
 from roll.strategies.sglang import (
     WEIGHT_SYNC_CHOICES,
     RequestTracker,
@@ -30,18 +30,22 @@ def test_registered_for_actor_infer_only():
     assert get_strategy_class("sglang") is SGLangStrategy  # importing the module does not import sglang
 
 
+def _options(**raw) -> SGLangOptions:
+    return parse_options(SGLangOptions, raw, "actor_infer.strategy_args.strategy_config")
+
+
 def test_engine_kwargs_pass_through_and_roll_keys():
     kw = engine_kwargs(
         "/m",
         "bf16",
-        {
-            "mem_fraction_static": 0.3,
-            "tp_size": 2,
-            "weight_bucket_bytes": 8,
-            "release_tags": None,
-            "attention_backend": "flashinfer",
-            "engine_args": {"base_gpu_id": 1},
-        },
+        _options(
+            mem_fraction_static=0.3,
+            tp_size=2,
+            weight_bucket_bytes=8,
+            release_tags=None,
+            attention_backend="flashinfer",
+            engine_args={"base_gpu_id": 1},
+        ),
         seed=5,
     )
     assert kw["model_path"] == "/m" and kw["skip_tokenizer_init"] is True and kw["random_seed"] == 5
@@ -49,11 +53,11 @@ def test_engine_kwargs_pass_through_and_roll_keys():
     assert kw["dtype"] == "bfloat16" and kw["sampling_backend"] == SGLangOptions().sampling_backend
     assert kw["base_gpu_id"] == 1 and "context_length" not in kw  # typed engine fields left at None are not sent
     assert "weight_bucket_bytes" not in kw and "release_tags" not in kw
-    assert engine_kwargs("/m", "fp32", {}, 0)["attention_backend"] == "triton"
+    assert engine_kwargs("/m", "fp32", SGLangOptions(), 0)["attention_backend"] == "triton"
     with pytest.raises(ValueError, match=r"\['model_path'\]"):
-        engine_kwargs("/m", "bf16", {"engine_args": {"model_path": "/other"}}, 0)
+        _options(engine_args={"model_path": "/other"})
     with pytest.raises(ValueError, match="base_gpu_id.*not a key of SGLangOptions; allowed: weight_sync"):
-        engine_kwargs("/m", "bf16", {"base_gpu_id": 1}, 0)  # other Engine arguments go in engine_args
+        _options(base_gpu_id=1)  # other Engine arguments go in engine_args
 
 
 def test_sampling_params_mapping():
@@ -205,7 +209,7 @@ def test_tracker_abort():
 
 
 def _strategy(engine: FakeEngine, bucket_bytes: int = 1 << 30) -> SGLangStrategy:
-    s = SGLangStrategy(WorkerConfig(), 0, 1)
+    s = SGLangStrategy(WorkerConfig(), 0, 1, options=SGLangOptions())
     s.engine, s.tracker, s.eos_token_id = engine, RequestTracker(engine, engine.loop), 2
     s.bucket_bytes, s.release_tags, s.model_path = bucket_bytes, None, "/init"
     s.skip_names, s.released, s._host_weights, s.last_sync = frozenset({"lm_head.weight"}), False, None, {}
@@ -311,10 +315,10 @@ def test_weight_group_calls_and_their_failures():
 def test_engine_tp_size_and_weight_sync_key():
     cfg = WorkerConfig()
     cfg.num_gpus_per_worker = 2
-    assert engine_tp_size(cfg) == 2 == SGLangStrategy.weight_group_ranks(cfg)
-    cfg.strategy_args.strategy_config = {"tp_size": 1, "weight_sync": "copy"}
-    assert engine_tp_size(cfg) == 1
-    assert "weight_sync" not in engine_kwargs("/m", "bf16", cfg.strategy_args.strategy_config, 0)
+    assert engine_tp_size(cfg, SGLangOptions()) == 2 == SGLangStrategy.weight_group_ranks(cfg, SGLangOptions())
+    options = _options(tp_size=1, weight_sync="copy")
+    assert engine_tp_size(cfg, options) == 1
+    assert "weight_sync" not in engine_kwargs("/m", "bf16", options, 0)
     assert WEIGHT_SYNC_CHOICES == ("auto", "nccl", "cuda_ipc", "copy")
 
 
@@ -330,8 +334,8 @@ def test_real_engine_generates(tiny_model_dir):
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = tiny_model_dir
-    cfg.strategy_args.strategy_config = {"mem_fraction_static": 0.2}
-    s = SGLangStrategy(cfg, 0, 1)
+    cfg.strategy_args.strategy_name, cfg.strategy_args.strategy_config = "sglang", {"mem_fraction_static": 0.2}
+    s = SGLangStrategy(cfg, 0, 1, options=strategy_options(cfg))
     s.initialize(StrategyContext(seed=0))
     try:
         outs = s.generate([[1, 2, 3]] * 4, GeneratingArgs(max_new_tokens=8))
@@ -423,6 +427,8 @@ def test_async_run_starts_the_engine_without_radix_cache(monkeypatch, tiny_model
     ]:
         cfg = WorkerConfig()
         cfg.model_args.model_name_or_path = tiny_model_dir
-        cfg.strategy_args.strategy_config = {"engine_args": engine_args}
-        SGLangStrategy(cfg, 0, 1).initialize(StrategyContext(seed=0, async_rollouts=async_rollouts))
+        cfg.strategy_args.strategy_name, cfg.strategy_args.strategy_config = "sglang", {"engine_args": engine_args}
+        SGLangStrategy(cfg, 0, 1, options=strategy_options(cfg)).initialize(
+            StrategyContext(seed=0, async_rollouts=async_rollouts)
+        )
         assert started[-1].get("disable_radix_cache") == expected, (async_rollouts, engine_args)

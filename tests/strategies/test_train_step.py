@@ -141,7 +141,7 @@ def test_pack_layout_restarts_positions():
 def _strategy(model_dir, stage=0, dynamic=False, pack=False, per_device=2, accum=4):
     from roll.config.worker import WorkerConfig
     from roll.strategies.base import StrategyContext
-    from roll.strategies.deepspeed_train import DeepSpeedTrainStrategy
+    from roll.strategies.registry import build_strategy
 
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
@@ -154,7 +154,7 @@ def _strategy(model_dir, stage=0, dynamic=False, pack=False, per_device=2, accum
     cfg.use_dynamic_batching_in_train = dynamic
     cfg.max_tokens_per_microbatch_in_train = 20
     cfg.use_sequence_packing = pack
-    strategy = DeepSpeedTrainStrategy(cfg)
+    strategy = build_strategy(cfg, "actor_train")
     strategy.initialize(StrategyContext(seed=0, max_grad_norm=0.5, total_steps=10))
     return strategy
 

@@ -10,6 +10,7 @@ import torch
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.strategies.base import StrategyContext
 from roll.strategies.hf_infer import HFInferStrategy
+from roll.strategies.registry import strategy_options
 from roll.strategies.turn_cache import INDEX_TOKENS, TurnCache
 
 
@@ -18,7 +19,7 @@ def _strategy(model_dir: str, **options) -> HFInferStrategy:
     config.model_args.model_name_or_path = model_dir
     config.strategy_args.strategy_name = "hf_infer"
     config.strategy_args.strategy_config = dict(options)
-    strategy = HFInferStrategy(config, 0, 1)
+    strategy = HFInferStrategy(config, 0, 1, options=strategy_options(config))
     strategy.initialize(StrategyContext(seed=0))
     return strategy
 

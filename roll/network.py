@@ -1,4 +1,4 @@
-"""Network helpers of the distributed layer: free ports for rendezvous, this node's address."""
+"""Network helpers: free ports for rendezvous, this node's address (the worker groups and the weight group use them)."""
 
 from __future__ import annotations
 
