@@ -339,9 +339,3 @@ def _recomputes(x: RoleInputs) -> bool:
     """Megatron checkpoints whole layers with ``recompute_granularity: full`` (``selective`` recomputes only
     core attention, which flash attention does not keep anyway)."""
     return x.options().recompute_granularity == "full"
-
-
-def _cpu(options: Any, name: str) -> bool:
-    """A DeepSpeed offload (``offload_optimizer`` / ``offload_param``) to CPU, by shorthand or section."""
-    section = options.zero_optimization.get(name) or {}
-    return getattr(options, name) == "cpu" or (isinstance(section, dict) and section.get("device") == "cpu")

@@ -6,6 +6,8 @@ constants in :mod:`roll.launch.memory`. A backend registered elsewhere registers
 
 from __future__ import annotations
 
+from typing import Any
+
 from roll.launch.memory import (
     ADAM_BYTES,
     DEEPSPEED_REDUCE_BUCKET,
@@ -18,13 +20,19 @@ from roll.launch.memory import (
     RoleInputs,
     RoleMemory,
     Term,
-    _cpu,
     forward_bytes,
     infer_tokens,
     logit_bytes,
     register_memory_model,
     training_passes,
 )
+
+
+def _on_cpu(options: Any, name: str) -> bool:
+    """A DeepSpeed offload (``offload_optimizer`` / ``offload_param``) to CPU, by shorthand or by section (what
+    ``build_ds_config`` passes to DeepSpeed)."""
+    section = options.zero_optimization.get(name) or {}
+    return getattr(options, name) == "cpu" or (isinstance(section, dict) and section.get("device") == "cpu")
 
 
 def _lora(x: RoleInputs) -> str:
@@ -49,7 +57,7 @@ def deepspeed_train(x: RoleInputs) -> RoleMemory:
     """
     opts, b, d = x.options(), x.b, x.world
     stage, zero = int(opts.stage), opts.zero_optimization
-    off_opt, off_param = _cpu(opts, "offload_optimizer"), _cpu(opts, "offload_param")
+    off_opt, off_param = _on_cpu(opts, "offload_optimizer"), _on_cpu(opts, "offload_param")
     weights, trained = x.trained(x.role == "critic")
     d_opt = d if stage >= 1 else 1
     gathered = GATHERED_LAYERS * x.shape.layer_params() * b if stage == 3 else 0

@@ -317,6 +317,30 @@ def test_hf_infer_generation_holds_its_batch_kv_cache(tmp_path, models):
     assert terms(plan, "actor_infer") == pytest.approx({"weights": gib(P_05B * 2)})
 
 
+def test_critic_is_a_trainer_with_a_value_head_in_its_own_row(tmp_path, models):
+    critic = worker(
+        "deepspeed_train",
+        {"zero_stage": 2},
+        [0],
+        training_args={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4},
+    )
+    cfg = load(tmp_path, "gae", {**gpu_config(models["0.5b"]), "critic": critic, "adv_estimator": "gae"})
+    plan = plan_memory(cfg, GPU)
+    p = P_05B + 896 + 1  # the value head h -> 1 in place of the (tied) LM head
+    assert terms(plan, "critic") == pytest.approx(
+        {
+            "weights": gib(p * 2),
+            "gradients": gib(p * 2),
+            "ZeRO reduce bucket": gib(500_000_000 * 2),
+            "fp32 master weights": gib(p * 4),
+            "Adam moments": gib(p * 8),
+        }
+    )
+    assert "LM-head chunk" not in {t.what for t in plan.roles["critic"].working}  # values, not logits
+    critic_total = sum(t.gib for t in plan.roles["critic"].resident + plan.roles["critic"].working)
+    assert column(plan, "training").row("critic") == pytest.approx(critic_total)
+
+
 def test_a_strategy_without_memory_model_is_named_not_guessed(tmp_path, models):
     cfg = load(tmp_path, "unk", gpu_config(models["0.5b"], reference=worker("hf_infer", {}, [0])))
     cfg.reference.strategy_args.strategy_name = "my_backend"
