@@ -260,11 +260,12 @@ def changed(cfg: Any, changes: dict[str, Any]) -> Any:
 
 def what_ifs(cfg: Any, plan: MemoryPlan) -> list[WhatIf]:
     """The changes worth estimating for ``cfg``: LoRA, checkpointing, offload and sharding over more GPUs for
-    actor_train, a smaller micro-batch, a smaller SGLang pool, offloading between phases."""
+    actor_train, a smaller training or log-prob micro-batch, a smaller SGLang pool, offloading between phases."""
     out: list[WhatIf] = []
     if "actor_train" in plan.roles:
         out += _trainer_what_ifs(cfg.actor_train, plan.roles["actor_train"].strategy)
         out += _token_what_ifs(cfg)
+    out += _scoring_token_what_ifs(cfg, [r for r in ("actor_train", "reference", "critic") if r in plan.roles])
     infer = plan.roles.get("actor_infer")
     if infer is not None and infer.strategy == "sglang":
         key = "actor_infer.strategy_args.strategy_config.mem_fraction_static"
@@ -358,6 +359,25 @@ def _token_what_ifs(cfg: Any) -> list[WhatIf]:
             )
             keys = {f"{key}.per_device_train_batch_size": size, f"{key}.gradient_accumulation_steps": accumulate}
             out.append(WhatIf(label, keys, "tokens"))
+    return out
+
+
+def _scoring_token_what_ifs(cfg: Any, roles: list[str]) -> list[WhatIf]:
+    """The log-prob (and value) micro-batch of the training-phase roles halved, up to four times, all together:
+    ``max_tokens_per_microbatch_in_infer`` with dynamic batching, else ``infer_batch_size``."""
+    out = []
+    for k in range(1, 5):
+        changes = {}
+        for role in roles:
+            w = getattr(cfg, role)
+            if w.use_dynamic_batching_in_infer and w.max_tokens_per_microbatch_in_infer > 0:
+                if w.max_tokens_per_microbatch_in_infer >> k >= 256:
+                    changes[f"{role}.max_tokens_per_microbatch_in_infer"] = w.max_tokens_per_microbatch_in_infer >> k
+            elif w.infer_batch_size >> k >= 1:
+                changes[f"{role}.infer_batch_size"] = w.infer_batch_size >> k
+        if changes:
+            keys = ", ".join(f"{key}={value}" for key, value in changes.items())
+            out.append(WhatIf(f"a smaller log-prob micro-batch ({keys})", changes, "infer tokens"))
     return out
 
 

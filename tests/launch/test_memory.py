@@ -308,6 +308,27 @@ def test_megatron_splits_the_model_by_tp_and_pp(tmp_path, models, tp, pp):
     )
 
 
+def test_megatron_logits_are_not_chunked_and_the_refusal_offers_a_smaller_log_prob_batch(tmp_path, models):
+    train = worker(
+        "megatron_train",
+        {},
+        [0],
+        training_args={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4},
+        infer_batch_size=16,
+    )
+    cfg = load(tmp_path, "mlogits", gpu_config(models["0.5b"], train, worker("hf_infer", {}, [1])))
+    plan = plan_memory(cfg, GPU)
+    m = 16 * 2048  # the log-prob forward's tokens: (m, V) logits in fp32 plus its shifted and exp copies
+    assert terms(plan, "actor_train", "working") == pytest.approx(
+        {
+            f"log-prob forward ({m:,} tokens)": gib(m * 2 * (3 * 896 + 3 * 4864)),
+            "logits": gib(m * 151936 * (2 + 3 * 4)),
+        }
+    )
+    assert not plan.fits
+    assert "a smaller log-prob micro-batch (actor_train.infer_batch_size=8) -> " in memory_plan.refusal(cfg, plan)
+
+
 def test_hf_infer_generation_holds_its_batch_kv_cache(tmp_path, models):
     plan = plan_memory(load(tmp_path, "hf", gpu_config(models["0.5b"])), GPU)
     kv_per_token = 2 * 24 * 128 * 2  # keys and values, 24 layers, 2 KV heads x 64, bf16
