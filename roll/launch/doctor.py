@@ -625,12 +625,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if cfg is not None:
         config_results = check_config_requirements(cfg, gpu_count=detect_gpus().count, reqs=reqs)
-        memory = memory_check(cfg, getattr(args, "gpu_memory_gib", None))
+        table, memory_row = memory_check(cfg, getattr(args, "gpu_memory_gib", None)) or ("", None)
+        config_results += [memory_row] if memory_row else []
         print(f"\nroll doctor: config {args.config_name!r}")
-        print(format_table(config_results + ([memory[1]] if memory else [])))
-        if memory and memory[0]:
-            print(f"\nroll doctor: GPU memory estimate of {args.config_name!r} (docs/memory.md)\n{memory[0]}")
-        results += config_results + ([memory[1]] if memory else [])
+        print(format_table(config_results))
+        if table:
+            print(f"\nroll doctor: GPU memory estimate of {args.config_name!r} (docs/memory.md)\n{table}")
+        results += config_results
     failed = [r.name for r in results if r.status.failed]
     verdict = "cannot run here: " + ", ".join(failed) if failed else "ok"
     print(f"\n{'config ' + repr(args.config_name) if cfg is not None else 'roll'} {verdict}")
