@@ -321,7 +321,9 @@ def training_passes(x: RoleInputs, step: tuple[Term, ...], tp: int = 1, megatron
     checkpointing = _recomputes(x) if megatron else not margs.disable_gradient_checkpointing
     act = x.term("activations", f"activations ({n:,} tokens)", activation_bytes(shape, b, n, checkpointing, liger, tp))
     head: tuple[Term, ...] = (act,)
-    forward = (x.term("activations", f"log-prob forward ({m:,} tokens)", forward_bytes(shape, b, m, tp)),)
+    forward: tuple[Term, ...] = (
+        x.term("activations", f"log-prob forward ({m:,} tokens)", forward_bytes(shape, b, m, tp)),
+    )
     if x.role != "critic":  # a value head has no vocabulary-wide logits
         if megatron:
             logits = (n * shape.vocab / tp * MEGATRON_LOGIT_BYTES, m * shape.vocab / tp * MEGATRON_LOGIT_BYTES)

@@ -78,7 +78,7 @@ def deepspeed_train(x: RoleInputs) -> RoleMemory:
         x.term("grads", "fp32 gradients at the step", step_copy),
         x.term("optimizer", "AdamW step temporaries", 0 if off_opt else trained * FP32_BYTES / d_opt),
     )
-    offloaded = () if stage in (1, 2) else (master,) if stage == 0 else (master, moments)
+    offloaded: tuple[Term, ...] = () if stage in (1, 2) else (master,) if stage == 0 else (master, moments)
     if off_param:  # offload_states does nothing; the gathered layers are freed after each pass
         offloaded = tuple(t for t in resident if t.what != "gathered layers")
     return RoleMemory(
@@ -112,7 +112,7 @@ def fsdp2_train(x: RoleInputs) -> RoleMemory:
     opts, d = x.options(), x.world
     s = d if opts.fsdp_size in (0, 1) or opts.fsdp_size >= d else opts.fsdp_size
     compute = DTYPE_BYTES[dtype_name(opts.param_dtype) or x.worker.model_args.dtype]
-    r = DTYPE_BYTES[dtype_name(opts.reduce_dtype)]
+    r = DTYPE_BYTES[dtype_name(opts.reduce_dtype) or "fp32"]
     weights, trained = x.trained(x.role == "critic")
     cpu = opts.offload_policy
     ta = x.worker.training_args

@@ -181,8 +181,8 @@ def plan_memory(cfg: Any, gpu_gib: float) -> MemoryPlan:
         for gpu in parse_device_mapping(workers[role].device_mapping):
             on_gpu.setdefault(gpu, set()).add(role)
     groups: dict[frozenset[str], list[int]] = {}
-    for gpu, held in sorted(on_gpu.items()):
-        groups.setdefault(frozenset(held), []).append(gpu)
+    for gpu, roles_here in sorted(on_gpu.items()):
+        groups.setdefault(frozenset(roles_here), []).append(gpu)
     offload = cfg.colocated_offload != "never"
     columns = []
     for held, gpus in groups.items():
@@ -470,8 +470,8 @@ def format_plan(plan: MemoryPlan, source: str) -> str:
         "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows
     ]
     for role, m in plan.roles.items():
-        peak = ", ".join(f"{t.what} {t.gib:.1f}" for t in m.working if t.gib > 0)
-        lines.append(f"  {role} ({m.strategy}): {m.summary}" + (f"; at its peak: {peak}" if peak else ""))
+        working = ", ".join(f"{t.what} {t.gib:.1f}" for t in m.working if t.gib > 0)
+        lines.append(f"  {role} ({m.strategy}): {m.summary}" + (f"; at its peak: {working}" if working else ""))
     lines += [f"  note: {n}" for n in plan.notes]
     peak = plan.peak()
     verdict = "fits" if plan.fits else "does not fit"
