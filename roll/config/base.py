@@ -237,6 +237,19 @@ class BaseConfig(PPOConfig):
         "measured to fit together, then stay resident (docs/strategies.md).",
         choices=["auto", "always", "never"],
     )
+    memory_check: str = fld(
+        "refuse",
+        "Before a GPU run starts, estimate each GPU's peak memory per role and phase (docs/memory.md; printed in "
+        "one line): refuse = a config whose estimate exceeds the GPU is a config error naming the largest term and "
+        "what would make it fit; warn = print that line and launch; off = no estimate.",
+        choices=["refuse", "warn", "off"],
+    )
+    gpu_memory_gib: float | None = fld(
+        None,
+        "GiB per GPU the memory estimate assumes where no GPU is visible (a driver that joins a cluster, "
+        "roll doctor on a CPU machine); a visible GPU's own size wins. None = skip the estimate there.",
+        allowed="> 0",
+    )
     distributed: str = fld(
         "ray",
         "ray: roles are Ray actors (local Ray or ray_address); local: every role in this "

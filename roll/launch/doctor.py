@@ -4,7 +4,8 @@ Checks Python, every package roll requires (found vs required, read from package
 imported, for its CUDA facts), optional backends, known-bad version combinations (:data:`KNOWN_BAD_RULES`) and,
 with ``--config-name``, what the config's strategies, tracker and ``device_mapping`` need. Every failing row
 carries the command that fixes it. Exit codes: 0 ok, 1 something needed is missing or incompatible, 2 the config
-cannot be loaded (or bad usage). See docs/doctor.md.
+cannot be loaded (or bad usage). With a GPU config it also prints the GPU memory estimate (docs/memory.md). See
+docs/doctor.md.
 
 Run as ``roll doctor [--config-name X] [--config-path P] [overrides ...]``, ``python -m roll doctor`` or
 ``python -m roll.launch.doctor``.
@@ -539,6 +540,26 @@ def check_config_requirements(
     return results
 
 
+def memory_check(cfg: Any, gpu_memory_gib: float | None) -> tuple[str, CheckResult] | None:
+    """``(the memory table, its row)`` of a GPU config (:func:`roll.launch.memory_plan.doctor_report`); the row
+    fails where the launch would refuse the config (``memory_check: refuse``). None for a CPU config."""
+    from roll.launch.memory_plan import doctor_report
+
+    report = doctor_report(cfg, gpu_memory_gib)
+    if report is None:
+        return None
+    table, verdict = report
+    required = "estimated peak <= GPU memory"
+    if verdict.fits is None:
+        return table, CheckResult(
+            "gpu memory", required, verdict.found, Status.OPTIONAL_MISSING, verdict.fix, verdict.note
+        )
+    if verdict.fits:
+        return table, CheckResult("gpu memory", required, verdict.found, Status.OK)
+    status = Status.ERROR if cfg.memory_check == "refuse" else Status.OPTIONAL_MISSING
+    return table, CheckResult("gpu memory", required, verdict.found, status, "see the note", verdict.note)
+
+
 def exit_code(results: Iterable[CheckResult]) -> int:
     """0 when no row failed, 1 otherwise."""
     return 1 if any(r.status.failed for r in results) else 0
@@ -566,6 +587,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-name", help="also check what this config needs (e.g. agentic_sokoban_cpu)")
     parser.add_argument(
         "--config-path", default=None, help="directory of the config files (default: the repo's examples/config)"
+    )
+    parser.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        default=None,
+        help="plan the config's GPU memory for GPUs of this many GiB (default: this machine's GPU, else the "
+        "config's gpu_memory_gib); see docs/memory.md",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra-style overrides for the config, e.g. num_gpus_per_node=8")
 
@@ -597,8 +625,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if cfg is not None:
         config_results = check_config_requirements(cfg, gpu_count=detect_gpus().count, reqs=reqs)
+        table, memory_row = memory_check(cfg, getattr(args, "gpu_memory_gib", None)) or ("", None)
+        config_results += [memory_row] if memory_row else []
         print(f"\nroll doctor: config {args.config_name!r}")
         print(format_table(config_results))
+        if table:
+            print(f"\nroll doctor: GPU memory estimate of {args.config_name!r} (docs/memory.md)\n{table}")
         results += config_results
     failed = [r.name for r in results if r.status.failed]
     verdict = "cannot run here: " + ", ".join(failed) if failed else "ok"

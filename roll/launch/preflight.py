@@ -6,6 +6,8 @@ What each check asks:
 
 - strategies: the strategy registry (the name, the roles it serves, its backend installed, its typed
   ``strategy_config`` options, the weight-sync mode its abilities and the placement allow);
+- memory (GPU runs): each GPU's estimated peak against its memory (:mod:`roll.launch.memory_plan`,
+  ``memory_check``);
 - algorithms: the registries of :mod:`roll.algorithms` (the estimator, policy loss, KL types, aggregation mode and
   score normalization exist, and what the estimator declares it needs is configured: a critic, groups, turns);
 - envs (agentic): the env registry (every tag's ``env_type`` exists and accepts its ``env_config``); tags played
@@ -29,6 +31,7 @@ from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
 from roll.config.validation import ROLES, unused_settings
+from roll.launch.memory_plan import check_memory
 
 
 def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
@@ -45,6 +48,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     check_kernels(cfg)
     warnings += check_strategy_options(cfg) + check_async_threads(cfg)
     check_weight_sync(cfg)
+    warnings += check_memory(cfg)
     check_algorithms(cfg)
     check_tracker(cfg)
     if isinstance(cfg, AgenticConfig):
