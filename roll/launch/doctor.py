@@ -466,7 +466,7 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
     for tracker in _trackers(cfg):
         try:
             packages = get_tracker_class(tracker).packages
-        except ValueError:
+        except (ValueError, ImportError):
             errors.append(
                 CheckResult(
                     "track_with",

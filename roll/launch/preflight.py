@@ -251,7 +251,7 @@ def check_tracker(cfg: Any) -> None:
 
     try:
         build_options(get_tracker_class(cfg.track_with), cfg.track_with, dict(cfg.tracker_kwargs))
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         raise ConfigError("track_with", cfg.track_with, str(exc)) from None
 
 
@@ -348,7 +348,7 @@ def check_envs(cfg: AgenticConfig) -> None:
     """Every tag an env manager uses names a registered env that accepts its ``env_config`` and is built within
     ``env_step_timeout`` (the constructor is user code: it runs on a :class:`~roll.calls.CallPool` thread)."""
     from roll.calls import CallPool
-    from roll.envs.registry import get_env_class, list_envs, make_env
+    from roll.envs.registry import get_env_class, make_env
 
     managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
     timeout = min(m.env_step_timeout for m in managers) if managers else 0.0
@@ -358,11 +358,7 @@ def check_envs(cfg: AgenticConfig) -> None:
         try:
             get_env_class(spec.env_type)
         except (ValueError, ImportError) as exc:
-            raise ConfigError(
-                f"custom_envs.{tag}.env_type",
-                spec.env_type,
-                f"unknown env ({exc}); registered: {', '.join(list_envs())}",
-            ) from None
+            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type, str(exc)) from None
         built = pool.run_all([lambda spec=spec: make_env(spec.env_type, dict(spec.env_config))], timeout)[0]
         if built.timed_out:
             raise ConfigError(
@@ -402,7 +398,7 @@ def check_agents(cfg: AgenticConfig) -> None:
         try:
             TOOL_PARSERS.resolve(spec.tool_parser)
         except (KeyError, ImportError) as exc:
-            raise ConfigError(f"custom_envs.{tag}.tool_parser", spec.tool_parser, str(exc).strip("'\"")) from None
+            raise ConfigError(f"custom_envs.{tag}.tool_parser", spec.tool_parser, str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- data and rewards (RLVR)
