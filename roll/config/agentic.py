@@ -207,10 +207,6 @@ class EnvManagerConfig:
         "trajectory per env each, stop there even when failures leave the batch short.",
     )
     format_penalty: float = fld(-0.1, "Reward of an unparseable or invalid action.")
-    worker_cls: str | None = fld(
-        None,
-        "Import path of a custom env manager class (not implemented yet: only null accepted; register an env instead).",
-    )
     num_env_managers: int = fld(1, "Env manager workers the groups are spread over.", allowed=">= 1")
     action_format: str = fld("answer", "Action format: 'answer', 'think_answer' or a regex with one group.")
     env_step_timeout: float = fld(

@@ -102,7 +102,6 @@ class PPOConfig:
             "(ROLL's key; needs an engine that returns log-probs)."
         },
     )
-    l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
     gamma: float = fld(1.0, "Discount factor over response tokens.", allowed="in [0, 1]")
     lambd: float = fld(0.95, "GAE lambda.", allowed="in [0, 1]")
     pg_clip: float = fld(
@@ -154,13 +153,6 @@ class PPOConfig:
         "Policy loss: a name registered with @register_policy_loss (built in: ppo, the "
         "token-ratio clip; gspo, the sequence-level ratio) or 'package.module:name'.",
     )
-    sft_loss_coef: float = fld(
-        0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: only 0 accepted)."
-    )
-    rl_loss_coef: float = fld(
-        1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: only 1.0 accepted)."
-    )
-    use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")
     critic_warmup: int = fld(0, "Steps during which only the critic is trained (needs a critic block).", allowed=">= 0")
     reward_clip: float | None = fld(
         None, "Clip episode scores to [-reward_clip, reward_clip].", allowed="> 0; null = off"
@@ -177,15 +169,6 @@ class PPOConfig:
     )
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
-    use_reward_scaling: bool = fld(
-        False, "Scale rewards (enables use_reward_norm; not implemented yet: only false accepted)."
-    )
-    use_reward_norm: bool = fld(
-        False, "Normalize rewards; only with use_reward_scaling (not implemented yet: only false accepted)."
-    )
-    add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
-    difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
-    length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
     adv_estimator_args: dict[str, Any] = fld(
         default_factory=dict,
         help="Hyperparameters of adv_estimator: its "

@@ -154,21 +154,9 @@ def _file_list(value: Any, key: str) -> list[str] | None:
     raise ConfigError(key, value, "expected a path or a list of paths")
 
 
-#: Guide keys the schema accepts but no pipeline acts on yet, with the only value that means "off". A different
-#: value is an error rather than silently ignored; delete a key here when a pipeline implements it.
-NOT_IMPLEMENTED = {
-    "l2": 0.0,
-    "use_reward_scaling": False,
-    "use_reward_norm": False,
-    "sft_loss_coef": 0.0,
-    "rl_loss_coef": 1.0,
-}
-#: Keys the agentic pipeline does not act on yet (the RLVR pipeline does).
-NOT_IMPLEMENTED_AGENTIC = {
-    "actor_infer.model_update_frequency": 1,
-    "train_env_manager.worker_cls": None,
-    "val_env_manager.worker_cls": None,
-}
+#: Keys the agentic pipeline does not act on yet (the RLVR pipeline does), with the only value it accepts. ROLL's keys
+#: that no pipeline acts on are not in the schema: :data:`roll.config.roll_compat.UNSUPPORTED` refuses them.
+NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1}
 
 
 PIPELINES = ("agentic", "RLVR")
@@ -338,9 +326,6 @@ def check_ppo(cfg: Any) -> None:
             None,
             "a KL term is on (add_token_level_kl or use_kl_loss) but no `reference:` worker block is configured",
         )
-    for key in ("use_topr_loss", "add_len_reward", "difficulty_loss_weight", "length_loss_weight"):
-        if getattr(cfg, key):
-            raise ConfigError(key, True, "not implemented in roll yet; set it to false")
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
     check_algorithm(cfg)
@@ -378,7 +363,6 @@ def validate(cfg: Any) -> None:
     check_workers(cfg)
     check_placement(cfg)
     check_ppo(cfg)
-    check_not_implemented(cfg, NOT_IMPLEMENTED)
     pipeline_rules = getattr(cfg, "check_pipeline", None)
     if pipeline_rules is not None:
         pipeline_rules()
