@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.validation import ROLES
 
 MANAGERS = ("train_env_manager", "val_env_manager")
-ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 #: ROLL's name -> roll's name (same meaning), per block pattern.
 ALIASES: dict[str, dict[str, str]] = {

@@ -25,6 +25,12 @@ from roll.config.worker import MASKLESS_ATTENTION
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
+def worker_blocks(cfg: Any) -> dict[str, Any]:
+    """role -> worker block, for each of :data:`ROLES` that ``cfg`` configures (a missing or null block is left
+    out), in :data:`ROLES` order."""
+    return {role: getattr(cfg, role) for role in ROLES if getattr(cfg, role, None) is not None}
+
+
 def check_choices(obj: Any, prefix: str = "") -> None:
     """Check every field's declared ``choices`` and ``allowed`` range, recursively through nested dataclasses and
     dicts."""
@@ -75,10 +81,7 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 def normalize(cfg: Any) -> None:
     """Canonical forms, set once when the config loads: each role's ``device_mapping`` as a list of GPU ids and, on
     GPU, its ``world_size`` = ``len(device_mapping) / num_gpus_per_worker``; ``data_args.file_name`` as a list."""
-    for role in ROLES:
-        worker = getattr(cfg, role, None)
-        if worker is None:
-            continue
+    for role, worker in worker_blocks(cfg).items():
         worker.device_mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
         if (
             worker.device_mapping
@@ -93,10 +96,7 @@ def check_workers(cfg: Any) -> None:
     """Device mappings are lists of GPU ids that fit the declared GPUs and split into whole workers; sampling and
     prefix-sharing rules; dynamic batching has a token budget."""
     total_gpus = cfg.num_gpus_per_node * cfg.num_nodes
-    for role in ROLES:
-        worker = getattr(cfg, role, None)
-        if worker is None:
-            continue
+    for role, worker in worker_blocks(cfg).items():
         mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
         if mapping:
             if total_gpus == 0:
@@ -377,7 +377,7 @@ def check_placement(cfg: Any) -> None:
     On a GPU run every role needs a device_mapping (overlapping ids colocate roles); one worker's GPUs must sit on
     one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``resume_from_checkpoint``
     is a bool or a path; ``checkpoint_config`` keys are known."""
-    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    workers = worker_blocks(cfg)
     mapped = sorted(r for r, w in workers.items() if w.device_mapping)
     for role, worker in workers.items():
         if mapped and not worker.device_mapping:

@@ -28,7 +28,7 @@ from typing import Any
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import ROLES, unused_settings
+from roll.config.validation import unused_settings, worker_blocks
 
 
 def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
@@ -69,10 +69,6 @@ def _lookup(registry: Any, key: str, name: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- strategies
-def _roles(cfg: Any) -> dict[str, Any]:
-    return {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
-
-
 def visible_gpus() -> int:
     """The CUDA GPUs this process can use (after ``CUDA_VISIBLE_DEVICES``)."""
     import torch
@@ -86,7 +82,7 @@ def check_gpus(cfg: Any, gpus: int) -> None:
     if cfg.ray_address or cfg.num_nodes > 1:
         return
     where = f"this machine has {gpus} visible GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         if worker.device_mapping and max(worker.device_mapping) >= gpus:
             fix = (
                 f"use ids 0..{gpus - 1}"
@@ -105,7 +101,7 @@ def check_strategies(cfg: Any) -> None:
     cluster may lack packages its workers have."""
     from roll.strategies.registry import list_strategies, strategy_spec
 
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         name, key = worker.strategy_args.strategy_name, f"{role}.strategy_args.strategy_name"
         if name == "vllm" and name not in list_strategies():  # the sglang options that replace the vLLM ones
             from roll.config.vllm_compat import vllm_instead
@@ -162,7 +158,7 @@ def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
 def check_kernels(cfg: Any) -> None:
     """``model_args.use_liger_kernel`` needs GPUs for the role (Liger's kernels are Triton kernels) and, when this
     process starts the workers, the ``liger-kernel`` package (:mod:`roll.models.kernels`)."""
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         if not worker.model_args.use_liger_kernel:
             continue
         key = f"{role}.model_args.use_liger_kernel"
@@ -196,7 +192,7 @@ def check_strategy_options(cfg: Any) -> list[str]:
     from roll.strategies.registry import parse_strategy_options
 
     warnings = []
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
         options = parse_strategy_options(worker, key)  # the one parse: every later reader gets this object
         check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files

@@ -416,3 +416,18 @@ def test_single_field_rules_live_on_the_field(schema, key, bad, message, good):
     assert str(info.value).startswith(f"{key}={bad!r}: {message}"), str(info.value)
     _set(cfg, key, good)
     check_fields(cfg)
+
+
+def test_worker_blocks_are_the_configured_roles_in_order():
+    """The one definition of "the roles this config has" (preflight, startup, placement rules, roll doctor)."""
+    from types import SimpleNamespace
+
+    from roll.config.validation import worker_blocks
+    from roll.config.worker import WorkerConfig
+
+    cfg = AgenticConfig()
+    assert list(worker_blocks(cfg)) == ["actor_train", "actor_infer"]  # reference and critic are null by default
+    cfg.critic = WorkerConfig()
+    blocks = worker_blocks(cfg)
+    assert list(blocks) == ["actor_train", "actor_infer", "critic"] and blocks["critic"] is cfg.critic
+    assert worker_blocks(SimpleNamespace(reference="r", critic=None)) == {"reference": "r"}  # duck-typed configs
