@@ -101,7 +101,7 @@ UNSUPPORTED: dict[str, str] = {
     "losses are averaged",
 }
 #: Values that mean "off" for an unsupported key.
-OFF = (None, False, 0, 0.0, "", [], {})
+OFF: tuple[Any, ...] = (None, False, 0, 0.0, "", [], {})
 #: Unsupported keys whose value that changes nothing is not an "off" value: that value (any other is an error).
 ACTED_ON = {"rl_loss_coef": 1.0}
 

@@ -170,7 +170,12 @@ def register_tracker(name: str) -> Callable[[TrackerT], TrackerT]:
         ValueError: ``name`` is already registered.
         TypeError: the decorated object is not a ``Tracker`` subclass.
     """
-    return TRACKERS.register(name)
+
+    def decorator(cls: TrackerT) -> TrackerT:
+        TRACKERS.register(name)(cls)
+        return cls
+
+    return decorator
 
 
 def list_trackers() -> list[str]:

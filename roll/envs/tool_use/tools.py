@@ -90,7 +90,8 @@ def register_tool(cls: ToolT) -> ToolT:
     """
     if not getattr(cls, "name", ""):
         raise ValueError(f"{cls!r} needs a non-empty class attribute `name` to be registered.")
-    return TOOLS.register(cls.name)(cls)
+    TOOLS.register(cls.name)(cls)
+    return cls
 
 
 def list_tools() -> list[str]:
