@@ -6,6 +6,9 @@ names the capabilities it knows and their defaults, so a typo is an error and co
 
 A name written ``"package.module:name"`` is a user extension: :meth:`Registry.get` imports ``package.module`` (whose
 decorators register its entries) and then looks up ``name``, so a config can use an entry defined outside roll.
+
+A failed lookup raises :class:`UnknownNameError`, which lists the valid names and is both a ``KeyError`` (a name
+missing from a table) and a ``ValueError`` (a bad value handed to a public function such as ``make_env``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+
+class UnknownNameError(KeyError, ValueError):
+    """No entry is registered under a name; the message lists the valid names and how to add one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # the message as written (KeyError would quote it)
 
 
 def import_user_module(name: str) -> str:
@@ -43,12 +53,25 @@ class Registry(Generic[T]):
         kind: what the entries are, used in error messages (e.g. ``"advantage estimator"``).
         decorator_name: the decorator users call to add an entry, named in error messages.
         capabilities: the capabilities entries may declare, with their defaults (e.g. ``{"needs_critic": False}``).
+        base: entries must be subclasses of this class (a ``TypeError`` otherwise); None = any object.
+        how_to_add: how a user adds an entry named ``{name}``, for the failed-lookup message; None =
+            ``@<decorator_name>('<name>')``.
     """
 
-    def __init__(self, kind: str, decorator_name: str, capabilities: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        decorator_name: str,
+        capabilities: Mapping[str, Any] | None = None,
+        *,
+        base: type | None = None,
+        how_to_add: str | None = None,
+    ) -> None:
         self.kind = kind
         self.decorator_name = decorator_name
         self.defaults = dict(capabilities or {})
+        self.base = base
+        self.how_to_add = how_to_add or f"@{decorator_name}({{name!r}})"
         self._entries: dict[str, T] = {}
         self._caps: dict[str, dict[str, Any]] = {}
 
@@ -58,6 +81,7 @@ class Registry(Generic[T]):
 
         Raises:
             ValueError: when no name is given, a name is already taken, or a capability is unknown.
+            TypeError: the registry has a ``base`` and the entry is not a subclass of it.
         """
         if not names:
             raise ValueError(f"{self.decorator_name}() needs at least one name, e.g. {self.decorator_name}('my_name')")
@@ -69,6 +93,10 @@ class Registry(Generic[T]):
             )
 
         def decorator(entry: T) -> T:
+            if self.base is not None and not (isinstance(entry, type) and issubclass(entry, self.base)):
+                raise TypeError(
+                    f"{self.decorator_name}({names[0]!r}) needs a {self.base.__name__} subclass, got {entry!r}"
+                )
             for name in names:
                 if name in self._entries:
                     raise ValueError(
@@ -90,9 +118,9 @@ class Registry(Generic[T]):
         if entry not in self._entries:
             entry = import_user_module(name)
         if entry not in self._entries:
-            raise KeyError(
+            raise UnknownNameError(
                 f"unknown {self.kind} {name!r}; valid names: {self.names()}. "
-                f"Use one of these, register a new one with @{self.decorator_name}({entry!r}), or name it as "
+                f"Use one of these, register a new one with {self.how_to_add.format(name=entry)}, or name it as "
                 f"'package.module:{entry}'"
             ) from None
         return entry
@@ -101,7 +129,7 @@ class Registry(Generic[T]):
         """Return the entry registered as ``name`` (or ``"package.module:name"``, importing the module first).
 
         Raises:
-            KeyError: when ``name`` is unknown; the message lists the valid names.
+            UnknownNameError: when ``name`` is unknown (a KeyError and a ValueError); the message lists the valid names.
             ImportError: when a ``"package.module:name"`` module cannot be imported.
         """
         return self._entries[self.resolve(name)]

@@ -52,7 +52,8 @@ example configs that use them as the guide shows are in `examples/roll_style/`.
 
 def limits() -> list[str]:
     """What the validator rejects although the guide names it (from the validator's own tables)."""
-    from roll.config.validation import NOT_IMPLEMENTED, NOT_IMPLEMENTED_AGENTIC, PIPELINES, UNUSED
+    from roll.config.roll_compat import ACTED_ON, UNSUPPORTED
+    from roll.config.validation import NOT_IMPLEMENTED_AGENTIC, PIPELINES, UNUSED
     from roll.strategies.registry import UNAVAILABLE
 
     lines = [
@@ -64,13 +65,18 @@ def limits() -> list[str]:
     lines += [f"- `{name}`: {name} {why}." for name, why in sorted(UNAVAILABLE.items())]
     lines += [
         "",
-        'Keys accepted only at their "off" value, because no pipeline acts on them yet (any other '
-        "value is an error, not silently ignored):",
+        "ROLL keys of features roll does not have: not keys of the tables below, and refused in one line that says "
+        "what to use instead, unless set to the value that changes nothing (`null`, `false`, `0`, empty, or the "
+        "value given here), which is dropped (docs/migrating_from_roll.md):",
         "",
     ]
-    lines += [f"- `{key}` = `{value!r}`" for key, value in NOT_IMPLEMENTED.items()]
+    lines += [
+        f"- `{key}`" + (f" (accepted: `{ACTED_ON[key]!r}`)" if key in ACTED_ON else "") + f": {why}."
+        for key, why in UNSUPPORTED.items()
+    ]
+    lines += ["", "Keys one pipeline accepts only at one value, because it does not act on them yet:", ""]
     lines += [f"- `{key}` = `{value!r}` (agentic pipeline)" for key, value in NOT_IMPLEMENTED_AGENTIC.items()]
-    lines += ["- `use_topr_loss`, `add_len_reward`, `difficulty_loss_weight`, `length_loss_weight` = `False`", ""]
+    lines += [""]
     lines += [
         "Keys whose other value is accepted with a warning at launch, because roll does the same thing either "
         "way (the warning names the key, the reason and the fix):",

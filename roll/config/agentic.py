@@ -10,7 +10,6 @@ from roll.config.errors import ConfigError
 from roll.config.fields import check_rules, fld
 from roll.config.validation import (
     NOT_IMPLEMENTED_AGENTIC,
-    UNUSED,
     check_not_implemented,
     check_train_batch,
     global_train_batch,
@@ -24,8 +23,8 @@ class CustomEnvConfig:
 
     env_type: str = fld("sokoban", "Registered env name (see roll.envs.list_envs()).")
     env_config: dict[str, Any] = fld(default_factory=dict, help="Keyword arguments of the env constructor.")
-    max_actions_per_traj: int = fld(10, "Actions (turns) per trajectory before it is cut.")
-    max_tokens_per_step: int = fld(64, "Maximum tokens the model generates per turn.")
+    max_actions_per_traj: int = fld(10, "Actions (turns) per trajectory before it is cut.", allowed=">= 1")
+    max_tokens_per_step: int = fld(64, "Maximum tokens the model generates per turn.", allowed=">= 1")
     system_prompt: str = fld(
         "You are a helpful assistant that solves the task step by step.", "System message of every conversation."
     )
@@ -88,6 +87,7 @@ class CustomEnvConfig:
         600.0,
         "Seconds one agent episode may take; a slower one is abandoned, its session "
         "closed and its trajectory counted as a timeout (0 = no limit).",
+        allowed=">= 0; seconds, 0 = no limit",
     )
     tool_parser: str = fld("hermes", "The gateway's tool-call parser (registry roll.agentic.gateway.tool_parsers).")
 
@@ -158,8 +158,6 @@ class CustomEnvConfig:
                 self.agent_runner_cls,
                 "agent runners play through the gateway: set env_manager_cls: proxy as well",
             )
-        if self.agent_timeout < 0:
-            raise ConfigError(f"{key}.agent_timeout", self.agent_timeout, "must be >= 0 seconds (0 = no limit)")
 
     def turn_text(
         self,
@@ -200,8 +198,8 @@ class EnvManagerConfig:
     """A set of env groups: ``env_groups`` groups of ``group_size`` envs sharing one seed per group."""
 
     tags: list[str] = fld(default_factory=lambda: ["SimpleSokoban"], help="Env tags from custom_envs.")
-    env_groups: int = fld(8, "Number of groups; split evenly across tags unless n_groups is set.")
-    group_size: int = fld(8, "Envs per group; all start from the same seed (state).")
+    env_groups: int = fld(8, "Number of groups; split evenly across tags unless n_groups is set.", allowed=">= 1")
+    group_size: int = fld(8, "Envs per group; all start from the same seed (state).", allowed=">= 1")
     n_groups: list[int] | None = fld(None, "Groups per tag (same length as tags; sums to env_groups).")
     max_traj_per_env: int = fld(
         -1,
@@ -209,28 +207,31 @@ class EnvManagerConfig:
         "trajectory per env each, stop there even when failures leave the batch short.",
     )
     format_penalty: float = fld(-0.1, "Reward of an unparseable or invalid action.")
-    worker_cls: str | None = fld(
-        None,
-        "Import path of a custom env manager class (not implemented yet: only null accepted; register an env instead).",
-    )
-    num_env_managers: int = fld(1, "Env manager workers the groups are spread over.")
+    num_env_managers: int = fld(1, "Env manager workers the groups are spread over.", allowed=">= 1")
     action_format: str = fld("answer", "Action format: 'answer', 'think_answer' or a regex with one group.")
     env_step_timeout: float = fld(
         60.0,
         "Seconds an env reset/step (or its constructor) may take; a slower call is "
         "abandoned, ends its trajectory as a timeout and the env is replaced (a "
         "constructor: the run stops with one line); 0 = no limit.",
+        allowed=">= 0; seconds, 0 = no limit",
     )
-    env_threads: int = fld(16, "Threads per env manager stepping different envs concurrently.")
+    env_threads: int = fld(16, "Threads per env manager stepping different envs concurrently.", allowed=">= 1")
     raise_env_errors: bool = fld(
         False,
         "Re-raise env exceptions with their traceback (debugging); by default they "
         "end their trajectory and are counted and printed, in local and Ray mode.",
     )
-    max_refill_rounds: int = fld(1, "Extra rollout rounds run when env failures leave the batch short.")
-    conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
-    batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")
-    batch_max_wait_ms: float = fld(20.0, "Dynamic batching: most milliseconds a request waits for others to join.")
+    max_refill_rounds: int = fld(1, "Extra rollout rounds run when env failures leave the batch short.", allowed=">= 0")
+    conformance_samples: int = fld(
+        4, "Trajectories per rollout checked against the chat template (0 = off).", allowed=">= 0; 0 = off"
+    )
+    batch_max_size: int = fld(
+        256, "Dynamic batching across env managers: most prompts merged into one generate call.", allowed=">= 1"
+    )
+    batch_max_wait_ms: float = fld(
+        20.0, "Dynamic batching: most milliseconds a request waits for others to join.", allowed=">= 0"
+    )
     generating_args: GeneratingArgs | None = fld(
         None,
         "Sampling of this manager's rollouts (ROLL's per-manager block); None = actor_infer.generating_args. "
@@ -331,8 +332,11 @@ class AgenticConfig(BaseConfig):
         0,
         "Write rollouts (tokens, advantages, masks) as JSONL every N steps, and "
         "validation rollouts at every validation (0 = never); `roll view` shows them.",
+        allowed=">= 0",
     )
-    trajectory_dump_max: int = fld(64, "At most this many trajectories per dump file, whole env groups (0 = all).")
+    trajectory_dump_max: int = fld(
+        64, "At most this many trajectories per dump file, whole env groups (0 = all).", allowed=">= 0"
+    )
 
     #: The score normalization of this pipeline (an entry of ``roll.ppo.advantage_step.SCORE_NORMALIZERS``); not
     #: a field.
@@ -394,11 +398,7 @@ class AgenticConfig(BaseConfig):
                     "mixes tags played by agent runners (env_manager_cls: "
                     "proxy) with env tags; put them in separate managers",
                 )
-        for key in ("trajectory_dump_steps", "trajectory_dump_max"):
-            if getattr(self, key) < 0:
-                raise ConfigError(key, getattr(self, key), "must be >= 0 (0 = never / no limit)")
         sft = self.sft_warmup
-        check_unused(self)
         if sft.enabled and sft.tag is not None and sft.tag not in self.custom_envs:
             raise ConfigError("sft_warmup.tag", sft.tag, f"not in custom_envs ({', '.join(self.custom_envs)})")
         check_train_batch(self, "actor_train", self.rollout_batch_size)
@@ -415,34 +415,6 @@ class AgenticConfig(BaseConfig):
             check_train_batch(self, "critic", self.rollout_batch_size)
 
 
-def check_unused(cfg: AgenticConfig) -> None:
-    """A key the agentic pipeline does not read (:data:`roll.config.validation.UNUSED`) with a value no pipeline
-    could run is an error that names where its equivalent lives (another value is a warning)."""
-    for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(key, getattr(cfg, key), f"must be >= 1, and is not used: {UNUSED[key][2]}")
-
-
-def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:
-    """Fault-isolation, concurrency and batching settings of an env manager are in range."""
-    rules = [
-        ("env_step_timeout", manager.env_step_timeout >= 0, "must be >= 0 seconds (0 = no limit)"),
-        ("env_threads", manager.env_threads >= 1, "must be >= 1"),
-        ("max_refill_rounds", manager.max_refill_rounds >= 0, "must be >= 0"),
-        (
-            "max_traj_per_env",
-            manager.max_traj_per_env == -1 or manager.max_traj_per_env >= 1,
-            "must be -1 (no limit) or >= 1",
-        ),
-        ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
-        ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
-        ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds"),
-    ]
-    for key, ok, expected in rules:
-        if not ok:
-            raise ConfigError(f"{name}.{key}", getattr(manager, key), expected)
-
-
 def check_env_manager(cfg: AgenticConfig, name: str) -> None:
     """Tags exist in custom_envs, group counts add up, per-tag limits are positive."""
     manager = getattr(cfg, name)
@@ -451,9 +423,8 @@ def check_env_manager(cfg: AgenticConfig, name: str) -> None:
     for tag in manager.tags:
         if tag not in cfg.custom_envs:
             raise ConfigError(f"{name}.tags", tag, f"not in custom_envs; defined tags: {', '.join(cfg.custom_envs)}")
-    if manager.group_size < 1 or manager.env_groups < 1:
-        raise ConfigError(f"{name}.group_size", manager.group_size, "group_size and env_groups must be >= 1")
-    check_env_manager_runtime(manager, name)
+    if manager.max_traj_per_env != -1 and manager.max_traj_per_env < 1:
+        raise ConfigError(f"{name}.max_traj_per_env", manager.max_traj_per_env, "must be -1 (no limit) or >= 1")
     if manager.n_groups is not None:
         if len(manager.n_groups) != len(manager.tags) or sum(manager.n_groups) != manager.env_groups:
             raise ConfigError(
@@ -467,17 +438,7 @@ def check_env_manager(cfg: AgenticConfig, name: str) -> None:
             manager.env_groups,
             f"must split evenly across the {len(manager.tags)} tags, or set n_groups",
         )
-    if manager.num_env_managers < 1 or manager.env_groups % manager.num_env_managers:
+    if manager.env_groups % manager.num_env_managers:
         raise ConfigError(
-            f"{name}.num_env_managers",
-            manager.num_env_managers,
-            f"must be >= 1 and divide env_groups ({manager.env_groups})",
+            f"{name}.num_env_managers", manager.num_env_managers, f"must divide env_groups ({manager.env_groups})"
         )
-    for tag in manager.tags:
-        spec = cfg.custom_envs[tag]
-        if spec.max_actions_per_traj < 1 or spec.max_tokens_per_step < 1:
-            raise ConfigError(
-                f"custom_envs.{tag}.max_actions_per_traj",
-                spec.max_actions_per_traj,
-                "max_actions_per_traj and max_tokens_per_step must be >= 1",
-            )

@@ -76,7 +76,7 @@ class PPOConfig:
         "gae, reinforce, grpo, dr_grpo, reinforce_plus_plus, rloo, gigpo, step_reinforce) or "
         "'package.module:name'.",
     )
-    ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.")
+    ppo_epochs: int = fld(1, "Optimization passes over each rollout batch.", allowed=">= 1")
     skip_old_log_probs: bool = fld(
         True,
         "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
@@ -87,7 +87,7 @@ class PPOConfig:
         "k: 0 = generate, then train (synchronous); k >= 1 = rollouts go on while the trainer trains, and no "
         "trained token is more than k policy versions old (admission bound; docs/async.md). Needs actor_infer "
         "on devices of its own (or CPU).",
-        allowed=">= 0; a whole number",
+        allowed="a whole number >= 0; the policy versions a trained token may lag (0 = synchronous)",
     )
     enable_old_logprobs_recompute: bool = fld(
         False,
@@ -102,15 +102,26 @@ class PPOConfig:
             "(ROLL's key; needs an engine that returns log-probs)."
         },
     )
-    l2: float = fld(0.0, "L2 regularization coefficient added to the loss (not implemented yet: only 0 accepted).")
-    gamma: float = fld(1.0, "Discount factor over response tokens.")
-    lambd: float = fld(0.95, "GAE lambda.")
-    pg_clip: float = fld(0.2, "PPO ratio clip range (symmetric).")
-    pg_clip_low: float | None = fld(None, "Lower clip range (1 - low); overrides pg_clip when set.")
-    pg_clip_high: float | None = fld(None, "Upper clip range (1 + high); overrides pg_clip (DAPO clip-higher).")
+    gamma: float = fld(1.0, "Discount factor over response tokens.", allowed="in [0, 1]")
+    lambd: float = fld(0.95, "GAE lambda.", allowed="in [0, 1]")
+    pg_clip: float = fld(
+        0.2, "PPO ratio clip range (symmetric).", allowed="in (0, 1); the ratio is clipped at 1 - value"
+    )
+    pg_clip_low: float | None = fld(
+        None,
+        "Lower clip range (1 - low); overrides pg_clip when set.",
+        allowed="in (0, 1); the ratio is clipped at 1 - value",
+    )
+    pg_clip_high: float | None = fld(
+        None,
+        "Upper clip range (1 + high); overrides pg_clip (DAPO clip-higher).",
+        allowed="> 0; DAPO clip-higher uses 0.28",
+    )
     dual_clip_loss: bool = fld(False, "Bound the loss of negative-advantage tokens by c * |A| (dual-clip PPO).")
     dual_clip_c: float = fld(3.0, "The c of dual-clip PPO (> 1).")
-    value_clip: float | None = fld(None, "Clip range of the value loss around old values; None = no clip.")
+    value_clip: float | None = fld(
+        None, "Clip range of the value loss around old values; None = no clip.", allowed="> 0; null = off"
+    )
     loss_agg_mode: str = fld(
         "token-mean",
         "How token losses are aggregated: a name registered with "
@@ -122,32 +133,35 @@ class PPOConfig:
         "KL estimator for the reward penalty: a name registered with @register_kl (built "
         "in: kl/k1, abs, mse/k2, low_var_kl/k3; full is rejected: it needs logits).",
     )
-    init_kl_coef: float = fld(0.2, "Initial KL coefficient of the reward penalty (fixed or adaptive controller).")
-    target_kl: float | None = fld(None, "Target KL of the adaptive controller; None = fixed coefficient.")
-    kl_horizon: int = fld(10000, "Horizon of the adaptive KL controller.")
+    init_kl_coef: float = fld(
+        0.2, "Initial KL coefficient of the reward penalty (fixed or adaptive controller).", allowed=">= 0"
+    )
+    target_kl: float | None = fld(
+        None, "Target KL of the adaptive controller; None = fixed coefficient.", allowed="> 0; null = off"
+    )
+    kl_horizon: int = fld(
+        10000, "Horizon of the adaptive KL controller.", allowed=">= 1; samples over which the coefficient adapts"
+    )
     add_token_level_kl: bool = fld(False, "Subtract kl_coef * KL(actor || reference) from token rewards.")
     use_kl_loss: bool = fld(False, "Add kl_loss_coef * KL(actor || reference) to the actor loss.")
-    kl_loss_coef: float = fld(0.0, "Coefficient of the KL loss.")
+    kl_loss_coef: float = fld(0.0, "Coefficient of the KL loss.", allowed=">= 0")
     kl_loss_type: str = fld("low_var_kl", "KL estimator for the KL loss (a registered KL type, as kl_penalty).")
     allow_kl_in_reward_and_loss: bool = fld(False, "Allow add_token_level_kl and use_kl_loss together.")
-    entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).")
+    entropy_loss_coef: float = fld(0.0, "Entropy bonus coefficient (loss -= coef * entropy).", allowed=">= 0")
     policy_loss: str = fld(
         "ppo",
         "Policy loss: a name registered with @register_policy_loss (built in: ppo, the "
         "token-ratio clip; gspo, the sequence-level ratio) or 'package.module:name'.",
     )
-    sft_loss_coef: float = fld(
-        0.0, "Coefficient of an SFT loss on positive samples (not implemented yet: only 0 accepted)."
+    critic_warmup: int = fld(0, "Steps during which only the critic is trained (needs a critic block).", allowed=">= 0")
+    reward_clip: float | None = fld(
+        None, "Clip episode scores to [-reward_clip, reward_clip].", allowed="> 0; null = off"
     )
-    rl_loss_coef: float = fld(
-        1.0, "Coefficient of the RL (policy-gradient) loss (not implemented yet: only 1.0 accepted)."
-    )
-    use_topr_loss: bool = fld(False, "TOPR loss (not implemented yet: rejected when true).")
-    critic_warmup: int = fld(0, "Steps during which only the critic is trained.")
-    reward_clip: float | None = fld(None, "Clip episode scores to [-reward_clip, reward_clip].")
     whiten_rewards: bool = fld(False, "Whiten token rewards over the batch before advantages.")
     whiten_advantages: bool = fld(False, "Whiten advantages over the batch's response tokens.")
-    advantage_clip: float | None = fld(None, "Clip advantages to [-advantage_clip, advantage_clip].")
+    advantage_clip: float | None = fld(
+        None, "Clip advantages to [-advantage_clip, advantage_clip].", allowed="> 0; null = off"
+    )
     reward_norm: str | None = fld(
         None,
         "RLVR reward normalization: the scope of the statistics, registered with "
@@ -155,15 +169,6 @@ class PPOConfig:
     )
     reward_shift: bool = fld(False, "RLVR: normalization subtracts the mean only.")
     reward_scale: bool = fld(False, "RLVR: normalization divides by the std only.")
-    use_reward_scaling: bool = fld(
-        False, "Scale rewards (enables use_reward_norm; not implemented yet: only false accepted)."
-    )
-    use_reward_norm: bool = fld(
-        False, "Normalize rewards; only with use_reward_scaling (not implemented yet: only false accepted)."
-    )
-    add_len_reward: bool = fld(False, "RLVR: add a response-length reward (not implemented yet: rejected).")
-    difficulty_loss_weight: bool = fld(False, "Weight the loss by prompt difficulty (not implemented yet: rejected).")
-    length_loss_weight: bool = fld(False, "Weight the loss by response length (not implemented yet: rejected).")
     adv_estimator_args: dict[str, Any] = fld(
         default_factory=dict,
         help="Hyperparameters of adv_estimator: its "
@@ -317,13 +322,14 @@ class BaseConfig(PPOConfig):
         64, "Samples (agentic: trajectories; RLVR: prompts) per training step.", allowed=">= 1"
     )
     val_batch_size: int = fld(0, "Samples per validation round (0 = the val env manager's size).", allowed=">= 0")
-    prompt_length: int = fld(1024, "Maximum prompt tokens.")
-    response_length: int = fld(512, "Maximum response tokens.")
+    prompt_length: int = fld(1024, "Maximum prompt tokens.", allowed=">= 1")
+    response_length: int = fld(512, "Maximum response tokens.", allowed=">= 1")
     sequence_length: int = fld(2048, "Maximum tokens of a whole sample (prompt + all turns).", allowed=">= 1")
     num_return_sequences_in_group: int = fld(
         1,
         "Responses sampled per prompt (RLVR group size); the RLVR train "
         "batch is rollout_batch_size x num_return_sequences_in_group.",
+        allowed=">= 1",
     )
     local_rank: int = fld(
         -1,
@@ -347,6 +353,7 @@ class BaseConfig(PPOConfig):
         "Most generation requests in flight on one inference worker at a time: hf_infer generates at most "
         "this many prompts per generate call (with its generate_batch_size), sglang passes it to the engine; "
         "None = the backend's own limit.",
+        allowed=">= 1",
     )
     is_use_additional_prompts: bool = fld(
         False,
@@ -354,7 +361,9 @@ class BaseConfig(PPOConfig):
         "some prompts are filtered out (dynamic sampling).",
     )
     max_additional_running_prompts: int = fld(
-        16, "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts."
+        16,
+        "RLVR: how many extra prompts may run beyond rollout_batch_size when is_use_additional_prompts.",
+        allowed=">= 0",
     )
     pretrain: str | None = fld(None, "Base model path, referenced by worker blocks as ${pretrain}.")
     reward_pretrain: str | None = fld(None, "Critic/reward model path, referenced as ${reward_pretrain}.")

@@ -4,7 +4,9 @@ allowed range.
 OmegaConf structured configs do not accept ``Literal`` types, so a choice field is a ``str`` whose allowed values
 live in the field's metadata; a numeric field may carry its range as text (``allowed="in (0, 1]; 1 = off"``), which
 is both the rule (:func:`in_range`) and what docs/config.md shows. :func:`roll.config.validation.check_choices`
-enforces both for every dataclass (the strategy options: :func:`roll.config.strategies.parse_options`).
+enforces both for every dataclass (the strategy options: :func:`roll.config.strategies.parse_options`). A rule on
+one field lives on that field; the rules that span fields live in :mod:`roll.config.validation` and in each
+pipeline's ``check_pipeline``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ def fld(
 _COMPARE = {">": lambda v, n: v > n, ">=": lambda v, n: v >= n, "==": lambda v, n: v == n}
 
 
+#: The prefix of a rule that also requires a whole number (``"a whole number >= 0"``).
+WHOLE = "a whole number "
+
+
 def in_range(value: float, allowed: str) -> bool:
     """Whether ``value`` satisfies ``allowed``: ``"> n"``, ``">= n"``, ``"== n"`` or an interval ``"in (a, b]"``
-    (brackets closed, parentheses open); text after a ``;`` is a note."""
+    (brackets closed, parentheses open), optionally after ``"a whole number "``; text after a ``;`` is a note."""
     rule = allowed.split(";")[0].strip()
+    if rule.startswith(WHOLE):
+        return float(value).is_integer() and in_range(value, rule[len(WHOLE) :])
     if rule.startswith("in "):
         low, high = (float(x) for x in rule[4:-1].split(","))
         above = value > low if rule[3] == "(" else value >= low

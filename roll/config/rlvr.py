@@ -56,7 +56,7 @@ class RewardsConfig:
     reward_options: dict[str, dict[str, Any]] = fld(
         default_factory=dict, help="Options per reward name, e.g. {math: {format_reward: 0.1, timeout_s: 1.0}}."
     )
-    num_workers: int = fld(2, "Reward workers (Ray actors; in-process when distributed=local).")
+    num_workers: int = fld(2, "Reward workers (Ray actors; in-process when distributed=local).", allowed=">= 1")
     num_cpus_per_worker: float = fld(0.25, "CPUs each reward actor reserves.")
     timeout_s: float = fld(
         60.0,
@@ -74,7 +74,9 @@ class DynamicSamplingConfig:
     drop_all_equal: bool = fld(True, "Drop a group whose rewards are all equal (std ~ 0: zero GRPO advantage).")
     mean_low: float | None = fld(None, "Drop a group whose mean reward is below this (None = no bound).")
     mean_high: float | None = fld(None, "Drop a group whose mean reward is above this (None = no bound).")
-    std_min: float | None = fld(None, "Drop a group whose reward std (population) is below this.")
+    std_min: float | None = fld(
+        None, "Drop a group whose reward std (population) is below this (None = no bound).", allowed=">= 0"
+    )
 
 
 @dataclass
@@ -124,8 +126,11 @@ class RLVRConfig(BaseConfig):
         "Write prompts, responses, rewards and token advantages as JSONL every N "
         "steps, and validation responses at every validation (0 = never); `roll view` "
         "shows them.",
+        allowed=">= 0",
     )
-    rollout_dump_max: int = fld(64, "At most this many responses per dump file, whole prompt groups (0 = all).")
+    rollout_dump_max: int = fld(
+        64, "At most this many responses per dump file, whole prompt groups (0 = all).", allowed=">= 0"
+    )
 
     #: The score normalization of this pipeline (an entry of ``roll.ppo.advantage_step.SCORE_NORMALIZERS``); not
     #: a field.
@@ -152,10 +157,6 @@ def _check_sampling(cfg: RLVRConfig) -> None:
     ds = cfg.dynamic_sampling
     if ds.mean_low is not None and ds.mean_high is not None and ds.mean_low > ds.mean_high:
         raise ConfigError("dynamic_sampling.mean_low", ds.mean_low, f"must be <= mean_high ({ds.mean_high})")
-    if ds.std_min is not None and ds.std_min < 0:
-        raise ConfigError("dynamic_sampling.std_min", ds.std_min, "must be >= 0 (or null)")
-    if cfg.max_additional_running_prompts < 0:
-        raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
     if cfg.is_use_additional_prompts and not ds.enabled:
         raise ConfigError(
             "is_use_additional_prompts",
@@ -165,9 +166,6 @@ def _check_sampling(cfg: RLVRConfig) -> None:
 
 
 def _check_lengths(cfg: RLVRConfig) -> None:
-    for key in ("prompt_length", "response_length", "num_return_sequences_in_group"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(key, getattr(cfg, key), "must be >= 1")
     if cfg.prompt_length + cfg.response_length > cfg.sequence_length:
         raise ConfigError(
             "sequence_length",
@@ -234,19 +232,12 @@ def check_rlvr(cfg: RLVRConfig) -> None:
         )
     _check_lengths(cfg)
     _check_sampling(cfg)
-    for key in ("rollout_dump_steps", "rollout_dump_max"):
-        if getattr(cfg, key) < 0:
-            raise ConfigError(key, getattr(cfg, key), "must be >= 0 (0 = never / no limit)")
     if cfg.reward_norm is None and (cfg.reward_shift or cfg.reward_scale):
         raise ConfigError(
             "reward_norm",
             None,
             "reward_shift / reward_scale need a scope: set reward_norm to batch, group or running, or turn them off",
         )
-    if cfg.reward_clip is not None and cfg.reward_clip <= 0:
-        raise ConfigError("reward_clip", cfg.reward_clip, "must be > 0 (or null)")
-    if cfg.rewards.num_workers < 1:
-        raise ConfigError("rewards.num_workers", cfg.rewards.num_workers, "must be >= 1")
     if cfg.sft_warmup.enabled:
         _check_warmup(cfg)
     samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group

@@ -10,7 +10,8 @@ Each fact has one owner: roll's dataclasses hold the canonical name; this module
   ROLL's ``ProxyEnvManager``): dropped, and named in ONE warning line (:func:`translate` returns them; the loader
   prints the line).
 - :data:`UNSUPPORTED`: ROLL features roll does not have: a one-line error saying what to use instead (unless the
-  value is off: null, false, 0, empty).
+  value is off: null, false, 0, empty, or for a key of :data:`ACTED_ON` the value roll acts on, e.g.
+  ``rl_loss_coef: 1``), never fields of roll's schema. Such a value is dropped without a word.
 
 Paths are dotted, with ``<manager>`` for ``train_env_manager`` / ``val_env_manager``, ``<role>`` for a worker
 block and ``<tag>`` for a ``custom_envs`` entry. The env templates need more than a rename (ROLL's
@@ -22,9 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from roll.config.errors import ConfigError
+from roll.config.validation import ROLES
 
 MANAGERS = ("train_env_manager", "val_env_manager")
-ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 #: ROLL's name -> roll's name (same meaning), per block pattern.
 ALIASES: dict[str, dict[str, str]] = {
@@ -86,9 +87,23 @@ UNSUPPORTED: dict[str, str] = {
     "<manager>.group_size_redundancy": "roll trains complete groups only and bounds staleness by admission; for "
     "stragglers give more env_groups than a batch needs with "
     "async_generation_ratio >= 1 (docs/async.md)",
+    "<manager>.worker_cls": "roll's env manager plays every env tag; register an env instead (docs/envs.md)",
+    "l2": "an L2 term in the loss is not implemented; use <role>.training_args.weight_decay (AdamW)",
+    "sft_loss_coef": "an SFT loss on positive samples is not implemented; sft_warmup trains on demonstrations "
+    "before RL",
+    "rl_loss_coef": "the policy-gradient loss always has weight 1; remove the key or set it to 1",
+    "use_topr_loss": "the TOPR loss is not implemented; policy_loss names the loss (ppo, gspo or a registered one)",
+    "use_reward_scaling": "use reward_norm with reward_shift / reward_scale (RLVR) or reward_normalization (agentic)",
+    "use_reward_norm": "use reward_norm with reward_shift / reward_scale (RLVR) or reward_normalization (agentic)",
+    "add_len_reward": "a response-length reward is not implemented; register a reward that adds one (docs/rlvr.md)",
+    "difficulty_loss_weight": "weighting the loss by prompt difficulty is not implemented",
+    "length_loss_weight": "weighting the loss by response length is not implemented; loss_agg_mode sets how token "
+    "losses are averaged",
 }
 #: Values that mean "off" for an unsupported key.
-OFF = (None, False, 0, "", [], {})
+OFF: tuple[Any, ...] = (None, False, 0, 0.0, "", [], {})
+#: Unsupported keys whose value that changes nothing is not an "off" value: that value (any other is an error).
+ACTED_ON = {"rl_loss_coef": 1.0}
 
 
 def _patterns(path: str) -> list[str]:
@@ -144,7 +159,7 @@ def _walk(node: dict[str, Any], prefix: str, ignored: list[str], given: Any) -> 
             continue
         instead = _lookup(UNSUPPORTED, path)
         if instead is not None:
-            if not _is_off(value):
+            if not _harmless(path, value):
                 raise ConfigError(path, value, f"a ROLL key roll does not support: {instead}")
             del node[key]
             continue
@@ -175,6 +190,14 @@ def _has_flash_attn() -> bool:
 
 def _is_off(value: Any) -> bool:
     return any(value is off or (type(value) is type(off) and value == off) for off in OFF)
+
+
+def _harmless(path: str, value: Any) -> bool:
+    """Whether an unsupported key's ``value`` changes nothing: its :data:`ACTED_ON` value, else an "off" value."""
+    acted_on = _lookup(ACTED_ON, path)
+    if acted_on is None:
+        return _is_off(value)
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == acted_on
 
 
 #: ROLL's env manager class of step prompts: every turn a new conversation, one sample per turn.

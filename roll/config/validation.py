@@ -1,4 +1,5 @@
-"""Pure rules of a loaded config: field choices, device mappings and the rules that span several fields.
+"""Pure rules of a loaded config: each field's choices and range (declared on the field, ``fld(..., allowed=...)``,
+checked by :func:`check_fields`), device mappings and the rules that span several fields.
 
 :func:`normalize` puts spellings into their canonical form once, when the config loads (``device_mapping`` strings
 into lists, ``world_size`` from the mapping, a single data file into a list); :func:`validate` then only reads.
@@ -22,6 +23,12 @@ from roll.config.worker import MASKLESS_ATTENTION
 
 #: The worker blocks of a config (their proxies: :mod:`roll.distributed.roles`).
 ROLES = ("actor_train", "actor_infer", "reference", "critic")
+
+
+def worker_blocks(cfg: Any) -> dict[str, Any]:
+    """role -> worker block, for each of :data:`ROLES` that ``cfg`` configures (a missing or null block is left
+    out), in :data:`ROLES` order."""
+    return {role: getattr(cfg, role) for role in ROLES if getattr(cfg, role, None) is not None}
 
 
 def check_choices(obj: Any, prefix: str = "") -> None:
@@ -74,10 +81,7 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 def normalize(cfg: Any) -> None:
     """Canonical forms, set once when the config loads: each role's ``device_mapping`` as a list of GPU ids and, on
     GPU, its ``world_size`` = ``len(device_mapping) / num_gpus_per_worker``; ``data_args.file_name`` as a list."""
-    for role in ROLES:
-        worker = getattr(cfg, role, None)
-        if worker is None:
-            continue
+    for role, worker in worker_blocks(cfg).items():
         worker.device_mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
         if (
             worker.device_mapping
@@ -89,15 +93,11 @@ def normalize(cfg: Any) -> None:
 
 
 def check_workers(cfg: Any) -> None:
-    """Device mappings are lists of GPU ids, world sizes are positive, GPU runs fit the declared GPUs."""
+    """Device mappings are lists of GPU ids that fit the declared GPUs and split into whole workers; sampling and
+    prefix-sharing rules; dynamic batching has a token budget."""
     total_gpus = cfg.num_gpus_per_node * cfg.num_nodes
-    for role in ROLES:
-        worker = getattr(cfg, role, None)
-        if worker is None:
-            continue
+    for role, worker in worker_blocks(cfg).items():
         mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
-        if worker.world_size < 1:
-            raise ConfigError(f"{role}.world_size", worker.world_size, "must be >= 1")
         if mapping:
             if total_gpus == 0:
                 raise ConfigError(
@@ -117,10 +117,6 @@ def check_workers(cfg: Any) -> None:
                 )
         if role == "actor_infer":
             worker.generating_args.check(f"{role}.generating_args")
-        if worker.infer_batch_size < 1:
-            raise ConfigError(f"{role}.infer_batch_size", worker.infer_batch_size, "must be >= 1")
-        if worker.model_update_frequency < 1:
-            raise ConfigError(f"{role}.model_update_frequency", worker.model_update_frequency, "must be >= 1")
         if worker.use_prefix_sharing not in ("auto", False):  # true: required, so checked
             check_prefix_sharing(worker, role)
         for phase in ("train", "infer"):
@@ -158,21 +154,9 @@ def _file_list(value: Any, key: str) -> list[str] | None:
     raise ConfigError(key, value, "expected a path or a list of paths")
 
 
-#: Guide keys the schema accepts but no pipeline acts on yet, with the only value that means "off". A different
-#: value is an error rather than silently ignored; delete a key here when a pipeline implements it.
-NOT_IMPLEMENTED = {
-    "l2": 0.0,
-    "use_reward_scaling": False,
-    "use_reward_norm": False,
-    "sft_loss_coef": 0.0,
-    "rl_loss_coef": 1.0,
-}
-#: Keys the agentic pipeline does not act on yet (the RLVR pipeline does).
-NOT_IMPLEMENTED_AGENTIC = {
-    "actor_infer.model_update_frequency": 1,
-    "train_env_manager.worker_cls": None,
-    "val_env_manager.worker_cls": None,
-}
+#: Keys the agentic pipeline does not act on yet (the RLVR pipeline does), with the only value it accepts. ROLL's keys
+#: that no pipeline acts on are not in the schema: :data:`roll.config.roll_compat.UNSUPPORTED` refuses them.
+NOT_IMPLEMENTED_AGENTIC = {"actor_infer.model_update_frequency": 1}
 
 
 PIPELINES = ("agentic", "RLVR")
@@ -261,16 +245,6 @@ def check_not_implemented(cfg: Any, table: dict[str, Any]) -> None:
             )
 
 
-def check_scheduling(cfg: Any) -> None:
-    """Generation scheduling keys (see ``BaseConfig``): request limits are positive."""
-    if cfg.max_running_requests is not None and cfg.max_running_requests < 1:
-        raise ConfigError("max_running_requests", cfg.max_running_requests, "must be >= 1")
-    if cfg.max_additional_running_prompts < 0:
-        raise ConfigError("max_additional_running_prompts", cfg.max_additional_running_prompts, "must be >= 0")
-    if cfg.num_return_sequences_in_group < 1:
-        raise ConfigError("num_return_sequences_in_group", cfg.num_return_sequences_in_group, "must be >= 1")
-
-
 def model_parallel_size(strategy_name: str, strategy_config: dict) -> int:
     """Ranks that share one data-parallel replica: TP x PP x CP for megatron_train / megatron_infer (expert
     parallelism does not divide the batch), 1 for DeepSpeed ZeRO, where every rank is a data-parallel rank."""
@@ -304,12 +278,6 @@ def check_train_batch(cfg: Any, role: str, samples_per_step: int) -> None:
     """
     worker = getattr(cfg, role)
     ta = worker.training_args
-    if ta.per_device_train_batch_size < 1 or ta.gradient_accumulation_steps < 1:
-        raise ConfigError(
-            f"{role}.training_args.per_device_train_batch_size",
-            ta.per_device_train_batch_size,
-            "per_device_train_batch_size and gradient_accumulation_steps must be >= 1",
-        )
     strategy = worker.strategy_args
     mp = model_parallel_size(strategy.strategy_name, dict(strategy.strategy_config))
     if worker.world_size % mp:
@@ -358,17 +326,6 @@ def check_ppo(cfg: Any) -> None:
             None,
             "a KL term is on (add_token_level_kl or use_kl_loss) but no `reference:` worker block is configured",
         )
-    for key in ("use_topr_loss", "add_len_reward", "difficulty_loss_weight", "length_loss_weight"):
-        if getattr(cfg, key):
-            raise ConfigError(key, True, "not implemented in roll yet; set it to false")
-    if cfg.ppo_epochs < 1:
-        raise ConfigError("ppo_epochs", cfg.ppo_epochs, "must be >= 1")
-    if cfg.async_generation_ratio != int(cfg.async_generation_ratio):
-        raise ConfigError(
-            "async_generation_ratio",
-            cfg.async_generation_ratio,
-            "must be a whole number of policy versions a trained token may lag (0 = synchronous, 1, 2, ...)",
-        )
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
     check_algorithm(cfg)
@@ -382,36 +339,30 @@ def check_algorithm(cfg: Any) -> None:
             cfg.kl_loss_coef,
             "use_kl_loss is on, so it must be > 0 (e.g. 0.001); or set use_kl_loss: false",
         )
-    if cfg.critic_warmup < 0 or (cfg.critic_warmup > 0 and cfg.critic is None):
-        raise ConfigError("critic_warmup", cfg.critic_warmup, "must be >= 0, and > 0 only with a `critic:` block")
-    for key in ("value_clip", "advantage_clip", "reward_clip", "target_kl"):
-        if getattr(cfg, key) is not None and getattr(cfg, key) <= 0:
-            raise ConfigError(key, getattr(cfg, key), "must be > 0, or null to turn it off")
-    for key in ("pg_clip", "pg_clip_low"):
-        if getattr(cfg, key) is not None and not 0 < getattr(cfg, key) < 1:
-            raise ConfigError(key, getattr(cfg, key), "must be in (0, 1): the ratio is clipped at 1 - value")
-    if cfg.pg_clip_high is not None and cfg.pg_clip_high <= 0:
-        raise ConfigError("pg_clip_high", cfg.pg_clip_high, "must be > 0 (DAPO clip-higher uses 0.28)")
-    for key in ("gamma", "lambd"):
-        if not 0 <= getattr(cfg, key) <= 1:
-            raise ConfigError(key, getattr(cfg, key), "must be in [0, 1]")
-    for key in ("entropy_loss_coef", "init_kl_coef", "kl_loss_coef"):
-        if getattr(cfg, key) < 0:
-            raise ConfigError(key, getattr(cfg, key), "must be >= 0")
-    if cfg.kl_horizon < 1:
-        raise ConfigError("kl_horizon", cfg.kl_horizon, "must be >= 1 (samples over which the coefficient adapts)")
+    if cfg.critic_warmup > 0 and cfg.critic is None:
+        raise ConfigError("critic_warmup", cfg.critic_warmup, "> 0 needs a `critic:` block; add one or set it to 0")
+
+
+def check_fields(cfg: Any) -> None:
+    """:func:`check_choices` over the whole config; a bad value of a key this pipeline does not read (:data:`UNUSED`)
+    also says where its equivalent lives."""
+    try:
+        check_choices(cfg)
+    except ConfigError as exc:
+        pipelines, _, why = UNUSED.get(exc.key, ((), None, ""))
+        if getattr(cfg, "pipeline", None) in pipelines and pipelines != PIPELINES:
+            raise ConfigError(exc.key, exc.value, f"{exc.expected}, and is not used: {why}") from None
+        raise
 
 
 def validate(cfg: Any) -> None:
     """Run every pure rule that applies to ``cfg`` (the pipeline's own through ``cfg.check_pipeline()``)."""
-    check_choices(cfg)  # choices and ranges of every field
+    check_fields(cfg)  # choices and ranges of every field
     if getattr(cfg, "tiny_model", None) is not None:
         cfg.tiny_model.check("tiny_model")
     check_workers(cfg)
     check_placement(cfg)
     check_ppo(cfg)
-    check_scheduling(cfg)
-    check_not_implemented(cfg, NOT_IMPLEMENTED)
     pipeline_rules = getattr(cfg, "check_pipeline", None)
     if pipeline_rules is not None:
         pipeline_rules()
@@ -424,14 +375,11 @@ def check_placement(cfg: Any) -> None:
     """Placement rules across roles (after :func:`check_workers`) and the checkpoint keys.
 
     On a GPU run every role needs a device_mapping (overlapping ids colocate roles); one worker's GPUs must sit on
-    one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``save_steps`` >= 0;
-    ``resume_from_checkpoint`` is a bool or a path; ``checkpoint_config`` keys are
-    known."""
-    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    one node; ``async_generation_ratio`` needs actor_infer on GPUs no other role uses; ``resume_from_checkpoint``
+    is a bool or a path; ``checkpoint_config`` keys are known."""
+    workers = worker_blocks(cfg)
     mapped = sorted(r for r, w in workers.items() if w.device_mapping)
     for role, worker in workers.items():
-        if worker.num_gpus_per_worker < 1:
-            raise ConfigError(f"{role}.num_gpus_per_worker", worker.num_gpus_per_worker, "must be >= 1")
         if mapped and not worker.device_mapping:
             raise ConfigError(
                 f"{role}.device_mapping",

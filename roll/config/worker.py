@@ -142,10 +142,12 @@ class WorkerConfig:
         default_factory=StrategyArgs, metadata={"help": "Backend selection and settings."}
     )
     device_mapping: Any = fld(None, "GPU ids of this role: a list or the string 'list(range(a,b))'; empty/None on CPU.")
-    world_size: int = fld(1, "Number of workers of this role (CPU); on GPU derived from device_mapping.")
-    num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).")
+    world_size: int = fld(
+        1, "Number of workers of this role (CPU); on GPU derived from device_mapping.", allowed=">= 1"
+    )
+    num_gpus_per_worker: int = fld(1, "GPUs per worker (tensor-parallel inference engines).", allowed=">= 1")
     num_cpus_per_worker: float = fld(1.0, "CPU cores Ray reserves for each worker of this role.", allowed="> 0")
-    infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.")
+    infer_batch_size: int = fld(8, "Micro-batch size for log-prob / value forward passes.", allowed=">= 1")
     use_dynamic_batching_in_train: bool = fld(
         False,
         "Form training micro-batches by a token budget (max_tokens_per_microbatch_in_train) instead of "
@@ -183,6 +185,7 @@ class WorkerConfig:
         1,
         "Sync weights to this role every N training steps (RLVR actor_infer; "
         "the agentic pipeline syncs every step and accepts only 1).",
+        allowed=">= 1",
     )
 
     def shares_prefixes(self) -> bool:

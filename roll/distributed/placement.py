@@ -315,5 +315,6 @@ def ipc_routes(mappings: dict[str, list[int]], gpus_per_infer_worker: int) -> li
 
 def role_mappings(cfg: Any) -> dict[str, list[int]]:
     """``device_mapping`` of every configured role of ``cfg`` (empty lists on CPU)."""
-    roles = ("actor_train", "actor_infer", "reference", "critic")
-    return {r: list(getattr(cfg, r).device_mapping or []) for r in roles if getattr(cfg, r, None) is not None}
+    from roll.config.validation import worker_blocks
+
+    return {role: list(worker.device_mapping or []) for role, worker in worker_blocks(cfg).items()}

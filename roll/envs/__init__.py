@@ -16,11 +16,12 @@ from roll.envs import (  # noqa: E402,F401  (register themselves)
 )
 from roll.envs.base import TextEnv, Transition
 from roll.envs.parsing import ActionParser
-from roll.envs.registry import get_env_class, list_envs, make_env, register_env
+from roll.envs.registry import ENVS, get_env_class, list_envs, make_env, register_env
 
 # --- end of contributed envs ---
 
 __all__ = [
+    "ENVS",
     "ActionParser",
     "TextEnv",
     "Transition",

@@ -1,16 +1,16 @@
-"""The env registry: ``env_type`` name -> :class:`~roll.envs.base.TextEnv` subclass.
+"""The env registry: ``env_type`` name -> :class:`~roll.envs.base.TextEnv` subclass (:data:`ENVS`).
 
 Envs register themselves with the :func:`register_env` decorator when their module is imported
 (``roll.envs`` imports the built-in ones). Each env is also registered with Gymnasium as
 ``roll/<CamelName>-v0`` (``sokoban`` -> ``roll/Sokoban-v0``), so ``gymnasium.make`` works too.
 
 A config may name an env that lives outside ``roll`` as ``"package.module:name"``: :func:`make_env`
-imports ``package.module`` (which registers its env) and then looks up ``name``.
+imports ``package.module`` (which registers its env, or the tools and tasks of a built-in env) and then looks up
+``name``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import gymnasium
 
 from roll.envs.base import TextEnv
+from roll.registry import Registry, import_user_module
 
-_ENVS: dict[str, type[TextEnv]] = {}
+ENVS: Registry[type[TextEnv]] = Registry("env", "register_env", base=TextEnv)
 EnvT = TypeVar("EnvT", bound=type[TextEnv])
 
 
@@ -29,7 +30,8 @@ def gym_id(name: str) -> str:
 
 
 def register_env(name: str, cls: EnvT | None = None) -> EnvT | Callable[[EnvT], EnvT]:
-    """Register ``cls`` under ``name``; use as ``@register_env("name")`` or ``register_env("name", Cls)``.
+    """Register ``cls`` in :data:`ENVS` and with Gymnasium (:func:`gym_id`); use as ``@register_env("name")`` or
+    ``register_env("name", Cls)``.
 
     Raises:
         ValueError: ``name`` is already registered, or is not a lowercase identifier.
@@ -39,41 +41,36 @@ def register_env(name: str, cls: EnvT | None = None) -> EnvT | Callable[[EnvT], 
         raise ValueError(f"env name {name!r} must be a lowercase identifier such as 'my_env'.")
 
     def decorator(env_cls: EnvT) -> EnvT:
-        if not (inspect.isclass(env_cls) and issubclass(env_cls, TextEnv)):
-            raise TypeError(f"register_env({name!r}) needs a TextEnv subclass, got {env_cls!r}.")
-        if name in _ENVS:
-            raise ValueError(
-                f"env name {name!r} is already registered to {_ENVS[name].__module__}.{_ENVS[name].__qualname__}; "
-                "pick another name."
-            )
-        _ENVS[name] = env_cls
+        ENVS.register(name)(env_cls)
         gymnasium.register(id=gym_id(name), entry_point=env_cls)
         return env_cls
 
     return decorator if cls is None else decorator(cls)
 
 
+def unregister_env(name: str) -> None:
+    """Remove ``name`` from :data:`ENVS` and from Gymnasium, if registered (tests that register envs for their own
+    duration)."""
+    ENVS.unregister(name)
+    gymnasium.registry.pop(gym_id(name), None)
+
+
 def list_envs() -> list[str]:
     """Names of all registered envs, sorted."""
-    return sorted(_ENVS)
+    return ENVS.names()
 
 
 def get_env_class(env_type: str) -> type[TextEnv]:
-    """The class registered as ``env_type`` (or ``"module:name"``, importing ``module`` first).
+    """The class registered as ``env_type``; ``"package.module:name"`` imports ``package.module`` first even when
+    ``name`` is registered already, so that a module registering tools or tasks can be named with a built-in env
+    (``examples.custom_tool.unit_convert:tool_use``) and every process that builds the env imports it.
 
     Raises:
-        ValueError: no env of that name is registered; the message lists the registered names.
+        UnknownNameError: no env of that name is registered (a ``ValueError``); the message lists the names.
+        ImportError: the module of a ``"package.module:name"`` does not import.
     """
-    if env_type not in _ENVS and ":" in env_type:
-        module, _, name = env_type.partition(":")
-        importlib.import_module(module)
-        env_type = name
-    if env_type not in _ENVS:
-        raise ValueError(
-            f"Unknown env_type {env_type!r}. Registered envs: {list_envs()}. Import the module that "
-            "registers it, or write env_type as 'package.module:name'."
-        )
-    return _ENVS[env_type]
+    import_user_module(env_type)
+    return ENVS.get(env_type)
 
 
 def accepted_kwargs(cls: type) -> list[str]:
@@ -97,8 +94,9 @@ def make_env(env_type: str, env_config: dict[str, Any] | None = None) -> TextEnv
     """Build the env registered as ``env_type`` with ``env_config`` as keyword arguments.
 
     Raises:
-        ValueError: unknown ``env_type`` (lists registered names) or an unknown keyword in
+        ValueError: unknown ``env_type`` (lists the registered names) or an unknown keyword in
             ``env_config`` (names it and lists the accepted ones).
+        ImportError: the module of a ``"package.module:name"`` does not import.
     """
     cls = get_env_class(env_type)
     config = dict(env_config or {})

@@ -150,9 +150,6 @@ KNOWN_BAD_RULES: tuple[KnownBadRule, ...] = (
 )
 
 
-WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic")
-
-
 def installed_version(name: str) -> str | None:
     """The installed version of distribution ``name`` from its metadata, or None when it is not installed."""
     try:
@@ -410,15 +407,12 @@ def check_build_locks(root: Path | None = None) -> list[CheckResult]:
 
 def _worker_strategies(cfg: Any) -> dict[str, tuple[str, list[int]]]:
     """role -> (strategy name, device_mapping) for each worker block present in ``cfg``."""
+    from roll.config.validation import parse_device_mapping, worker_blocks
+
     workers = {}
-    for role in WORKER_ROLES:
-        block = getattr(cfg, role, None)
-        if block is None:
-            continue
+    for role, block in worker_blocks(cfg).items():
         mapping = block.device_mapping
         if isinstance(mapping, str):  # an unvalidated 'list(range(a, b))'
-            from roll.config.validation import parse_device_mapping
-
             mapping = parse_device_mapping(mapping, f"{role}.device_mapping")
         workers[role] = (str(block.strategy_args.strategy_name), [int(d) for d in (mapping or [])])
     return workers
@@ -467,7 +461,7 @@ def _collect_needs(cfg: Any) -> tuple[dict[str, list[str]], list[CheckResult], b
     for tracker in _trackers(cfg):
         try:
             packages = get_tracker_class(tracker).packages
-        except ValueError:
+        except (ValueError, ImportError):
             errors.append(
                 CheckResult(
                     "track_with",

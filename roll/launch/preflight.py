@@ -30,7 +30,7 @@ from typing import Any
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import ROLES, unused_settings
+from roll.config.validation import unused_settings, worker_blocks
 from roll.launch.memory_plan import check_memory
 
 
@@ -73,10 +73,6 @@ def _lookup(registry: Any, key: str, name: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- strategies
-def _roles(cfg: Any) -> dict[str, Any]:
-    return {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
-
-
 def visible_gpus() -> int:
     """The CUDA GPUs this process can use (after ``CUDA_VISIBLE_DEVICES``)."""
     import torch
@@ -90,7 +86,7 @@ def check_gpus(cfg: Any, gpus: int) -> None:
     if cfg.ray_address or cfg.num_nodes > 1:
         return
     where = f"this machine has {gpus} visible GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         if worker.device_mapping and max(worker.device_mapping) >= gpus:
             fix = (
                 f"use ids 0..{gpus - 1}"
@@ -109,7 +105,7 @@ def check_strategies(cfg: Any) -> None:
     cluster may lack packages its workers have."""
     from roll.strategies.registry import list_strategies, strategy_spec
 
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         name, key = worker.strategy_args.strategy_name, f"{role}.strategy_args.strategy_name"
         if name == "vllm" and name not in list_strategies():  # the sglang options that replace the vLLM ones
             from roll.config.vllm_compat import vllm_instead
@@ -166,7 +162,7 @@ def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:
 def check_kernels(cfg: Any) -> None:
     """``model_args.use_liger_kernel`` needs GPUs for the role (Liger's kernels are Triton kernels) and, when this
     process starts the workers, the ``liger-kernel`` package (:mod:`roll.models.kernels`)."""
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         if not worker.model_args.use_liger_kernel:
             continue
         key = f"{role}.model_args.use_liger_kernel"
@@ -200,7 +196,7 @@ def check_strategy_options(cfg: Any) -> list[str]:
     from roll.strategies.registry import strategy_options
 
     warnings = []
-    for role, worker in _roles(cfg).items():
+    for role, worker in worker_blocks(cfg).items():
         key = f"{role}.strategy_args.strategy_config"
         options = strategy_options(worker, key)  # the one parse: every later reader gets this object
         check_worker = getattr(options, "check_worker", None)  # rules involving the worker block or model files
@@ -256,7 +252,7 @@ def check_tracker(cfg: Any) -> None:
 
     try:
         build_options(get_tracker_class(cfg.track_with), cfg.track_with, dict(cfg.tracker_kwargs))
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         raise ConfigError("track_with", cfg.track_with, str(exc)) from None
 
 
@@ -353,7 +349,7 @@ def check_envs(cfg: AgenticConfig) -> None:
     """Every tag an env manager uses names a registered env that accepts its ``env_config`` and is built within
     ``env_step_timeout`` (the constructor is user code: it runs on a :class:`~roll.calls.CallPool` thread)."""
     from roll.calls import CallPool
-    from roll.envs.registry import get_env_class, list_envs, make_env
+    from roll.envs.registry import get_env_class, make_env
 
     managers = [m for m in (cfg.train_env_manager, cfg.val_env_manager) if m is not None]
     timeout = min(m.env_step_timeout for m in managers) if managers else 0.0
@@ -363,11 +359,7 @@ def check_envs(cfg: AgenticConfig) -> None:
         try:
             get_env_class(spec.env_type)
         except (ValueError, ImportError) as exc:
-            raise ConfigError(
-                f"custom_envs.{tag}.env_type",
-                spec.env_type,
-                f"unknown env ({exc}); registered: {', '.join(list_envs())}",
-            ) from None
+            raise ConfigError(f"custom_envs.{tag}.env_type", spec.env_type, str(exc)) from None
         built = pool.run_all([lambda spec=spec: make_env(spec.env_type, dict(spec.env_config))], timeout)[0]
         if built.timed_out:
             raise ConfigError(
@@ -407,7 +399,7 @@ def check_agents(cfg: AgenticConfig) -> None:
         try:
             TOOL_PARSERS.resolve(spec.tool_parser)
         except (KeyError, ImportError) as exc:
-            raise ConfigError(f"custom_envs.{tag}.tool_parser", spec.tool_parser, str(exc).strip("'\"")) from None
+            raise ConfigError(f"custom_envs.{tag}.tool_parser", spec.tool_parser, str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- data and rewards (RLVR)

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from roll.config.base import BaseConfig
-from roll.config.validation import ROLES, optimizer_steps_per_rollout
+from roll.config.validation import optimizer_steps_per_rollout, worker_blocks
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.roles import RoleProxy, Roles, TrainProxy
 from roll.distributed.worker import Worker
@@ -22,7 +22,7 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
     """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
     role's strategy checked against the registry) and initialise their strategies. ``extra_cpus``: what the
     pipeline's other actors (env managers, reward workers) will reserve, counted when sizing a Ray it starts."""
-    workers = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    workers = worker_blocks(cfg)
     for worker in workers.values():
         if not worker.model_args.model_name_or_path:
             worker.model_args.model_name_or_path = cfg.pretrain
@@ -83,7 +83,7 @@ def colocation_phases(cfg: BaseConfig) -> Any:
     from roll.distributed.colocation import ColocationPhases
     from roll.distributed.placement import plan_placement
 
-    roles = {r: getattr(cfg, r) for r in ROLES if getattr(cfg, r, None) is not None}
+    roles = worker_blocks(cfg)
     return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated, cfg.colocated_offload)
 
 

@@ -14,6 +14,7 @@ from roll.tracking import tensorboard_tracker as _tensorboard_tracker  # noqa: F
 from roll.tracking import wandb_tracker as _wandb_tracker  # noqa: F401  (registers "wandb")
 from roll.tracking.base import (
     DEFAULT_HEADLINE_KEYS,
+    TRACKERS,
     Tracker,
     TrackerOptions,
     get_tracker_class,
@@ -28,6 +29,7 @@ from roll.tracking.wandb_tracker import WandbOptions, WandbTracker
 
 __all__ = [
     "DEFAULT_HEADLINE_KEYS",
+    "TRACKERS",
     "Progress",
     "StdoutTracker",
     "TensorboardOptions",

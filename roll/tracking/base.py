@@ -6,7 +6,7 @@ line per step to stdout and appends the step's metrics to ``<log_dir>/metrics.js
 :mod:`roll.tracking.plot` reads), because the TensorBoard and W&B trackers compose a
 :class:`~roll.tracking.stdout.StdoutTracker`.
 
-Backends register with ``@register_tracker("name")`` and declare their options as a dataclass
+Backends register in :data:`TRACKERS` with ``@register_tracker("name")`` and declare their options as a dataclass
 (``options_cls``); :func:`make_tracker` builds that dataclass from the config's ``tracker_kwargs`` and rejects
 unknown keys with a message that lists the accepted ones.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-from roll.registry import import_user_module
+from roll.registry import Registry
 
 #: Keys printed first on the stdout line and shown in the progress bar postfix, in this order.
 DEFAULT_HEADLINE_KEYS: tuple[str, ...] = (
@@ -157,12 +157,14 @@ def json_safe(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-_TRACKERS: dict[str, type[Tracker]] = {}
+#: ``track_with`` name -> tracker class.
+TRACKERS: Registry[type[Tracker]] = Registry("tracker", "register_tracker", base=Tracker)
 TrackerT = TypeVar("TrackerT", bound=type[Tracker])
 
 
 def register_tracker(name: str) -> Callable[[TrackerT], TrackerT]:
-    """Class decorator: register a :class:`Tracker` subclass under ``name`` (the ``track_with`` value).
+    """Class decorator: register a :class:`Tracker` subclass in :data:`TRACKERS` under ``name`` (the ``track_with``
+    value).
 
     Raises:
         ValueError: ``name`` is already registered.
@@ -170,15 +172,7 @@ def register_tracker(name: str) -> Callable[[TrackerT], TrackerT]:
     """
 
     def decorator(cls: TrackerT) -> TrackerT:
-        if not (isinstance(cls, type) and issubclass(cls, Tracker)):
-            raise TypeError(f"register_tracker({name!r}) needs a Tracker subclass, got {cls!r}.")
-        if name in _TRACKERS:
-            old = _TRACKERS[name]
-            raise ValueError(
-                f"tracker name {name!r} is already registered to {old.__module__}.{old.__qualname__}; "
-                "pick another name."
-            )
-        _TRACKERS[name] = cls
+        TRACKERS.register(name)(cls)
         return cls
 
     return decorator
@@ -186,7 +180,7 @@ def register_tracker(name: str) -> Callable[[TrackerT], TrackerT]:
 
 def list_trackers() -> list[str]:
     """Names of all registered trackers, sorted."""
-    return sorted(_TRACKERS)
+    return TRACKERS.names()
 
 
 def get_tracker_class(track_with: str) -> type[Tracker]:
@@ -194,20 +188,10 @@ def get_tracker_class(track_with: str) -> type[Tracker]:
     (a user module that registers its tracker with :func:`register_tracker`).
 
     Raises:
-        ValueError: no tracker has that name (the message lists the registered names), or its module does not
-            import.
+        UnknownNameError: no tracker has that name (a ``ValueError``); the message lists the registered names.
+        ImportError: the module of a ``"package.module:name"`` does not import.
     """
-    try:
-        name = import_user_module(track_with)
-    except ImportError as exc:
-        raise ValueError(f"track_with={track_with!r}: {exc}") from None
-    try:
-        return _TRACKERS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown tracker track_with={track_with!r}; valid names: {list_trackers()}. "
-            "Set track_with to one of them (or name the module that registers yours: 'package.module:name')."
-        ) from None
+    return TRACKERS.get(track_with)
 
 
 def build_options(cls: type[Tracker], track_with: str, tracker_kwargs: Mapping[str, Any]) -> TrackerOptions:
@@ -248,6 +232,7 @@ def make_tracker(
 
     Raises:
         ValueError: unknown ``track_with`` or unknown ``tracker_kwargs`` keys.
+        ImportError: the module of a ``"package.module:name"`` does not import.
         TypeError: ``config`` or ``tracker_kwargs`` is not a mapping (or dataclass / DictConfig).
     """
     cls = get_tracker_class(track_with)

@@ -51,7 +51,7 @@ def hang_tool():
     module = importlib.import_module("tests.agentic.hang_tool")
     yield module
     release_hung_calls(module)
-    tools._TOOLS.pop("hang", None)
+    tools.TOOLS.unregister("hang")
     sys.modules.pop("tests.agentic.hang_tool", None)
 
 

@@ -90,18 +90,33 @@ GUIDE_VALUES = [
     ("actor_infer.num_gpus_per_worker=1", "actor_infer.num_gpus_per_worker", 1),
     ("actor_train.infer_batch_size=4", "actor_train.infer_batch_size", 4),
     ("actor_infer.model_update_frequency=1", "actor_infer.model_update_frequency", 1),
-    ("l2=0.0", "l2", 0.0),
-    ("use_reward_scaling=false", "use_reward_scaling", False),
-    ("use_reward_norm=false", "use_reward_norm", False),
-    ("sft_loss_coef=0.0", "sft_loss_coef", 0.0),
-    ("rl_loss_coef=1.0", "rl_loss_coef", 1.0),
 ]
+#: ROLL's keys of features roll does not have (roll.config.roll_compat.UNSUPPORTED), at the value that changes
+#: nothing: accepted and dropped (a ROLL file may list them), with a value that would do something: refused.
+UNSUPPORTED_KEYS = [
+    ("l2", 0.0, 0.01),
+    ("use_reward_scaling", False, True),
+    ("use_reward_norm", False, True),
+    ("sft_loss_coef", 0.0, 0.1),
+    ("rl_loss_coef", 1.0, 0.0),
+    ("use_topr_loss", False, True),
+    ("add_len_reward", False, True),
+    ("difficulty_loss_weight", False, True),
+    ("length_loss_weight", False, True),
+    ("train_env_manager.worker_cls", None, "a.b:C"),
+]
+
+
+def _override(key: str, value: object) -> str:
+    return f"{key}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}"
 
 
 @pytest.fixture(scope="module")
 def guide_cfg() -> AgenticConfig:
-    """One load with every guide override at once (loading is the slow part)."""
-    return load([override for override, _, _ in GUIDE_VALUES])
+    """One load with every guide override at once (loading is the slow part), the unsupported keys at their
+    harmless values among them."""
+    harmless = [_override(key, off) for key, off, _ in UNSUPPORTED_KEYS]
+    return load([override for override, _, _ in GUIDE_VALUES] + harmless)
 
 
 @pytest.fixture(scope="module")
@@ -189,12 +204,57 @@ def test_uninstalled_backend_names_install_command():
         load(["actor_infer.strategy_args.strategy_name=sglang"])
 
 
-@pytest.mark.parametrize("key", ["use_topr_loss", "add_len_reward", "difficulty_loss_weight", "length_loss_weight"])
-def test_unimplemented_loss_switches_rejected(base_cfg, key):
-    cfg = copy.deepcopy(base_cfg)
-    setattr(cfg, key, True)
-    with pytest.raises(ConfigError, match=f"{key}=True: not implemented"):
-        validate(cfg)
+@pytest.mark.parametrize("key, off, on", UNSUPPORTED_KEYS, ids=[k for k, _, _ in UNSUPPORTED_KEYS])
+def test_unsupported_roll_keys_are_not_in_the_schema_and_refused_unless_harmless(guide_cfg, key, off, on):
+    """Not fields of roll's schema (the typed config never carries them); the harmless value is dropped, any other
+    is one line naming the key, the value and what to use instead."""
+    from roll.config.roll_compat import translate
+
+    *path, leaf = key.split(".")
+    assert not hasattr(get(guide_cfg, ".".join(path)) if path else guide_cfg, leaf)
+    tree: dict = {}
+    node = tree
+    for part in path:
+        node = node.setdefault(part, {})
+    node[leaf] = off
+    assert translate(tree) == []
+    assert (get(tree, ".".join(path)) if path else tree) == {}  # dropped
+    node[leaf] = on
+    with pytest.raises(ConfigError, match=rf"^{key}={on!r}: a ROLL key roll does not support: ") as info:
+        translate(tree)
+    assert "\n" not in str(info.value)
+
+
+def test_unsupported_key_is_refused_by_the_loader_from_the_command_line():
+    with pytest.raises(ConfigError, match=r"^sft_loss_coef=0.1: a ROLL key roll does not support: an SFT loss"):
+        load(["sft_loss_coef=0.1"])
+
+
+def test_rl_loss_coef_zero_is_not_taken_for_off():
+    """0 is "off" for most unsupported keys, but rl_loss_coef: 0 would drop the RL loss: refused."""
+    from roll.config.roll_compat import translate
+
+    assert translate({"rl_loss_coef": 1}) == []
+    for value in (0, 0.0, False, None, 0.5):
+        with pytest.raises(ConfigError, match=r"^rl_loss_coef=.*: a ROLL key roll does not support"):
+            translate({"rl_loss_coef": value})
+
+
+def test_no_live_field_says_not_implemented():
+    """The schema holds only what roll acts on: an unimplemented ROLL key belongs to roll_compat.UNSUPPORTED."""
+    import dataclasses
+
+    from roll.config.fields import nested_dataclasses
+    from roll.config.rlvr import RLVRConfig
+
+    said = [
+        f"{cls.__name__}.{f.name}"
+        for schema in (AgenticConfig, RLVRConfig)
+        for cls in nested_dataclasses(schema)
+        for f in dataclasses.fields(cls)
+        if "not implemented" in f.metadata.get("help", "")
+    ]
+    assert said == []
 
 
 @pytest.mark.parametrize(
@@ -214,24 +274,11 @@ def test_scheduling_and_choice_values_checked(base_cfg, dotted, value):
         validate(cfg)
 
 
-@pytest.mark.parametrize(
-    "dotted, value",
-    [
-        ("l2", 0.01),
-        ("use_reward_scaling", True),
-        ("use_reward_norm", True),
-        ("sft_loss_coef", 0.1),
-        ("rl_loss_coef", 0.5),
-        ("actor_infer.model_update_frequency", 2),
-        ("train_env_manager.worker_cls", "a.b:C"),
-    ],
-)
-def test_keys_no_pipeline_acts_on_are_rejected_unless_off(base_cfg, dotted, value):
-    """Accepted at their "off" value (a ROLL file may list them); any other value would be silently ignored."""
+def test_model_update_frequency_other_than_1_is_refused_by_the_agentic_pipeline(base_cfg):
+    """The RLVR pipeline acts on it; the agentic pipeline syncs every step, so another value would be ignored."""
     cfg = copy.deepcopy(base_cfg)
-    *path, leaf = dotted.split(".")
-    setattr(get(cfg, ".".join(path)) if path else cfg, leaf, value)
-    with pytest.raises(ConfigError, match=f"^{dotted}={value!r}: not implemented in roll yet"):
+    cfg.actor_infer.model_update_frequency = 2
+    with pytest.raises(ConfigError, match=r"^actor_infer.model_update_frequency=2: not implemented in roll yet"):
         validate(cfg)
 
 

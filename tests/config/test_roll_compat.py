@@ -100,7 +100,10 @@ def test_alias_on_the_command_line():
             r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported",
         ),
         (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
-        (["async_generation_ratio=0.5"], r"^async_generation_ratio=0.5: must be a whole number of policy versions"),
+        (
+            ["async_generation_ratio=0.5"],
+            r"^async_generation_ratio=0.5: must be a whole number >= 0; the policy versions",
+        ),
         (
             ["+custom_env.SimpleSokoban.turn_template=x"],
             r"^custom_envs.SimpleSokoban.agent_template=.*set too; keep one",

@@ -11,8 +11,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import gymnasium
-
 from roll.envs import registry as env_registry
 from roll.envs.registry import register_env
 from roll.envs.sokoban.env import SokobanEnv
@@ -61,6 +59,5 @@ def register() -> None:
 
 def unregister() -> None:
     """Remove them again, so later tests see the registries as they were."""
-    env_registry._ENVS.pop(ENV_NAME, None)
-    gymnasium.registry.pop(env_registry.gym_id(ENV_NAME), None)
+    env_registry.unregister_env(ENV_NAME)
     reward_registry.REWARDS.unregister(REWARD_NAME)

@@ -82,7 +82,7 @@ def test_solution_is_optional():
 
 
 def test_registry_errors_name_the_problem():
-    with pytest.raises(ValueError, match=r"Unknown env_type 'nope'.*test_counter"):
+    with pytest.raises(ValueError, match=r"unknown env 'nope'; valid names: \[.*'test_counter'.*register_env\('nope'"):
         make_env("nope")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['gaol'\].*'goal'.*'format_penalty'"):
         make_env("test_counter", {"gaol": 3})
@@ -90,6 +90,7 @@ def test_registry_errors_name_the_problem():
         register_env("test_counter", CounterEnv)
     with pytest.raises(TypeError, match="TextEnv subclass"):
         register_env("test_not_env", dict)
+    assert "test_not_env" not in list_envs() and gym_id("test_not_env") not in gymnasium.registry
     with pytest.raises(ValueError, match="lowercase identifier"):
         register_env("Bad-Name", CounterEnv)
     with pytest.raises(ValueError, match="max_steps=0"):

@@ -86,7 +86,7 @@ def test_tool_argument_errors(arguments, message):
 def test_tool_registry_rejects_duplicates_and_lists_names():
     with pytest.raises(ValueError, match="already registered"):
         register_tool(type("Dup", (CalculatorTool,), {}))
-    with pytest.raises(ValueError, match=r"Registered tools: \['calculator', 'python'"):
+    with pytest.raises(ValueError, match=r"unknown tool 'shell'; valid names: \['calculator', 'python'"):
         make_tool("shell")
     schema = make_tool("python").schema()
     assert schema["function"]["name"] == "python" and schema["function"]["parameters"]["required"] == ["code"]
@@ -258,5 +258,5 @@ def test_long_or_unprintable_tool_output_is_clipped():
 
 
 def test_unknown_task_lists_names():
-    with pytest.raises(ValueError, match=re.escape(f"Registered tasks: {list_tasks()}")):
+    with pytest.raises(ValueError, match=re.escape(f"unknown tool_use task 'integrals'; valid names: {list_tasks()}")):
         ToolUseEnv(tasks=["integrals"])

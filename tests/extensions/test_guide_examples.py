@@ -39,8 +39,8 @@ def unregister_examples():
     from roll.envs.tool_use import tasks, tools
     from roll.rewards.registry import REWARDS, registered_rewards
 
-    tools._TOOLS.pop("unit_convert", None)
-    tasks._TASKS.pop("convert_length", None)
+    tools.TOOLS.unregister("unit_convert")
+    tasks.TASKS.unregister("convert_length")
     if "tagged_integer" in registered_rewards():
         REWARDS.unregister("tagged_integer")
     for name in ("examples.custom_tool.unit_convert", "examples.custom_reward.tagged_integer"):
@@ -79,6 +79,21 @@ def test_tool_and_task_example_play_an_episode():
     assert reward == cfg.train_env_manager.format_penalty and info["metrics"]["tool_errors"] == 1.0
     obs, reward, terminated, _, info = env.step(f"<answer>{env.task.answer}</answer>")
     assert (reward, terminated, info["success"]) == (1.0, True, True)
+
+
+def test_tool_and_task_named_by_module_path():
+    """A tool and a task may be named ``"package.module:name"`` (imported first, as an env_type may be); the model
+    calls the tool by its own name."""
+    from roll.envs.tool_use import ToolUseEnv
+
+    module = "examples.custom_tool.unit_convert"
+    env = ToolUseEnv(tools=[f"{module}:unit_convert", "calculator"], tasks=[f"{module}:convert_length"])
+    assert sorted(env.tools) == ["calculator", "unit_convert"]
+    question, _ = env.reset(seed=3)
+    assert question.startswith("How many centimetres are")
+    call = {"name": "unit_convert", "arguments": {"value": 2, "from_unit": "m", "to_unit": "cm"}}
+    obs, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert (obs, terminated, info["message_role"], info["metrics"]["tool_errors"]) == ("200 cm", False, "tool", 0.0)
 
 
 @pytest.mark.slow

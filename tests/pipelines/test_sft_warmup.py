@@ -50,9 +50,7 @@ def test_render_round_trips_and_custom_formats_have_none():
 def test_no_demonstration_says_why(tiny_model_dir):
     """A solver whose plan never reaches success is told so (not "does it implement solution()?"); a plan longer
     than max_actions_per_traj is counted apart."""
-    import gymnasium
-
-    from roll.envs.registry import _ENVS, gym_id, register_env
+    from roll.envs.registry import register_env, unregister_env
     from tests.agentic.helpers import FlakyEnv
 
     class Unsolved(FlakyEnv):
@@ -65,8 +63,7 @@ def test_no_demonstration_says_why(tiny_model_dir):
         with pytest.raises(RuntimeError) as info:
             make_demo_batches(spec, {}, load_tokenizer(tiny_model_dir), "U", num_demos=4, batch_size=4, steps=1, seed=1)
     finally:
-        _ENVS.pop("unsolved_test")
-        gymnasium.registry.pop(gym_id("unsolved_test"), None)
+        unregister_env("unsolved_test")
     message = str(info.value)
     assert message.startswith("sft_warmup: env 'unsolved_test' gave no demonstration from 20 seeds (")
     assert "the plan did not reach success" in message and "the plan was longer than max_actions_per_traj" in message

@@ -148,7 +148,7 @@ def test_async_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch
 def test_async_generation_is_refused_where_it_cannot_run():
     with pytest.raises(ConfigError, match=r"async_generation_ratio=0.5: must be a whole number"):
         load_config("rlvr_tiny", overrides=["async_generation_ratio=0.5"], schema=RLVRConfig)
-    with pytest.raises(ConfigError, match=r"async_generation_ratio=-1.0: must be >= 0"):
+    with pytest.raises(ConfigError, match=r"async_generation_ratio=-1.0: must be a whole number >= 0"):
         load_config("rlvr_tiny", overrides=["async_generation_ratio=-1"], schema=RLVRConfig)
     for name, schema in (("rlvr_qwen05b_gpu", RLVRConfig), ("sokoban_qwen05b_gpu", None)):
         with pytest.raises(

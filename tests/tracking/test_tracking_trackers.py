@@ -112,7 +112,7 @@ def test_bad_metric_values_and_reserved_keys_raise(tmp_path) -> None:
 
 def test_unknown_tracker_lists_valid_names(tmp_path) -> None:
     with pytest.raises(
-        ValueError, match=r"track_with='mlflow'; valid names: \['stdout', (.*, )?'tensorboard', 'wandb'\]"
+        ValueError, match=r"unknown tracker 'mlflow'; valid names: \['stdout', (.*, )?'tensorboard', 'wandb'\]"
     ):
         make_tracker("mlflow", exp_name="e", log_dir=str(tmp_path))
 
@@ -123,20 +123,23 @@ def test_unknown_tracker_kwargs_list_accepted_keys(tmp_path) -> None:
     assert not os.listdir(tmp_path)  # nothing was created before the check
 
 
-def test_registry_rejects_duplicates_and_non_trackers(monkeypatch) -> None:
-    monkeypatch.setattr(base, "_TRACKERS", dict(base._TRACKERS))
-
+def test_registry_rejects_duplicates_and_non_trackers() -> None:
     @register_tracker("null_test")
     class NullTracker(StdoutTracker):
         """A StdoutTracker under another name."""
 
-    assert base.get_tracker_class("null_test") is NullTracker
-    assert "null_test" in base.list_trackers()
-    with pytest.raises(ValueError, match="'stdout' is already registered to roll.tracking.stdout.StdoutTracker"):
-        register_tracker("stdout")(NullTracker)
-    with pytest.raises(TypeError, match="needs a Tracker subclass"):
-        register_tracker("thing")(dict)  # type: ignore[arg-type]
-    assert issubclass(NullTracker.options_cls, TrackerOptions) and issubclass(NullTracker, Tracker)
+    try:
+        assert base.get_tracker_class("null_test") is NullTracker
+        assert "null_test" in base.list_trackers()
+        with pytest.raises(ValueError, match=r"'stdout' is already registered \(by <class '.*\.StdoutTracker'>\)"):
+            register_tracker("stdout")(NullTracker)
+        with pytest.raises(TypeError, match=r"register_tracker\('thing'\) needs a Tracker subclass"):
+            register_tracker("thing")(dict)  # type: ignore[arg-type]
+        assert base.get_tracker_class("stdout") is StdoutTracker and "thing" not in base.list_trackers()
+        assert issubclass(NullTracker.options_cls, TrackerOptions) and issubclass(NullTracker, Tracker)
+    finally:
+        base.TRACKERS.unregister("null_test")
+    assert "null_test" not in base.list_trackers()
 
 
 def test_tensorboard_writes_readable_events(tmp_path, capsys) -> None:

@@ -14,7 +14,7 @@ from roll.envs.base import MAX_OBSERVATION_CHARS, TextEnv, Transition
 from roll.envs.parsing import ActionParser
 from roll.envs.registry import register_env
 from roll.envs.tool_use.tasks import Task, get_task_generator, list_tasks
-from roll.envs.tool_use.tools import Tool, ToolResult, make_tool
+from roll.envs.tool_use.tools import TOOLS, Tool, ToolResult, make_tool
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL_OPEN = re.compile(r"<tool_call>", re.IGNORECASE)
@@ -155,7 +155,7 @@ class ToolUseEnv(TextEnv):
         self.max_calls_per_turn = int(max_calls_per_turn)
         self.max_tool_output_chars = min(int(max_tool_output_chars), MAX_OBSERVATION_CHARS - 200)
         self.tools: dict[str, Tool] = {}
-        for name in tools:
+        for name in map(TOOLS.resolve, tools):  # "package.module:name" -> the name the model calls
             kwargs = {"wall_timeout_s": sandbox_timeout_s, "memory_mb": sandbox_memory_mb} if name == "python" else {}
             self.tools[name] = make_tool(name, **kwargs)
         self.task: Task | None = None

@@ -1,6 +1,6 @@
 """Computation tasks for :class:`~roll.envs.tool_use.env.ToolUseEnv`, generated from a seeded RNG.
 
-Each task generator is registered with :func:`register_task` and maps a ``numpy.random.Generator`` to a
+Each task generator is registered in :data:`TASKS` with :func:`register_task` and maps a ``numpy.random.Generator`` to a
 :class:`Task` (question text, exact integer answer). The numbers are chosen so that a tool makes the
 task easy and mental arithmetic makes it hard.
 """
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roll.registry import Registry
+
 
 @dataclass(frozen=True)
 class Task:
@@ -24,39 +26,32 @@ class Task:
 
 
 TaskGenerator = Callable[[np.random.Generator], Task]
-_TASKS: dict[str, TaskGenerator] = {}
+#: task name -> generator.
+TASKS: Registry[TaskGenerator] = Registry("tool_use task", "register_task")
 
 
 def register_task(name: str) -> Callable[[TaskGenerator], TaskGenerator]:
-    """Decorator: register a task generator under ``name``.
+    """Decorator: register a task generator in :data:`TASKS` under ``name``.
 
     Raises:
         ValueError: ``name`` is already registered.
     """
-
-    def decorator(fn: TaskGenerator) -> TaskGenerator:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} is already registered to {_TASKS[name].__qualname__}; pick another name.")
-        _TASKS[name] = fn
-        return fn
-
-    return decorator
+    return TASKS.register(name)
 
 
 def list_tasks() -> list[str]:
     """Names of all registered task generators, sorted."""
-    return sorted(_TASKS)
+    return TASKS.names()
 
 
 def get_task_generator(name: str) -> TaskGenerator:
-    """The generator registered as ``name``.
+    """The generator registered as ``name`` (or ``"package.module:name"``, importing ``package.module`` first).
 
     Raises:
-        ValueError: unknown name; the message lists the registered tasks.
+        UnknownNameError: unknown name (a ``ValueError``); the message lists the registered tasks.
+        ImportError: the module of a ``"package.module:name"`` does not import.
     """
-    if name not in _TASKS:
-        raise ValueError(f"Unknown tool_use task {name!r}. Registered tasks: {list_tasks()}.")
-    return _TASKS[name]
+    return TASKS.get(name)
 
 
 def _int(rng: np.random.Generator, low: int, high: int) -> int:

@@ -1,6 +1,6 @@
 """Tools a model may call from :class:`~roll.envs.tool_use.env.ToolUseEnv`, and their registry.
 
-Each tool is a class registered with :func:`register_tool`; it carries a JSON-schema description
+Each tool is a class registered in :data:`TOOLS` with :func:`register_tool`; it carries a JSON-schema description
 (``schema()``, the ``{"type": "function", "function": {...}}`` entry of the Qwen/Hermes ``<tools>``
 block) and is called with the parsed ``arguments`` dict. A tool never raises for bad input: it returns a
 :class:`ToolResult` with ``ok=False`` and a message the model can read.
@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 from roll.envs.tool_use.sandbox import landlock_abi, run_python
 from roll.envs.tool_use.schema import schema_error
+from roll.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -73,40 +74,39 @@ class Tool(ABC):
         return self.run(arguments)
 
 
-_TOOLS: dict[str, type[Tool]] = {}
+#: tool name (its class attribute ``name``) -> tool class.
+TOOLS: Registry[type[Tool]] = Registry(
+    "tool", "register_tool", base=Tool, how_to_add="@register_tool on a Tool subclass with name = {name!r}"
+)
 ToolT = TypeVar("ToolT", bound=type[Tool])
 
 
 def register_tool(cls: ToolT) -> ToolT:
-    """Class decorator: register a :class:`Tool` subclass under its ``name``.
+    """Class decorator: register a :class:`Tool` subclass in :data:`TOOLS` under its ``name``.
 
     Raises:
         ValueError: the name is empty or already registered.
+        TypeError: ``cls`` is not a ``Tool`` subclass.
     """
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} needs a non-empty class attribute `name` to be registered.")
-    if cls.name in _TOOLS:
-        raise ValueError(
-            f"tool name {cls.name!r} is already registered to {_TOOLS[cls.name].__qualname__}; pick another name."
-        )
-    _TOOLS[cls.name] = cls
+    if not getattr(cls, "name", ""):
+        raise ValueError(f"{cls!r} needs a non-empty class attribute `name` to be registered.")
+    TOOLS.register(cls.name)(cls)
     return cls
 
 
 def list_tools() -> list[str]:
     """Names of all registered tools, sorted."""
-    return sorted(_TOOLS)
+    return TOOLS.names()
 
 
 def make_tool(name: str, **kwargs: Any) -> Tool:
-    """Instantiate the tool registered as ``name`` with ``kwargs``.
+    """Instantiate the tool registered as ``name`` (or ``"package.module:name"``) with ``kwargs``.
 
     Raises:
-        ValueError: unknown name; the message lists the registered tools.
+        UnknownNameError: unknown name (a ``ValueError``); the message lists the registered tools.
+        ImportError: the module of a ``"package.module:name"`` does not import.
     """
-    if name not in _TOOLS:
-        raise ValueError(f"Unknown tool {name!r}. Registered tools: {list_tools()}.")
-    return _TOOLS[name](**kwargs)
+    return TOOLS.get(name)(**kwargs)
 
 
 @register_tool
