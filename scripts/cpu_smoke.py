@@ -42,22 +42,26 @@ COMMON = [
     "actor_train.num_cpus_per_worker=1",
     "actor_infer.num_cpus_per_worker=1",
 ]
-#: Sokoban: 2 groups of 4 envs, 3 actions each; identity normalization keeps the raw (negative) scores of an
-#: untrained policy, so every step has a learning signal.
-AGENTIC = [
-    "sft_warmup.enabled=false",
+#: Sokoban's sizes: 2 groups of 4 envs, 3 actions of at most 6 tokens each.
+SOKOBAN_SIZES = [
     "rollout_batch_size=8",
     "train_env_manager.env_groups=2",
     "train_env_manager.group_size=4",
-    "val_env_manager=null",
-    "trajectory_dump_steps=0",
-    "reward_normalization.method=identity",
     "actor_train.training_args.per_device_train_batch_size=4",
     "actor_train.training_args.gradient_accumulation_steps=1",
     "custom_envs.SimpleSokoban.max_actions_per_traj=3",
     "custom_envs.SimpleSokoban.max_tokens_per_step=6",
     "actor_infer.generating_args.max_new_tokens=6",
     "sequence_length=512",
+]
+#: Sokoban without warm start, validation or dumps; identity normalization keeps the raw (negative) scores of an
+#: untrained policy, so every step has a learning signal.
+AGENTIC = [
+    *SOKOBAN_SIZES,
+    "sft_warmup.enabled=false",
+    "val_env_manager=null",
+    "trajectory_dump_steps=0",
+    "reward_normalization.method=identity",
 ]
 #: RLVR: 4 prompts x 4 answers after a 20-step warm start (the model then answers in the format and sometimes
 #: right); no dynamic sampling, no validation set.
