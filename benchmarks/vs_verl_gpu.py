@@ -514,6 +514,20 @@ def smoke(w: Workload, work: Path) -> dict:
 SMOKE_WORKLOAD = Workload(prompts=4, group=4, prompt_length=64, response_length=8, mini_batches=2, steps=3, skip=1)
 
 
+def smoke_checks(w: Workload, run: dict, ratio: float | None, why: str) -> dict[str, bool]:
+    """The smoke run's checks (True = passed) on roll's run and on the comparison against no verl side."""
+    full = w.samples * w.response_length
+    return {
+        "roll run exit 0": run["rc"] == 0,
+        f"roll logged {w.steps} steps": len(run["steps"]) == w.steps,
+        f"every step generates {w.samples} x {w.response_length} tokens (ignore_eos: the shared work)": bool(
+            run["steps"]
+        )
+        and all(s["generated_tokens"] == full for s in run["steps"]),
+        "no ratio without verl's side": ratio is None and why.startswith("verl:"),
+    }
+
+
 def cpu_smoke(work: Path, out: Path | None, timeout: float) -> int:
     """``--smoke``: what runs without a GPU (the module docstring says what); returns the exit code."""
     sys.path.insert(0, str(ROOT))
@@ -535,16 +549,7 @@ def cpu_smoke(work: Path, out: Path | None, timeout: float) -> int:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     run = run_roll(w, "", run_dir, env, timeout, config="rlvr_tiny", overrides=overrides)
     roll = summarize(run, w.skip, count_parameters(str(work / "models" / "tiny-math")), None)
-    ratio, why = compare(roll, {})
-    checks = {
-        "roll run exit 0": run["rc"] == 0,
-        f"roll logged {w.steps} steps": len(run["steps"]) == w.steps,
-        f"every step generates {w.samples} x {w.response_length} tokens (ignore_eos: the shared work)": bool(
-            run["steps"]
-        )
-        and all(s["generated_tokens"] == w.samples * w.response_length for s in run["steps"]),
-        "no ratio without verl's side": ratio is None and why.startswith("verl:"),
-    }
+    checks = smoke_checks(w, run, *compare(roll, {}))
     result = {"smoke": True, "workload": asdict(w), **report, "roll": roll, "checks": checks}
     out = out or work / "results" / "vs_verl_smoke.json"
     out.parent.mkdir(parents=True, exist_ok=True)
