@@ -221,6 +221,21 @@ def test_vs_verl_smoke_checks_fail_short_responses_and_a_ratio_without_verl():
     assert not vs.smoke_checks(w, run, 0.8, "same work")["no ratio without verl's side"]
 
 
+def test_verl_varlen_registers_the_attention_verl_is_told_to_use():
+    """``benchmarks/verl_varlen.py`` is imported by every verl process (``VERL_USE_EXTERNAL_MODULES``); verl's
+    config names ``roll_varlen``, which only that import makes known to transformers."""
+    code = (
+        "import importlib; from transformers import AttentionInterface as A; "
+        "before = 'roll_varlen' in A().valid_keys(); importlib.import_module('benchmarks.verl_varlen'); "
+        "print(before, 'roll_varlen' in A().valid_keys())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["False", "True"], _tail(proc)
+    vs = _module("benchmarks/vs_verl_gpu.py")
+    overrides = vs.verl_overrides(vs.Workload(), "m", Path("d"), Path("r"))
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=roll_varlen" in overrides
+
+
 # ------------------------------------------------------------------------------------------------ the Python scripts
 @pytest.mark.slow
 def test_verify_learning_gpu_smoke_passes_its_checks(tmp_path):
