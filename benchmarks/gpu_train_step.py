@@ -256,13 +256,11 @@ def smoke_setup(args: argparse.Namespace) -> None:
     """``--smoke``: the tiny config in place of ``--config-name``, a tiny model (built once in the smoke folder)
     in place of ``--model``, a batch of seconds."""
     sys.path.insert(0, str(ROOT))
-    from roll.models.tiny import ensure_tiny_model
-    from scripts.cpu_smoke import smoke_config
+    from scripts.cpu_smoke import smoke_config, tiny_model
 
     args.gpu_config, args.config_name = args.config_name, smoke_config(args.config_name, args.config_path)
     if args.model is None:
-        dims = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-        args.model = str(ensure_tiny_model(Path(args.smoke) / "models" / "tiny-train", num_key_value_heads=2, **dims))
+        args.model = str(tiny_model(Path(args.smoke) / "models" / "tiny-train"))
     args.samples, args.prompt, args.response, args.repeats = 8, 8, [4, 8], 1
     print(f"[gpu_train_step] smoke: {args.config_name} on CPU in place of {args.gpu_config}", flush=True)
 

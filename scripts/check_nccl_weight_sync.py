@@ -230,11 +230,9 @@ def cli(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.smoke:
-        from roll.models.tiny import ensure_tiny_model
+        from scripts.cpu_smoke import tiny_model
 
-        dims = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-        tiny = Path(args.smoke) / "models" / "tiny-train"
-        model = str(ensure_tiny_model(args.model or tiny, num_key_value_heads=2, **dims))  # built unless there
+        model = str(tiny_model(args.model or Path(args.smoke) / "models" / "tiny-train"))  # built unless there
         return main(model, args.out or Path(args.smoke) / "nccl_check", smoke=True)
     if args.model is None or args.out is None:
         parser.error("MODEL_DIR and OUT_DIR are required (or --smoke)")

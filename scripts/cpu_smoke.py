@@ -6,7 +6,8 @@ that runs its own code (argument parsing, the pipeline hooks it patches, its res
 on CPU, so that a change elsewhere that breaks a script breaks a test (``tests/scripts/test_gpu_scripts_smoke.py``).
 A GPU config is replaced by the tiny config of the same kind (:data:`TINY_CONFIGS`: the engine is ``hf_infer``, the
 trainer the tiny config's own, the model built from its ``tiny_model`` block, hub-free) and shrunk by
-:func:`smoke_overrides`, which come after the script's own overrides, so they win.
+:func:`smoke_overrides`; the script's own overrides stay, but for those the smoke run sets and those that only mean
+something on GPUs (:func:`merge`).
 
     python scripts/cpu_smoke.py WORK --config-name NAME [--config-path DIR] [OVERRIDE ...]
 
@@ -23,14 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The tiny config standing in for a GPU config, by kind (:func:`config_kind`).
 TINY_CONFIGS = {"agentic": "sokoban_tiny", "agent": "sokoban_agent_tiny", "rlvr": "rlvr_tiny"}
 
-#: The model: a 2-layer Qwen2 of width 64 (``roll.models.tiny``), built by the pipeline at its first use.
-MODEL = [
-    "tiny_model.hidden_size=64",
-    "tiny_model.intermediate_size=128",
-    "tiny_model.num_hidden_layers=2",
-    "tiny_model.num_attention_heads=4",
-    "tiny_model.num_key_value_heads=2",
-]
+#: The model: a 2-layer Qwen2 of width 64 (``roll.models.tiny``), built by the pipeline at its first use
+#: (:data:`MODEL`) or by :func:`tiny_model` for a script that needs one before any pipeline.
+MODEL_DIMS = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+)
+MODEL = [f"tiny_model.{key}={value}" for key, value in MODEL_DIMS.items()]
 #: Every kind: one process, no checkpoints or validation, no stop for a dead signal (the scripts check it).
 COMMON = [
     "distributed=local",
@@ -78,6 +77,13 @@ RLVR = [
     "actor_train.training_args.per_device_train_batch_size=8",
     "actor_train.training_args.gradient_accumulation_steps=1",
 ]
+
+
+def tiny_model(path: str | Path) -> Path:
+    """The smoke runs' model at ``path`` (built there unless a model is there already; hub-free)."""
+    from roll.models.tiny import ensure_tiny_model
+
+    return ensure_tiny_model(path, **MODEL_DIMS)
 
 
 def config_kind(config_name: str, config_path: str | None = None) -> str:

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VERDICT = re.compile(r"\b(PASS|FAIL)\b")
+#: A check line: ``[tag] name: PASS check``, ``PASS name: check`` ... (not a JSON dump's ``"no FAIL line": true``).
+VERDICT = re.compile(r"^(?:\[[^\]]+\] )?(?:[\w=.-]+: )?(PASS|FAIL) ")
 
 
 def _module(path: str):
@@ -50,7 +51,7 @@ def _run(tmp_path: Path, cmd: list[str], timeout: float = 800, **env: object) ->
 
 def _verdicts(proc: subprocess.CompletedProcess) -> list[tuple[str, str]]:
     """``(PASS|FAIL, line)`` of every check line the script printed."""
-    return [(m.group(1), line) for line in proc.stdout.splitlines() if (m := VERDICT.search(line))]
+    return [(m.group(1), line) for line in proc.stdout.splitlines() if (m := VERDICT.match(line))]
 
 
 def _tail(proc: subprocess.CompletedProcess) -> str:
