@@ -9,7 +9,7 @@ k >= 1 the paired difference to k = 0 with its mean over seeds and standard erro
 
     python benchmarks/async_learning.py --seeds 1 2 3 4 5 --out output/async_learning
     python benchmarks/async_learning.py --seeds 1 2 3 4 5 --out output/async_learning --summarize
-    python benchmarks/async_learning.py --seeds 1 --steps 10 --val-rooms 64 --out /tmp/al   # a quick look
+    python benchmarks/async_learning.py --seeds 1 --steps 10 --val-rooms 64 --out output/al   # a quick look
     python benchmarks/async_learning.py --correction ...   # also k = 1, 2 with the truncated IS weight (k1c, k2c)
 
 On 2 cores a seed takes about (warm start) + 3 x (RL steps + 2 validations): ~25 minutes at the defaults.

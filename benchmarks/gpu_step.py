@@ -13,6 +13,12 @@ MFU (6 x parameters x trained tokens / time/train / the GPU's dense bf16 peak, f
 ``benchmarks/results/<config>_<gpu>.json``.
 
     python benchmarks/gpu_step.py --config-name sokoban_qwen05b_sglang --steps 8 pretrain=/tmp/roll-models/qwen05b-rand
+
+CPU smoke mode (CI runs it, ``tests/scripts/test_gpu_scripts_smoke.py``): ``--smoke [DIR]`` runs the same code on
+the tiny config of the same kind (``scripts/cpu_smoke.py``: ``hf_infer``, a model built from its config, seconds
+per step), scratch and results JSON in DIR (default ``output/smoke``), never in ``benchmarks/results``:
+
+    python benchmarks/gpu_step.py --config-name sokoban_qwen05b_sglang --steps 2 --smoke
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ PEAK_BF16 = {
     "A10G": 125e12,
     "4090": 165.2e12,
 }
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+SMOKE_DIR = "output/smoke"  # repository-relative scratch of the CPU smoke modes (git-ignored)
 
 
 def peak_flops(device_name: str) -> float | None:
@@ -173,8 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--gpu", default=None, help="device name for --from-metrics (e.g. 'NVIDIA H100 80GB HBM3')")
     parser.add_argument("--parameters", type=int, default=None, help="model parameters for --from-metrics")
+    parser.add_argument(
+        "--smoke",
+        nargs="?",
+        const=SMOKE_DIR,
+        default=None,
+        metavar="DIR",
+        help=f"CPU smoke run on the tiny config of the same kind; scratch and results in DIR (default {SMOKE_DIR})",
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
+    results_dir = Path(args.smoke) / "results" if args.smoke else RESULTS
 
     import torch
 
@@ -186,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         pipeline, rows = None, step_rows(Path(args.from_metrics))
         device, params = args.gpu or "unknown", args.parameters or 0
     else:
-        schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
-        overrides = [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0", *args.overrides]
+        config_name, overrides = args.config_name, [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0"]
+        overrides += args.overrides
+        if args.smoke:
+            config_name, overrides = smoke_run(args.config_name, args.config_path, overrides, args.smoke)
+        schema, pipeline_cls = _pipeline_kind(config_name, args.config_path)
         # as a launch: the config's rules, then the preflight (its warnings name ignored keys)
-        cfg = load_checked(args.config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
+        cfg = load_checked(config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
         apply_system_envs(cfg.system_envs)
         pipeline = pipeline_cls(cfg)
         pipeline.run()
@@ -207,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "gpu": device,
         "config": args.config_name,
+        **({"smoke_config": config_name} if args.smoke and not args.from_metrics else {}),
         "source": args.from_metrics or "this run",
         "overrides": args.overrides,
         "steps": args.steps,
@@ -219,10 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     }
     _print(per_step, medians, bare)
     name = f"{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / name).write_text(json.dumps(result, indent=1))
-    print(f"[gpu_step] results written to {RESULTS / name}", flush=True)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / name).write_text(json.dumps(result, indent=1))
+    print(f"[gpu_step] results written to {results_dir / name}", flush=True)
     return 0
+
+
+def smoke_run(config_name: str, config_path: str | None, overrides: list[str], work: str) -> tuple[str, list[str]]:
+    """The tiny config standing in for ``config_name`` and the overrides of a CPU smoke run (``scripts/cpu_smoke.py``;
+    output under ``work`` unless the overrides name it)."""
+    sys.path.insert(0, str(ROOT))
+    from scripts.cpu_smoke import merge, smoke_config, smoke_overrides
+
+    tiny = smoke_config(config_name, config_path)
+    out = Path(work) / tiny
+    defaults = [f"output_dir={out}", f"logging_dir={out / 'logs'}"]
+    print(f"[gpu_step] smoke: {tiny} on CPU in place of {config_name}", flush=True)
+    return tiny, merge([*defaults, *overrides], smoke_overrides(tiny, work))
 
 
 def _pipeline_kind(config_name: str, config_path: str | None):

@@ -12,6 +12,14 @@ GPU's dense bf16 peak) and the peak memory, and the ratio to the first variant. 
 
     python benchmarks/gpu_train_step.py --config-name rlvr_qwen05b_gpu --model /tmp/roll-models/qwen05b-rand \\
         --variant shipped= --variant liger=actor_train.model_args.use_liger_kernel=true
+
+Exit 1 when a variant failed. CPU smoke mode (CI runs it, ``tests/scripts/test_gpu_scripts_smoke.py``):
+``--smoke [DIR]`` runs the same code on the tiny config of the same kind (``scripts/cpu_smoke.py``) with a tiny model
+built in DIR (default ``output/smoke``; ``--model`` optional), 8 samples of at most 16 tokens, one timed call;
+the results JSON goes to DIR/results, never to ``benchmarks/results``:
+
+    python benchmarks/gpu_train_step.py --config-name rlvr_qwen05b_gpu --smoke --variant shipped= \\
+        --variant eager_head=actor_train.model_args.compile_log_probs=false
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_step import RESULTS, _slug, count_parameters, peak_flops  # noqa: E402
+from gpu_step import RESULTS, ROOT, SMOKE_DIR, _slug, count_parameters, peak_flops  # noqa: E402
 
 
 def rollout_batch(samples: int, prompt: int, response: tuple[int, int], vocab: int, seed: int = 0):
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--config-path", default=None)
-    parser.add_argument("--model", required=True, help="model directory (pretrain=)")
+    parser.add_argument("--model", default=None, help="model directory (pretrain=); required unless --smoke")
     parser.add_argument(
         "--variant",
         action="append",
@@ -164,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="profile one more train step of this variant (torch.profiler table, GPU busy share)",
     )
+    parser.add_argument(
+        "--smoke",
+        nargs="?",
+        const=SMOKE_DIR,
+        default=None,
+        metavar="DIR",
+        help=f"CPU smoke run on the tiny config of the same kind; scratch and results in DIR (default {SMOKE_DIR})",
+    )
     parser.add_argument("--variant-name", default=None, help=argparse.SUPPRESS)  # internal: the child's variant
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one variant, print JSON
     args = parser.parse_args(argv)
@@ -171,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         result = run_variant(args, json.loads(args.one))
         print("[gpu_train_step] RESULT " + json.dumps(result), flush=True)
         return 0
+    results_dir, args.gpu_config = RESULTS, None  # gpu_config: the GPU config a smoke run stands in for
+    if args.smoke:
+        results_dir = Path(args.smoke) / "results"
+        smoke_setup(args)
+    elif args.model is None:
+        parser.error("--model is required (or --smoke)")
 
     import torch
 
@@ -182,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = [o for o in spec.split(",") if o]
         print(f"[gpu_train_step] variant {name}: {overrides}", flush=True)
         proc = subprocess.run(
-            [sys.executable, __file__, *_strip_variants(argv), "--one", json.dumps(overrides), "--variant-name", name],
+            [sys.executable, __file__, *_child_args(args), "--one", json.dumps(overrides), "--variant-name", name],
             capture_output=True,
             text=True,
         )
@@ -209,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "date": datetime.date.today().isoformat(),
         "gpu": device,
-        "config": args.config_name,
+        "config": args.gpu_config or args.config_name,
+        **({"smoke_config": args.config_name} if args.gpu_config else {}),
         "parameters": params,
         "peak_bf16_flops": peak,
         "samples": args.samples,
@@ -218,23 +241,38 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "variants": results,
     }
-    name = f"gpu_train_step_{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / name).write_text(json.dumps(out, indent=1))
-    print(f"[gpu_train_step] results written to {RESULTS / name}", flush=True)
-    return 0
+    tag = f"_{args.tag}" if args.tag else ""
+    name = f"gpu_train_step_{args.gpu_config or args.config_name}{tag}_{_slug(device)}.json"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / name).write_text(json.dumps(out, indent=1))
+    print(f"[gpu_train_step] results written to {results_dir / name}", flush=True)
+    failed = [name for name, row in results.items() if "error" in row]
+    if failed:
+        print(f"[gpu_train_step] FAIL: variant(s) {', '.join(failed)} did not run", flush=True)
+    return 1 if failed else 0
 
 
-def _strip_variants(argv: list[str] | None) -> list[str]:
-    """The command line without its ``--variant`` options (the child runs one variant, given by ``--one``)."""
-    args, out, skip = list(argv if argv is not None else sys.argv[1:]), [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a == "--variant":
-            skip = True
-        elif not a.startswith("--variant="):
-            out.append(a)
+def smoke_setup(args: argparse.Namespace) -> None:
+    """``--smoke``: the tiny config in place of ``--config-name``, a tiny model (built once in the smoke folder)
+    in place of ``--model``, a batch of seconds."""
+    sys.path.insert(0, str(ROOT))
+    from scripts.cpu_smoke import smoke_config, tiny_model
+
+    args.gpu_config, args.config_name = args.config_name, smoke_config(args.config_name, args.config_path)
+    if args.model is None:
+        args.model = str(tiny_model(Path(args.smoke) / "models" / "tiny-train"))
+    args.samples, args.prompt, args.response, args.repeats = 8, 8, [4, 8], 1
+    print(f"[gpu_train_step] smoke: {args.config_name} on CPU in place of {args.gpu_config}", flush=True)
+
+
+def _child_args(args: argparse.Namespace) -> list[str]:
+    """The command line of the child that runs one variant (given by ``--one``)."""
+    out = ["--config-name", args.config_name, "--model", args.model, "--samples", str(args.samples)]
+    out += ["--prompt", str(args.prompt), "--response", *map(str, args.response), "--repeats", str(args.repeats)]
+    if args.config_path:
+        out += ["--config-path", args.config_path]
+    if args.profile_variant:
+        out += ["--profile-variant", args.profile_variant]
     return out
 
 

@@ -6,7 +6,7 @@ the same function. Writes ``<out>/steps.jsonl`` (one ``{"step", "timestamp", "cp
 end; ``cpu_s``: the process's CPU seconds so far; ``rollout_s``: the step's seconds in TRL's
 ``_generate_and_score_completions``, i.e. generation and reward scoring) and the final model to ``<out>/final``.
 
-    .venv-trl/bin/python benchmarks/trl_grpo.py --model output/vs_trl/start --out /tmp/trl_run --steps 30
+    .venv-trl/bin/python benchmarks/trl_grpo.py --model output/vs_trl/start --out output/trl_run --steps 30
 """
 
 from __future__ import annotations

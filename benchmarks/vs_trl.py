@@ -204,8 +204,15 @@ def run_roll(args: argparse.Namespace, mode: str, run_dir: Path, seed: int) -> d
         "wall_s": wall,
         "peak_rss_gib": rss,
         "breakdown": breakdown,
-        "final": str(run_dir / "final"),
+        "final": repo_path(run_dir / "final"),
     }
+
+
+def repo_path(path: Path) -> str:
+    """``path`` as the results record it: relative to the repository when inside it (a results file names no
+    machine's absolute path), else as it is."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def run_trl(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
@@ -246,7 +253,7 @@ def run_trl(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
         "wall_s": wall,
         "peak_rss_gib": rss,
         "breakdown": {"time/rollout": rollout},
-        "final": str(run_dir / "final"),
+        "final": repo_path(run_dir / "final"),
     }
 
 
@@ -417,7 +424,7 @@ def run_shape(args: argparse.Namespace, work: Path) -> dict:
                         raise
                     print(f"[vs_trl]   {exc}; running it again", flush=True)
             if args.eval_samples:
-                res["eval"] = evaluate(res["final"], args.eval_samples)
+                res["eval"] = evaluate(str(ROOT / res["final"]), args.eval_samples)
             print(
                 f"[vs_trl]   median {statistics.median(res['intervals']):.3f} s/step "
                 f"({res['cpu_s_per_step']:.3f} CPU s/step), wall {res['wall_s']:.0f} s, "

@@ -26,7 +26,14 @@ step differ by more than 1%. JSON: ``benchmarks/results/vs_verl_<gpu>.json``. Ru
 their run folders (``scripts/vs_verl_gpu.sh``).
 
     python benchmarks/vs_verl_gpu.py --model /tmp/roll-models/qwen05b-rand --order roll,verl
-    python benchmarks/vs_verl_gpu.py --smoke     # CPU: both sides' configs compose and validate, verl reads the data
+    python benchmarks/vs_verl_gpu.py --smoke     # CPU: configs, data, and roll's side run as here, on a tiny model
+
+CPU smoke mode (CI runs it, ``tests/scripts/test_gpu_scripts_smoke.py``): ``--smoke [DIR]`` (scratch in DIR, default
+``output/smoke``) loads roll's GPU config with this benchmark's overrides, composes and validates verl's (where
+verl is installed), then runs roll's side through the same code (:func:`run_roll`, :func:`summarize`,
+:func:`compare`, the results JSON) on CPU: ``rlvr_tiny`` on a tiny model (``scripts/cpu_smoke.py``), a shrunk
+workload. Its checks: the run exits 0 and logs its steps, every response is generated to full length (the work
+both sides must share), and no ratio is given without verl's side. Exit 1 when one fails.
 """
 
 from __future__ import annotations
@@ -314,15 +321,18 @@ def stop_ray() -> None:
     subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
 
 
-def run_roll(w: Workload, model: str, run_dir: Path, env: dict, timeout: float) -> dict:
-    """One roll run; per-step rows from its ``metrics.jsonl``."""
-    cmd = [
-        sys.executable,
-        str(ROOT / "examples" / "start_rlvr_pipeline.py"),
-        "--config-name",
-        "rlvr_qwen05b_gpu",
-        *roll_overrides(w, model, run_dir),
-    ]
+def run_roll(
+    w: Workload,
+    model: str,
+    run_dir: Path,
+    env: dict,
+    timeout: float,
+    config: str = "rlvr_qwen05b_gpu",
+    overrides: list[str] | None = None,
+) -> dict:
+    """One roll run (``overrides``: :func:`roll_overrides` unless given); per-step rows from its ``metrics.jsonl``."""
+    overrides = roll_overrides(w, model, run_dir) if overrides is None else overrides
+    cmd = [sys.executable, str(ROOT / "examples" / "start_rlvr_pipeline.py"), "--config-name", config, *overrides]
     with GpuMemory() as mem:
         rc, _ = run_logged(cmd, run_dir / "run.log", env, timeout)
     steps = roll_steps(w, run_dir)
@@ -500,17 +510,76 @@ def smoke(w: Workload, work: Path) -> dict:
     }
 
 
+#: The workload of ``--smoke``: 4 prompts x 4 answers of 8 tokens, 2 optimizer steps per rollout, 3 steps.
+SMOKE_WORKLOAD = Workload(prompts=4, group=4, prompt_length=64, response_length=8, mini_batches=2, steps=3, skip=1)
+
+
+def smoke_checks(w: Workload, run: dict, ratio: float | None, why: str) -> dict[str, bool]:
+    """The smoke run's checks (True = passed) on roll's run and on the comparison against no verl side."""
+    full = w.samples * w.response_length
+    return {
+        "roll run exit 0": run["rc"] == 0,
+        f"roll logged {w.steps} steps": len(run["steps"]) == w.steps,
+        f"every step generates {w.samples} x {w.response_length} tokens (ignore_eos: the shared work)": bool(
+            run["steps"]
+        )
+        and all(s["generated_tokens"] == full for s in run["steps"]),
+        "no ratio without verl's side": ratio is None and why.startswith("verl:"),
+    }
+
+
+def cpu_smoke(work: Path, out: Path | None, timeout: float) -> int:
+    """``--smoke``: what runs without a GPU (the module docstring says what); returns the exit code."""
+    sys.path.insert(0, str(ROOT))
+    from roll.config.loader import load_config
+    from roll.config.rlvr import RLVRConfig
+    from scripts.cpu_smoke import merge, smoke_overrides
+
+    w, work = SMOKE_WORKLOAD, work.resolve()
+    run_dir = work / "0_roll"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    gpu_cfg = load_config("rlvr_qwen05b_gpu", overrides=roll_overrides(w, "model", run_dir), schema=RLVRConfig)
+    report: dict = {"roll_gpu_config": "loaded", "rollout_batch_size": gpu_cfg.rollout_batch_size}
+    try:
+        report.update(smoke(w, work / "verl"))
+    except ImportError as exc:  # verl is on the GPU machine's bundle only
+        report["verl_config"] = f"not checked: {exc}"
+    print(json.dumps(report, indent=1), flush=True)
+    overrides = merge(roll_overrides(w, "model", run_dir), smoke_overrides("rlvr_tiny", work))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    run = run_roll(w, "", run_dir, env, timeout, config="rlvr_tiny", overrides=overrides)
+    roll = summarize(run, w.skip, count_parameters(str(work / "models" / "tiny-math")), None)
+    checks = smoke_checks(w, run, *compare(roll, {}))
+    result = {"smoke": True, "workload": asdict(w), **report, "roll": roll, "checks": checks}
+    out = out or work / "results" / "vs_verl_smoke.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    for name, ok in checks.items():
+        print(f"[vs_verl] {'PASS' if ok else 'FAIL'} {name}", flush=True)
+    print(f"[vs_verl] smoke results written to {out}", flush=True)
+    return 0 if all(checks.values()) else 1
+
+
 # ---------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="/tmp/roll-models/qwen05b-rand")
-    p.add_argument("--work", type=Path, default=Path("/tmp/vs_verl"))
+    p.add_argument(
+        "--work", type=Path, default=None, help="run folders (default /tmp/roll-vs-verl; smoke: DIR/vs_verl)"
+    )
     p.add_argument("--order", default="roll,verl", help="sides in run order, alternating (e.g. roll,verl,roll,verl)")
     p.add_argument("--timeout", type=float, default=420, help="seconds per run")
     p.add_argument(
         "--out", type=Path, default=None, help="results JSON (default benchmarks/results/vs_verl_<gpu>.json)"
     )
-    p.add_argument("--smoke", action="store_true", help="CPU check of both sides' configs and data (no runs)")
+    p.add_argument(
+        "--smoke",
+        nargs="?",
+        const="output/smoke",
+        default=None,
+        metavar="DIR",
+        help="CPU smoke run (see the module docstring); scratch in DIR (default output/smoke)",
+    )
     p.add_argument("--gpu", default="unknown GPU", help="device name for --rescore on a machine without the GPU")
     p.add_argument(
         "--rescore",
@@ -521,10 +590,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     w = Workload(**{f: getattr(args, f) for f in asdict(Workload())})
-    print_settings(w)
     if args.smoke:
-        print(json.dumps(smoke(w, args.work), indent=1))
-        return 0
+        print_settings(SMOKE_WORKLOAD)
+        return cpu_smoke(args.work or Path(args.smoke) / "vs_verl", args.out, args.timeout)
+    args.work = args.work or Path("/tmp/roll-vs-verl")
+    print_settings(w)
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else args.gpu

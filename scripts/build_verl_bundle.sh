@@ -1,6 +1,6 @@
 #!/bin/bash
 # Build the verl bundle for the lent GPU machine (run on the x86-64 development machine; PyPI only), for
-# benchmarks/vs_verl_gpu.py. Like /work/shared/device/build.sh: wheels for CPython 3.12 / manylinux x86-64,
+# benchmarks/vs_verl_gpu.py. Like ../shared/device/build.sh: wheels for CPython 3.12 / manylinux x86-64,
 # installed with --no-deps --target, packed with xz.
 #   bash scripts/build_verl_bundle.sh [OUT_DIR]      default OUT_DIR: .dev/verl (ignored by git)
 # Writes OUT_DIR/verl-site.tar.xz (top folder sitev/, unpacked into /tmp/site by scripts/vs_verl_gpu.sh) and
@@ -17,7 +17,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTD="$(mkdir -p "${1:-$ROOT/.dev/verl}" && cd "${1:-$ROOT/.dev/verl}" && pwd)"
-W="${WORK:-$(mktemp -d /tmp/verlbundle.XXXXXX)}"
+W="${WORK:-$(mktemp -d /tmp/roll-verl-bundle.XXXXXX)}"
 PY="${PYTHON:-python3}"
 echo "work dir: $W   output: $OUTD"
 mkdir -p "$W/dl"

@@ -7,7 +7,9 @@ gradient norm. ``signal_checks(rows)`` returns the named checks (True = passed) 
 - some step has non-zero advantages (``critic/advantages_max`` or ``_min`` != 0): else say so and fail;
 - ``actor/grad_norm`` > 0 on every step that logged it (a zero norm: no gradient reached the optimizer).
 
-``python scripts/signal_check.py METRICS_JSONL ...`` prints PASS/FAIL lines and exits 1 on a failure.
+``python scripts/signal_check.py METRICS_JSONL ...`` prints PASS/FAIL lines and exits 1 on a failure. Needs no GPU: the
+shell scripts' smoke runs (``SMOKE=1``) use it as it is, and ``tests/scripts/test_gpu_scripts_smoke.py`` feeds it
+runs without a signal or a gradient.
 """
 
 from __future__ import annotations

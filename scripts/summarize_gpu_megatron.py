@@ -2,7 +2,9 @@
 
 ``python scripts/summarize_gpu_megatron.py OUT WORK STEPS MISMATCH_MAX MODEL GPUS run=rc ...`` writes
 OUT/summary_megatron_<GPUS>gpu.json and exits 1 when a check fails. MFU = 6 x parameters x train tokens/s /
-(GPUs x dense bf16 peak: 989 TFLOP/s for H100 and H200 SXM).
+(GPUs x dense bf16 peak: 989 TFLOP/s for H100 and H200 SXM). Needs no GPU (versions and MFU are left out without
+one): ``SMOKE=1 bash scripts/verify_gpu_megatron.sh`` runs it on CPU, and ``tests/scripts/test_gpu_scripts_smoke.py``
+feeds it a run with a zero gradient norm and a learn run with a FAIL line.
 """
 
 import json

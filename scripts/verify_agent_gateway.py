@@ -12,6 +12,10 @@ table and the curves' data to ``--out``.
 Usage: ``python scripts/verify_agent_gateway.py [--seeds 1 2 3] [--max-steps 20] [--sft-steps 300]
 [--val-groups 128] [--override distributed=local ...]`` (each run is one ``examples/start_agentic_pipeline.py``
 process; runs go one after another; a finished run is reused, ``--summarize`` only reads them).
+
+Smoke mode (CI runs it, ``tests/scripts/test_gpu_scripts_smoke.py``): ``--smoke [DIR]``: one seed, a 4-step warm
+start, 2 RL steps per side on 4 validation rooms, the tiny model and sizes of ``scripts/cpu_smoke.py``, in one process
+each (``distributed=local``); runs and table in DIR (default ``output/smoke``)/verify_agent_gateway.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from compare_metrics import load  # noqa: E402
@@ -57,7 +62,14 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Path]:
     if not args.summarize and not (warm / "final" / "config.json").exists():
         launch(
             "sokoban_tiny",
-            [*seed_overrides(seed, warm), "max_steps=0", "eval_steps=0", f"sft_warmup.steps={args.sft_steps}", *common],
+            [
+                *seed_overrides(seed, warm),
+                "max_steps=0",
+                "eval_steps=0",
+                f"sft_warmup.steps={args.sft_steps}",
+                *args.model_override,
+                *common,
+            ],
             warm,
         )
     metrics = {}
@@ -139,7 +151,18 @@ def table(results: dict, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def smoke_args(args: argparse.Namespace) -> None:
+    """``--smoke``: the study shrunk to a minute (see the module docstring)."""
+    from scripts.cpu_smoke import MODEL, SOKOBAN_SIZES
+
+    args.seeds, args.max_steps, args.sft_steps, args.val_groups = [1], 2, 4, 4
+    args.out = str(Path(args.smoke) / "verify_agent_gateway")
+    cpus = ["actor_train.num_cpus_per_worker=1", "actor_infer.num_cpus_per_worker=1", "sft_warmup.batch_size=8"]
+    args.model_override = MODEL  # the warm start builds the model; the RL runs load it
+    args.override = ["distributed=local", *SOKOBAN_SIZES, *cpus, *args.override]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--max-steps", type=int, default=20)
@@ -148,7 +171,13 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "output" / "verify_agent_gateway"))
     parser.add_argument("--summarize", action="store_true", help="read finished runs only")
     parser.add_argument("--override", nargs="*", default=[], help="more config overrides, e.g. distributed=local")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke", nargs="?", const="output/smoke", default=None, metavar="DIR", help="a CPU smoke run (minutes)"
+    )
+    args = parser.parse_args(argv)
+    args.model_override = []
+    if args.smoke:
+        smoke_args(args)
     results = {}
     for seed in args.seeds:
         for mode, metrics in run_seed(seed, args).items():

@@ -21,8 +21,13 @@
 #     the correction's weight mean and truncated fraction, the log-prob mismatch; checks: each run exits 0 with
 #     $STEPS steps, staleness_max <= k on every step, the learning signal (scripts/signal_check.py). Exit 1 on a
 #     failed check.
+# CPU smoke mode (CI runs it): SMOKE=1 KS="0 1" STEPS=3 bash scripts/verify_async_gpu.sh (and PIPELINE=rlvr): no model
+# build, no nvidia-smi; each k runs on the tiny config of the same kind in one process (GPU placement dropped;
+# scripts/smoke_mode.sh), then the same summary and checks; OUT and WORK default to output/smoke/, and the summary
+# JSON stays in $OUT (not copied to benchmarks/results).
 set -uo pipefail
-OUT=${OUT:-/tmp/roll-verify-async}
+. "$(dirname "$0")/smoke_mode.sh"
+OUT=${OUT:-$SCRATCH/roll-verify-async}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 STEPS=${STEPS:-6}
 SFT_STEPS=${SFT_STEPS:-10}
@@ -32,44 +37,48 @@ PIPELINE=${PIPELINE:-agentic}
 RLVR_STEPS=${RLVR_STEPS:-5}
 RLVR_MEM=${RLVR_MEM:-0.7}
 P=$([ "$PIPELINE" = rlvr ] && echo rlvr_ || echo "")
-WORK=${WORK:-/tmp/roll-verify-async-work}
+WORK=${WORK:-$SCRATCH/roll-verify-async-work}
+RESULTS=$([ "$SMOKE" = 1 ] || echo benchmarks/results)  # where the summary is copied (a smoke run: nowhere)
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 T0=$(date +%s)
 
 if [ "${1:-run}" != summarize ]; then
-    [ -f "$MODEL/config.json" ] || python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
-    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+    if [ "$SMOKE" != 1 ]; then
+        [ -f "$MODEL/config.json" ] || python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
+        nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+    fi
     for k in $KS; do
-        ray stop --force >/dev/null 2>&1
+        stop_ray
         t=$(date +%s)
         if [ "$PIPELINE" = rlvr ]; then
-            timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_rlvr_pipeline.py \
-                --config-path "$PWD/examples/config" --config-name rlvr_qwen05b_gpu pretrain="$MODEL" \
-                max_steps="$RLVR_STEPS" async_generation_ratio="$k" distributed=ray num_gpus_per_node=2 \
-                actor_train.device_mapping=[0] reference.device_mapping=[0] actor_infer.device_mapping=[1] \
-                actor_infer.strategy_args.strategy_config.mem_fraction_static="$RLVR_MEM" \
-                actor_train.model_args.use_liger_kernel=false eval_steps=0 save_steps=0 rollout_dump_steps=0 \
-                exp_name="rlvr_async_k$k" output_dir="$WORK/${P}k$k" logging_dir="$WORK/${P}k$k/logs" \
-                > "$OUT/${P}k$k.log" 2>&1
+            launcher=examples/start_rlvr_pipeline.py
+            args=(--config-path "$PWD/examples/config" --config-name rlvr_qwen05b_gpu pretrain="$MODEL"
+                max_steps="$RLVR_STEPS" async_generation_ratio="$k" distributed=ray num_gpus_per_node=2
+                actor_train.device_mapping=[0] reference.device_mapping=[0] actor_infer.device_mapping=[1]
+                actor_infer.strategy_args.strategy_config.mem_fraction_static="$RLVR_MEM"
+                actor_train.model_args.use_liger_kernel=false eval_steps=0 save_steps=0 rollout_dump_steps=0
+                exp_name="rlvr_async_k$k" output_dir="$WORK/${P}k$k" logging_dir="$WORK/${P}k$k/logs")
         else
-            timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py \
-                --config-path "$PWD/examples/config" --config-name sokoban_qwen05b_async pretrain="$MODEL" \
-                max_steps="$STEPS" sft_warmup.steps="$SFT_STEPS" async_generation_ratio="$k" distributed=ray \
-                exp_name="async_k$k" output_dir="$WORK/k$k" logging_dir="$WORK/k$k/logs" > "$OUT/k$k.log" 2>&1
+            launcher=examples/start_agentic_pipeline.py
+            args=(--config-path "$PWD/examples/config" --config-name sokoban_qwen05b_async pretrain="$MODEL"
+                max_steps="$STEPS" sft_warmup.steps="$SFT_STEPS" async_generation_ratio="$k" distributed=ray
+                exp_name="async_k$k" output_dir="$WORK/k$k" logging_dir="$WORK/k$k/logs")
         fi
+        [ "$SMOKE" = 1 ] && { smoke_args "${args[@]}"; args=("${SMOKE_ARGS[@]}"); }
+        timeout --kill-after=15 "$RUN_TIMEOUT" python3 "$launcher" "${args[@]}" > "$OUT/${P}k$k.log" 2>&1
         echo "$?" > "$OUT/${P}k$k.rc"
         echo "[verify] ${P}k=$k: exit $(cat "$OUT/${P}k$k.rc") after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)"
         grep -E "^\[roll\] weight (sync|group)|Error|error:" "$OUT/${P}k$k.log" | cut -c1-300 | head -6
         cp -f "$WORK/${P}k$k/logs/metrics.jsonl" "$OUT/${P}k${k}_metrics.jsonl" 2>/dev/null
-        ray stop --force >/dev/null 2>&1
+        stop_ray
     done
 fi
 
-python3 - "$OUT" "$([ "$PIPELINE" = rlvr ] && echo "$RLVR_STEPS" || echo "$STEPS")" "$P" <<'PY'
+python3 - "$OUT" "$([ "$PIPELINE" = rlvr ] && echo "$RLVR_STEPS" || echo "$STEPS")" "$P" "$RESULTS" <<'PY'
 import json, pathlib, shutil, statistics, sys
-out, steps, prefix = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+out, steps, prefix, results = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 sys.path.insert(0, "scripts")
 from signal_check import signal_checks, step_rows
 config = "rlvr_qwen05b_gpu" if prefix else "sokoban_qwen05b_async"
@@ -116,8 +125,9 @@ summary["runs"], summary["passed"] = {f"k{k}": v for k, v in sorted(runs.items()
 gpu = summary.get("gpu", "unknown").replace("NVIDIA ", "").split()[0].lower()
 target = out / f"{prefix}async_{gpu}.json"
 target.write_text(json.dumps(summary, indent=1))
-pathlib.Path("benchmarks/results").mkdir(parents=True, exist_ok=True)
-shutil.copy(target, pathlib.Path("benchmarks/results") / target.name)
+if results:
+    pathlib.Path(results).mkdir(parents=True, exist_ok=True)
+    shutil.copy(target, pathlib.Path(results) / target.name)
 print(json.dumps(summary, indent=1))
 for k, run in runs.items():
     for check, ok in run["checks"].items():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU verification of fsdp2_train / fsdp2_infer (issue 21, point 3), on the lent GPU machine, from the repo root.
-# Bundles and calls as in /work/shared/device/README.md (the two bundles travel in two calls to one warm machine):
+# Bundles and calls as in ../shared/device/README.md (the two bundles travel in two calls to one warm machine):
 #   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh
 #   call 2, carry [".dev/base"]:    source .dev/base/activate.sh > $OUT/activate.log 2>&1; bash scripts/verify_gpu_fsdp2.sh prepare
 #   call 3, carry nothing:          source /tmp/site/activate.sh > $OUT/activate.log 2>&1; bash scripts/verify_gpu_fsdp2.sh sokoban
@@ -20,14 +20,20 @@
 # exit 0, $STEPS steps, the actor ran on fsdp2_train, every step synced in the expected mode (2 cuda_ipc, 1 nccl),
 # rollout/logprob_mismatch < $MISMATCH_MAX every step (bf16 noise is ~0.001-0.005; a sync that did not arrive
 # gives ~1 after the warm start). Results JSON and metrics go to $OUT (and benchmarks/results/). Exit 1 on a FAIL.
+# CPU smoke mode (CI runs it): SMOKE=1 STEPS=2 bash scripts/verify_gpu_fsdp2.sh prepare sokoban two: prepare skips its
+# GPU-only steps; every run goes through benchmarks/gpu_step.py --smoke (sokoban_tiny, one process: GPU placement
+# dropped, every sync "direct", sync/mode 3), then the same checks; OUT and WORK default to output/smoke/.
 set -uo pipefail
-OUT=${OUT:-/tmp/roll-verify-fsdp2}
+. "$(dirname "$0")/smoke_mode.sh"
+OUT=${OUT:-$SCRATCH/roll-verify-fsdp2}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 STEPS=${STEPS:-6}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 MISMATCH_MAX=${MISMATCH_MAX:-0.01}
 RUNS=${RUNS:-fsdp2 zero2}
-WORK=${WORK:-/tmp/roll-verify-fsdp2-work}
+WORK=${WORK:-$SCRATCH/roll-verify-fsdp2-work}
+RESULTS=$(results_dir)
+if [ "$SMOKE" = 1 ]; then COLOCATED=3 DISAGG=3; else COLOCATED=2 DISAGG=1; fi  # sync/mode: cuda_ipc, nccl; direct
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ROLL_GPU_MODEL="$MODEL"
@@ -37,21 +43,23 @@ CHECKS=()
 
 run() {  # name, expected sync mode, gpu_step arguments...
     local name=$1 mode=$2; shift 2
-    ray stop --force >/dev/null 2>&1
+    stop_ray
     local t=$(date +%s)
-    timeout --kill-after=15 "$RUN_TIMEOUT" python3 benchmarks/gpu_step.py "$@" pretrain="$MODEL" \
+    # shellcheck disable=SC2046  # smoke_flag: no word or one
+    timeout --kill-after=15 "$RUN_TIMEOUT" python3 benchmarks/gpu_step.py $(smoke_flag) "$@" pretrain="$MODEL" \
         output_dir="$WORK/$name" logging_dir="$WORK/$name/logs" > "$OUT/$name.log" 2>&1
     local rc=$?
     echo "[verify] $name: exit $rc after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)" | tee -a "$OUT/summary.txt"
     grep -E "^\[roll\] (weight sync|weight group|warning)|Error|error:" "$OUT/$name.log" | cut -c1-300 | head -8
     cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
-    ray stop --force >/dev/null 2>&1
+    stop_ray
     CHECKS+=("$name:$rc:$mode")
 }
 
 for m in "$@"; do
     case $m in
         prepare)
+            [ "$SMOKE" = 1 ] && { echo "[verify] prepare: nothing to do in a smoke run (GPU only)"; continue; }
             python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
             nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
             timeout --kill-after=10 420 python3 -m pytest -q -s -p no:cacheprovider tests/strategies/test_fsdp2_gpu.py \
@@ -63,19 +71,19 @@ for m in "$@"; do
         sokoban)
             for r in $RUNS; do
                 case $r in
-                    fsdp2) run fsdp2 2 --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag fsdp2 "$FSDP2";;
-                    zero2) run zero2 2 --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag zero2;;
+                    fsdp2) run fsdp2 $COLOCATED --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag fsdp2 "$FSDP2";;
+                    zero2) run zero2 $COLOCATED --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag zero2;;
                 esac
             done;;
         two)
-            run dp2 2 --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag fsdp2_dp2 --no-bare "$FSDP2" \
+            run dp2 $COLOCATED --config-name sokoban_qwen05b_sglang --steps "$STEPS" --tag fsdp2_dp2 --no-bare "$FSDP2" \
                 num_gpus_per_node=2 "actor_train.device_mapping=[0,1]" "actor_infer.device_mapping=[0,1]" \
                 actor_train.training_args.gradient_accumulation_steps=8
-            run disagg 1 --config-name sokoban_qwen05b_sglang_disagg --steps "$STEPS" --tag fsdp2 --no-bare "$FSDP2";;
+            run disagg $DISAGG --config-name sokoban_qwen05b_sglang_disagg --steps "$STEPS" --tag fsdp2 --no-bare "$FSDP2";;
         *) echo "unknown mode $m (prepare, sokoban, two)"; exit 2;;
     esac
 done
-cp -f benchmarks/results/sokoban_qwen05b_sglang*_{fsdp2,zero2}*.json "$OUT/" 2>/dev/null
+cp -f "$RESULTS"/sokoban_qwen05b_sglang*_{fsdp2,zero2}*.json "$OUT/" 2>/dev/null
 
 python3 - "$OUT" "$STEPS" "$MISMATCH_MAX" "${CHECKS[@]}" <<'PY'
 import json, pathlib, sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU verification of megatron_train (issue 17, points 6 and 7), from the repo root on the lent GPU machine.
 # Calls on one warm machine (the two bundles do not fit one call; the model build needs the base bundle; see
-# /work/shared/device/README.md):
+# ../shared/device/README.md):
 #   call 1, carry [".dev/sglang"]:  source .dev/sglang/activate.sh
 #   call 2, carry [".dev/base"]:    source .dev/base/activate.sh >$OUT/activate.log 2>&1;
 #                                   bash scripts/verify_gpu_megatron.sh prepare     # builds $MODEL (~30 s)
@@ -28,8 +28,13 @@
 # including scripts/signal_check.py's on every run (a step with actor/grad_norm 0, or no step with a non-zero
 # advantage, fails: such a run verified nothing).
 # Exit 1 when a check fails.
+# CPU smoke mode (CI runs it): SMOKE=1 STEPS=2 bash scripts/verify_gpu_megatron.sh: no model build, no nvidia-smi, the
+# runs learn, sokoban and rlvr (the equiv runs are GPU-only tests; RUNS may still name them), each on the tiny config
+# of the same kind (scripts/smoke_mode.sh; the pipeline's trainer is the tiny config's, the learn run's probes include
+# megatron_train through the CPU shim), then the same summary and checks; OUT and WORK default to output/smoke/.
 set -uo pipefail
-OUT=${OUT:-/tmp/roll-verify-megatron}
+. "$(dirname "$0")/smoke_mode.sh"
+OUT=${OUT:-$SCRATCH/roll-verify-megatron}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 GPUS=${GPUS:-1}
 STEPS=${STEPS:-3}
@@ -37,32 +42,35 @@ SFT_STEPS=${SFT_STEPS:-30}  # fewer leave the random model without a valid actio
 RUN_TIMEOUT=${RUN_TIMEOUT:-200}
 EQUIV_TIMEOUT=${EQUIV_TIMEOUT:-150}
 MISMATCH_MAX=${MISMATCH_MAX:-0.02}
-if [ "$GPUS" = 2 ]; then RUNS=${RUNS:-equiv2 learn_tp2 sokoban_tp2}; else RUNS=${RUNS:-equiv equiv_fp32 learn sokoban rlvr}; fi
-WORK=${WORK:-/tmp/roll-verify-megatron-work}
+EQUIV=$([ "$SMOKE" = 1 ] || echo "equiv equiv_fp32")
+if [ "$GPUS" = 2 ]; then RUNS=${RUNS:-${EQUIV:+equiv2} learn_tp2 sokoban_tp2}; else RUNS=${RUNS:-$EQUIV learn sokoban rlvr}; fi
+WORK=${WORK:-$SCRATCH/roll-verify-megatron-work}
+RESULTS=$(results_dir)
+SMOKE_FLAG=$(smoke_flag)
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ROLL_GPU_MODEL="$MODEL"
 T0=$(date +%s)
 
-python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
+[ "$SMOKE" = 1 ] || python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee -a "$OUT/build.log"
 [ "${1:-run}" = prepare ] && { python3 -c "import megatron.core as m; print('megatron-core', m.__version__)"; exit $?; }
-nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv | tee "$OUT/gpu.txt"
+[ "$SMOKE" = 1 ] || nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv | tee "$OUT/gpu.txt"
 
 COMMON=(pretrain="$MODEL" distributed=ray)
-BENCH="python3 benchmarks/gpu_step.py --steps $STEPS --skip 1 --no-bare"  # per-step breakdown, MFU, results JSON
+BENCH="python3 benchmarks/gpu_step.py $SMOKE_FLAG --steps $STEPS --skip 1 --no-bare"  # step breakdown, MFU, results
 declare -A CMD=(
     [equiv]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k 'not tp2'"
     [equiv_fp32]="ROLL_GPU_DTYPE=fp32 python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k 'not tp2 and not offload'"
     [equiv2]="python3 -m pytest -q -s -p no:cacheprovider tests/megatron/test_megatron_gpu.py -k tp2"
-    [learn]="python3 scripts/verify_learning_gpu.py --config-name sokoban_qwen05b_megatron --steps $STEPS --backends megatron_train,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
-    [learn_tp2]="python3 scripts/verify_learning_gpu.py --config-name sokoban_qwen05b_megatron_tp2 --steps $STEPS --backends megatron_train:2,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
+    [learn]="python3 scripts/verify_learning_gpu.py $SMOKE_FLAG --config-name sokoban_qwen05b_megatron --steps $STEPS --backends megatron_train,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
+    [learn_tp2]="python3 scripts/verify_learning_gpu.py $SMOKE_FLAG --config-name sokoban_qwen05b_megatron_tp2 --steps $STEPS --backends megatron_train:2,deepspeed_train,fsdp2_train sft_warmup.steps=$SFT_STEPS pretrain=$MODEL"
     [sokoban]="$BENCH --config-name sokoban_qwen05b_megatron sft_warmup.steps=$SFT_STEPS"
     [sokoban_tp2]="$BENCH --config-name sokoban_qwen05b_megatron_tp2 sft_warmup.steps=$SFT_STEPS"
     [rlvr]="$BENCH --config-name rlvr_qwen05b_megatron response_length=128 sequence_length=640 actor_infer.generating_args.max_new_tokens=128 rollout_batch_size=16 actor_train.training_args.gradient_accumulation_steps=4 dynamic_sampling.enabled=false is_use_additional_prompts=false validation.generating_args.max_new_tokens=128"
 )
 declare -A RC
 for name in $RUNS; do
-    ray stop --force >/dev/null 2>&1
+    stop_ray
     t=$(date +%s)
     limit=$RUN_TIMEOUT; case $name in equiv*) limit=$EQUIV_TIMEOUT;; learn*) limit=$(( 2 * RUN_TIMEOUT ));; esac
     extra=""; case $name in equiv*|learn*) ;; *) extra="${COMMON[*]} exp_name=verify_$name output_dir=$WORK/$name logging_dir=$WORK/$name/logs";; esac
@@ -71,8 +79,8 @@ for name in $RUNS; do
     echo "[verify] $name: exit ${RC[$name]} after $(( $(date +%s) - t ))s ($(( $(date +%s) - T0 ))s in all)" | tee -a "$OUT/gpu.txt"
     grep -E "^\[gpu-equiv\]|^\[learn\]|^\[roll\] weight sync|Error|error:|passed|failed" "$OUT/$name.log" | cut -c1-300 | head -24
     cp -f "$WORK/$name/logs/metrics.jsonl" "$OUT/${name}_metrics.jsonl" 2>/dev/null
-    cp -f benchmarks/results/*megatron*.json "$OUT/" 2>/dev/null  # gpu_step's and verify_learning_gpu's results
-    ray stop --force >/dev/null 2>&1
+    cp -f "$RESULTS"/*megatron*.json "$OUT/" 2>/dev/null  # gpu_step's and verify_learning_gpu's results
+    stop_ray
 done
 
 RCS=""

@@ -9,19 +9,23 @@
 #    prompts of every step), for a throughput comparison;
 # 4. writes $OUT/summary.json and prints a table: rollout tokens/s, sync time, log-prob mismatch, step breakdown.
 # Needs: torch + CUDA, sglang, deepspeed, ray, hydra, gymnasium importable (on the lent machines: source the
-# bundle's activate.sh first, see /work/shared/device/README.md). Logs: $OUT/{build,sglang,hf}.log.
+# bundle's activate.sh first, see ../shared/device/README.md). Logs: $OUT/{build,sglang,hf}.log.
+# CPU smoke mode (CI runs it): SMOKE=1 STEPS=2 HF_STEPS=2 bash scripts/verify_gpu_sglang.sh: no model build, both runs
+# on sokoban_tiny with hf_infer (scripts/smoke_mode.sh), then the same summary and checks; OUT and WORK default to
+# output/smoke/.
 set -uo pipefail
-OUT=${OUT:-/tmp/roll-verify-sglang}
+. "$(dirname "$0")/smoke_mode.sh"
+OUT=${OUT:-$SCRATCH/roll-verify-sglang}
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 STEPS=${STEPS:-4}
 HF_STEPS=${HF_STEPS:-2}
 DIST=${DIST:-ray}
-WORK=${WORK:-/tmp/roll-verify-sglang-work}
+WORK=${WORK:-$SCRATCH/roll-verify-sglang-work}
 mkdir -p "$OUT" "$WORK/config"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
+[ "$SMOKE" = 1 ] || python3 scripts/build_qwen05b_rand.py "$MODEL" 2>&1 | tee "$OUT/build.log"
 
 python3 - "$WORK/config" <<'PY'
 import sys, yaml, pathlib
@@ -33,11 +37,11 @@ pathlib.Path(sys.argv[1], "sokoban_qwen05b_hf.yaml").write_text(yaml.safe_dump(c
 PY
 
 run() {  # name, config dir, config name, steps
-    ray stop --force >/dev/null 2>&1
-    local t0=$(date +%s)
-    python3 examples/start_agentic_pipeline.py --config-path "$2" --config-name "$3" pretrain="$MODEL" \
-        max_steps="$4" distributed="$DIST" output_dir="$WORK/$1" logging_dir="$WORK/$1/logs" 2>&1 \
-        | tee "$OUT/$1.log"
+    stop_ray
+    local t0=$(date +%s) args=(--config-path "$2" --config-name "$3" pretrain="$MODEL" max_steps="$4"
+        distributed="$DIST" output_dir="$WORK/$1" logging_dir="$WORK/$1/logs")
+    [ "$SMOKE" = 1 ] && { smoke_args "${args[@]}"; args=("${SMOKE_ARGS[@]}"); }
+    python3 examples/start_agentic_pipeline.py "${args[@]}" 2>&1 | tee "$OUT/$1.log"
     local rc=${PIPESTATUS[0]}
     echo "[verify] $1: exit $rc after $(( $(date +%s) - t0 ))s"
     cp -f "$WORK/$1/logs/metrics.jsonl" "$OUT/$1_metrics.jsonl" 2>/dev/null

@@ -14,6 +14,13 @@ advantages); ``actor/grad_norm`` > 0 on every step whose advantages are not all 
 (grad norm > 0, weights moved, the same loss on the same batch went down); the backends' grad norms agree within
 ``--grad-rtol`` (2%) of the first backend's; update cosines are reported. Results:
 ``benchmarks/results/learning_<config>_<gpu>.json`` (``steps``: per-step metrics, ``probes``: per backend).
+
+CPU smoke mode (CI runs it, ``tests/scripts/test_gpu_scripts_smoke.py``): ``--smoke [DIR]`` runs the same two
+phases and checks on CPU: the pipeline run on the tiny config of the same kind (``scripts/cpu_smoke.py``), then the
+probes (megatron_train through the CPU shim of ``tests/megatron/mcore_cpu.py``, gloo); scratch and results JSON in
+DIR (default ``output/smoke``), never in ``benchmarks/results``:
+
+    python scripts/verify_learning_gpu.py --config-name sokoban_qwen05b_megatron --steps 2 --smoke
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
+SMOKE_DIR = "output/smoke"  # repository-relative scratch of the CPU smoke modes (git-ignored)
 STEP_KEYS = (
     "actor/grad_norm",
     "actor/pg_loss",
@@ -55,7 +63,7 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
     from roll.launch.command import load_checked
     from roll.launch.preflight import visible_gpus
 
-    schema, pipeline_cls = _pipeline_kind(args.config_name, args.config_path)
+    config_name = args.config_name
     overrides = [
         f"max_steps={args.steps}",
         "eval_steps=0",
@@ -64,7 +72,14 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
         f"logging_dir={work}/run/logs",
         *args.overrides,
     ]
-    cfg = load_checked(args.config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
+    if args.smoke:
+        from scripts.cpu_smoke import merge, smoke_config, smoke_overrides
+
+        config_name = smoke_config(args.config_name, args.config_path)
+        overrides = merge(overrides, smoke_overrides(config_name, args.smoke))
+        print(f"[learn] smoke: {config_name} on CPU in place of {args.config_name}", flush=True)
+    schema, pipeline_cls = _pipeline_kind(config_name, args.config_path)
+    cfg = load_checked(config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
     apply_system_envs(cfg.system_envs)
 
     class Capturing(pipeline_cls):  # keeps the first batch with a learning signal, before its update
@@ -72,14 +87,14 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
             super().setup(run_id)
             update = self.trainer.update
 
-            def capture(step, batch, metrics, timings):
+            def capture(step, batch, *args, **kwargs):  # PPOTrainer.update's own arguments pass through as given
                 from roll.ppo.loss_fns import loss_mask
 
                 if not (work / "batch.pt").exists() and (batch["advantages"] * loss_mask(batch)).abs().sum() > 0:
                     self.roles.actor_train.save_pretrained(str(work / "actor"))
                     torch.save(batch.to("cpu"), work / "batch.pt")
                     (work / "captured.json").write_text(json.dumps({"step": step}))
-                return update(step, batch, metrics, timings)
+                return update(step, batch, *args, **kwargs)
 
             self.trainer.update = capture
 
@@ -143,10 +158,10 @@ def probe_backends(args: argparse.Namespace, work: Path) -> dict[str, dict]:
         if name == "deepspeed_train":
             options.setdefault("zero_stage", 2)
         world = options.get("tensor_model_parallel_size", 1) if name == "megatron_train" else 1
-        print(f"[learn] probing {backend} ({world} GPU(s), {options})", flush=True)
-        out[backend] = run_ranks(_probe_rank, world, str(work), name, options, args.probe_lr, shim=False, timeout=900)[
-            0
-        ]
+        shim = bool(args.smoke) and name == "megatron_train"  # megatron-core on CPU needs the tests' shim
+        print(f"[learn] probing {backend} ({world} {'process' if args.smoke else 'GPU'}(s), {options})", flush=True)
+        out[backend] = run_ranks(_probe_rank, world, str(work), name, options, args.probe_lr, shim=shim, timeout=900)
+        out[backend] = out[backend][0]
         print(
             f"[learn] {backend}: grad_norm {out[backend]['grad_norm']:.5f} loss {out[backend]['loss_before']:.6f}"
             f" -> {out[backend]['loss_after']:.6f} update norm {out[backend]['update_norm']:.4e}",
@@ -164,6 +179,27 @@ def _cosine(a: dict, b: dict) -> float:
         )
 
     return update_cosine(result(a), result(b))
+
+
+def learning_checks(rc: int, rows: list[dict], probes: dict[str, dict], grad_rtol: float) -> dict[str, bool]:
+    """The named checks of the module docstring (True = passed) on the pipeline run's exit code and step rows and
+    on the backends' probes (the first backend is the reference of the grad-norm agreement)."""
+    checks: dict[str, bool] = {"pipeline run exit 0": rc == 0}
+    signal = [r for r in rows if _has_signal(r)]
+    checks["some step has non-zero advantages (else this run verified nothing)"] = bool(signal)
+    checks["actor/grad_norm > 0 on every step with non-zero advantages"] = bool(signal) and all(
+        r.get("actor/grad_norm", 0.0) > 0 for r in signal
+    )
+    first = next(iter(probes), None)
+    for name, p in probes.items():
+        checks[f"{name}: grad norm > 0, weights moved, loss went down"] = (
+            p["grad_norm"] > 0 and p["update_norm"] > 0 and p["loss_after"] < p["loss_before"]
+        )
+        if name != first:
+            reference = probes[first]["grad_norm"]
+            rel = abs(p["grad_norm"] - reference) / reference if reference > 0 else float("inf")
+            checks[f"{name} grad norm within {grad_rtol:.0%} of {first}'s ({rel:.2%})"] = rel <= grad_rtol
+    return checks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,12 +221,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reuse", action="store_true", help="probe the batch of an earlier run in --work again")
     parser.add_argument("--grad-rtol", type=float, default=0.02)
-    parser.add_argument("--work", default="/tmp/roll-verify-learning")
+    parser.add_argument("--work", default=None, help="scratch folder (default /tmp/roll-verify-learning; smoke: DIR)")
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--smoke",
+        nargs="?",
+        const=SMOKE_DIR,
+        default=None,
+        metavar="DIR",
+        help=f"CPU smoke run on the tiny config of the same kind; scratch and results in DIR (default {SMOKE_DIR})",
+    )
     parser.add_argument("--phase", choices=["all", "run"], default="all", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    work = Path(args.work) / (args.config_name + (f"_{args.tag}" if args.tag else ""))
+    default_work = Path(args.smoke) / "verify_learning" if args.smoke else Path("/tmp/roll-verify-learning")
+    work = Path(args.work or default_work) / (args.config_name + (f"_{args.tag}" if args.tag else ""))
+    if args.smoke:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # the probes' DeepSpeed (the pipeline's workers set it)
     if args.phase == "run":
         run_pipeline(args, work)
         return 0
@@ -204,28 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         rc = subprocess.run([sys.executable, __file__, "--phase", "run", *given]).returncode
-        if shutil.which("ray"):
+        if shutil.which("ray") and not args.smoke:  # the GPU run's Ray (a smoke run is distributed=local)
             subprocess.run(["ray", "stop", "--force"], capture_output=True)
-    checks: dict[str, bool] = {"pipeline run exit 0": rc == 0}
     steps = json.loads((work / "steps.json").read_text()) if (work / "steps.json").exists() else []
     rows = [{"step": r.get("step"), **{k: r[k] for k in STEP_KEYS if k in r}} for r in steps]
-    signal = [r for r in rows if _has_signal(r)]
-    checks["some step has non-zero advantages (else this run verified nothing)"] = bool(signal)
-    checks["actor/grad_norm > 0 on every step with non-zero advantages"] = bool(signal) and all(
-        r.get("actor/grad_norm", 0.0) > 0 for r in signal
-    )
-    probes, cosines = {}, {}
-    if (work / "batch.pt").exists():
-        probes = probe_backends(args, work)
-        first = next(iter(probes))
-        for name, p in probes.items():
-            checks[f"{name}: grad norm > 0, weights moved, loss went down"] = (
-                p["grad_norm"] > 0 and p["update_norm"] > 0 and p["loss_after"] < p["loss_before"]
-            )
-            if name != first:
-                rel = abs(p["grad_norm"] - probes[first]["grad_norm"]) / probes[first]["grad_norm"]
-                checks[f"{name} grad norm within {args.grad_rtol:.0%} of {first}'s ({rel:.2%})"] = rel <= args.grad_rtol
-                cosines[f"{name} vs {first}"] = _cosine(p, probes[first])
+    probes = probe_backends(args, work) if (work / "batch.pt").exists() else {}
+    checks = learning_checks(rc, rows, probes, args.grad_rtol)
+    first = next(iter(probes), None)
+    cosines = {f"{name} vs {first}": _cosine(p, probes[first]) for name, p in probes.items() if name != first}
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     captured = json.loads((work / "captured.json").read_text())["step"] if (work / "captured.json").exists() else None
     result = {
@@ -233,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": device,
         "gpus": torch.cuda.device_count(),
         "config": args.config_name,
+        "smoke": bool(args.smoke),
         "overrides": args.overrides,
         "probe_lr": args.probe_lr,
         "command": "python scripts/verify_learning_gpu.py " + " ".join(given),
@@ -248,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, c in cosines.items():
         print(f"[learn] update cosine {name}: {c:.4f}", flush=True)
     slug = "".join(ch if ch.isalnum() else "_" for ch in device).strip("_")
-    path = RESULTS / f"learning_{args.config_name}{'_' + args.tag if args.tag else ''}_{slug}.json"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = Path(args.smoke) / "results" if args.smoke else RESULTS
+    path = results / f"learning_{args.config_name}{'_' + args.tag if args.tag else ''}_{slug}.json"
+    results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print(f"[learn] results written to {path}", flush=True)
     return 0 if result["passed"] else 1

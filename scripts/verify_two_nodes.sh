@@ -13,22 +13,48 @@
 # Checks: two alive nodes; the startup log puts actor_train and actor_infer on different nodes; the run exits 0 with
 # $STEPS steps, rollout/staleness_max <= k on every step, a learning signal (scripts/signal_check.py).
 # Writes $OUT/two_nodes_<device>.json (copied to benchmarks/results/ on the GPU) and $OUT/two_nodes.log.
+# CPU smoke mode (CI runs it): SMOKE=1 STEPS=2 bash scripts/verify_two_nodes.sh: the CPU rehearsal on a free port,
+# OUT and WORK under output/smoke/; its two nodes run as `ray start --block` processes of this script, stopped by
+# their ids (never `ray stop`, which would stop every Ray instance of a shared machine).
 set -uo pipefail
-OUT=${OUT:-/tmp/roll-verify-two-nodes}
+. "$(dirname "$0")/smoke_mode.sh"
+OUT=${OUT:-$SCRATCH/roll-verify-two-nodes}
 DEVICE=${DEVICE:-gpu}
+[ "$SMOKE" = 1 ] && DEVICE=cpu
 MODEL=${MODEL:-/tmp/roll-models/qwen05b-rand}
 K=${K:-1}
 STEPS=${STEPS:-4}
 SFT_STEPS=${SFT_STEPS:-10}
 RUN_TIMEOUT=${RUN_TIMEOUT:-500}
-PORT=${PORT:-6390}
-WORK=${WORK:-/tmp/roll-verify-two-nodes-work}
+PORT=${PORT:-$([ "$SMOKE" = 1 ] && python3 -c "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])" || echo 6390)}
+WORK=${WORK:-$SCRATCH/roll-verify-two-nodes-work}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RAY_DEDUP_LOGS=0
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=token
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1  # Linux's default: nodes may join (the tests' 0 keeps Ray to one node)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-ray stop --force >/dev/null 2>&1
+NODE_PIDS=()
+start_node() {  # log file, `ray start` arguments: a node (smoke: a `ray start --block` process of ours, waited for)
+    local log=$1; shift
+    if [ "$SMOKE" != 1 ]; then ray start "$@" > "$log" 2>&1; return; fi
+    ray start --block "$@" > "$log" 2>&1 &
+    NODE_PIDS+=($!)
+    for _ in $(seq 120); do
+        grep -q "Ray runtime started" "$log" && return 0
+        kill -0 "${NODE_PIDS[-1]}" 2>/dev/null || return 1
+        sleep 1
+    done
+    return 1
+}
+stop_nodes() {  # smoke: our nodes only (a --block process takes its node's processes down with it)
+    if [ "$SMOKE" = 1 ]; then
+        [ ${#NODE_PIDS[@]} -gt 0 ] && { kill "${NODE_PIDS[@]}" 2>/dev/null; wait "${NODE_PIDS[@]}" 2>/dev/null; }
+    else
+        ray stop --force >/dev/null 2>&1
+    fi
+}
+stop_ray
 [ -f "$HOME/.ray/auth_token" ] || ray get-auth-token --generate >/dev/null 2>&1
 if [ "$DEVICE" = gpu ]; then
     NODE=(--num-gpus=1 --num-cpus=8)
@@ -40,17 +66,18 @@ else
          train_env_manager.group_size=4 val_env_manager=null eval_steps=0 actor_train.num_cpus_per_worker=2
          actor_infer.num_cpus_per_worker=2 actor_train.training_args.per_device_train_batch_size=4
          actor_train.training_args.gradient_accumulation_steps=1 zero_signal_patience=0)
+    [ "$SMOKE" = 1 ] && RUN+=(pretrain="$WORK/models/tiny")  # not the checkout's output/models
 fi
-CUDA_VISIBLE_DEVICES=0 ray start --head --port="$PORT" --include-dashboard=false "${NODE[@]}" > "$OUT/ray_head.log" 2>&1 \
-    || { cat "$OUT/ray_head.log"; exit 1; }
+CUDA_VISIBLE_DEVICES=0 start_node "$OUT/ray_head.log" --head --port="$PORT" --include-dashboard=false "${NODE[@]}" \
+    || { cat "$OUT/ray_head.log"; stop_nodes; exit 1; }
 HEAD=$(python3 -c "import ray; print(ray.util.get_node_ip_address())"):$PORT
-CUDA_VISIBLE_DEVICES=1 ray start --address="$HEAD" "${NODE[@]}" > "$OUT/ray_node2.log" 2>&1 \
-    || { cat "$OUT/ray_node2.log"; ray stop --force; exit 1; }
+CUDA_VISIBLE_DEVICES=1 start_node "$OUT/ray_node2.log" --address="$HEAD" "${NODE[@]}" \
+    || { cat "$OUT/ray_node2.log"; stop_nodes; exit 1; }
 for _ in $(seq 60); do  # the second node registers a moment after `ray start` returns
-    [ "$(ray status 2>/dev/null | grep -c '^ *1 node_')" -ge 2 ] && break
+    [ "$(ray status --address="$HEAD" 2>/dev/null | grep -c '^ *1 node_')" -ge 2 ] && break
     sleep 1
 done
-ray status 2>&1 | tee "$OUT/ray_status.txt" | head -20
+ray status --address="$HEAD" 2>&1 | tee "$OUT/ray_status.txt" | head -20
 
 t0=$(date +%s)
 timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.py --config-path "$PWD/examples/config" \
@@ -59,7 +86,7 @@ timeout --kill-after=15 "$RUN_TIMEOUT" python3 examples/start_agentic_pipeline.p
 rc=${PIPESTATUS[0]}
 echo "[verify] run exit $rc after $(( $(date +%s) - t0 ))s"
 cp -f "$WORK/run/logs/metrics.jsonl" "$OUT/two_nodes_metrics.jsonl" 2>/dev/null
-ray stop --force >/dev/null 2>&1
+stop_nodes
 
 python3 - "$OUT" "$rc" "$STEPS" "$K" "$DEVICE" <<'PY'
 import json, pathlib, re, shutil, statistics, sys

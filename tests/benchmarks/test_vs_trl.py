@@ -119,3 +119,12 @@ def test_losing_phase_is_where_roll_spends_most_beyond_trl():
     # roll 0.5 = 0.1 rollout + 0.4 rest; TRL 0.5 = 0.3 + 0.2: roll loses 0.2 s in the rest, gains 0.2 in rollout
     assert vs_trl.losing_phase(side(0.5, 0.1), side(0.5, 0.3)) == "rest"
     assert vs_trl.losing_phase(side(0.5, 0.45), side(0.5, 0.3)) == "rollout"
+
+
+def test_results_record_run_folders_relative_to_the_repository(tmp_path):
+    """A results file names no machine's absolute path: a run folder inside the checkout is recorded relative to it
+    (and read back from there), one outside it as given."""
+    inside = vs_trl.ROOT / "output" / "vs_trl" / "runs" / "roll-ray-0" / "final"
+    assert vs_trl.repo_path(inside) == "output/vs_trl/runs/roll-ray-0/final"
+    assert vs_trl.ROOT / vs_trl.repo_path(inside) == inside
+    assert vs_trl.repo_path(tmp_path / "final") == str((tmp_path / "final").resolve())
