@@ -1,16 +1,43 @@
-"""Build a random-weight Qwen2 with the Qwen2.5-0.5B shape and roll's hub-free tokenizer at PATH (GPU checks).
+"""Build a random-weight Qwen2 of a Qwen2.5 shape and roll's hub-free tokenizer at PATH (GPU checks).
 
-``python scripts/build_qwen05b_rand.py PATH``: hidden 896, 24 layers, 14 query / 2 KV heads, MLP 4864, vocab
-151936, tied embeddings, bf16 (494M parameters); skipped when PATH/config.json exists. Built on the GPU when one
-is visible (seconds), else on CPU.
+``python scripts/build_qwen05b_rand.py PATH [--shape 0.5b|7b]``:
+
+- ``0.5b`` (default): hidden 896, 24 layers, 14 query / 2 KV heads, MLP 4864, vocab 151936, tied embeddings
+  (494M parameters);
+- ``7b``: hidden 3584, 28 layers, 28 query / 4 KV heads, MLP 18944, vocab 152064, untied embeddings (7.6B
+  parameters, 15.2 GB in bf16).
+
+bf16; skipped when PATH/config.json exists. Built on the GPU when one is visible (seconds), else on CPU.
 """
 
+import argparse
 import pathlib
-import sys
 import time
 
+#: The Qwen2.5 shapes (Qwen2Config arguments) this script builds.
+SHAPES = {
+    "0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "7b": dict(
+        hidden_size=3584,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        intermediate_size=18944,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
+}
 
-def main(path: pathlib.Path) -> None:
+
+def main(path: pathlib.Path, shape: str = "0.5b") -> None:
     if (path / "config.json").is_file():
         print(f"[verify] model already at {path}")
         return
@@ -22,24 +49,21 @@ def main(path: pathlib.Path) -> None:
     start = time.time()
     tok = build_tokenizer(env_corpus(), 1024)
     cfg = Qwen2Config(
-        hidden_size=896,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        intermediate_size=4864,
-        vocab_size=151936,
+        **SHAPES[shape],
         max_position_embeddings=32768,
         rope_theta=1000000.0,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         bos_token_id=None,
         hidden_act="silu",
     )
     torch.manual_seed(0)
+    if shape != "0.5b":  # initialized in bf16 directly: a 7B model never exists in fp32 (0.5b: as always built)
+        torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    torch.set_default_dtype(torch.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -48,4 +72,8 @@ def main(path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", type=pathlib.Path)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    args = parser.parse_args()
+    main(args.path, args.shape)
