@@ -31,9 +31,8 @@ ADAPTER = "default"
 PEFT_PREFIX = "base_model.model."
 
 
-def lora_config(settings: LoraSettings, base_path: str | None = None) -> Any:
-    """peft's ``LoraConfig`` of ``settings`` (plain LoRA: no bias, no DoRA); ``base_path``: recorded as the
-    adapter's ``base_model_name_or_path`` (what :func:`merge_adapter_dir` loads)."""
+def lora_config(settings: LoraSettings) -> Any:
+    """peft's ``LoraConfig`` of ``settings`` (plain LoRA: no bias, no DoRA)."""
     from peft import LoraConfig
 
     target = list(settings.target) if isinstance(settings.target, tuple) else settings.target
@@ -44,7 +43,6 @@ def lora_config(settings: LoraSettings, base_path: str | None = None) -> Any:
         target_modules=target,
         bias="none",
         task_type="CAUSAL_LM",
-        base_model_name_or_path=base_path,
     )
 
 
@@ -54,10 +52,10 @@ def add_adapters(model: torch.nn.Module, settings: LoraSettings, checkpointing: 
     embeddings a reentrant checkpoint would otherwise pass no gradient to the adapters inside it)."""
     from peft import get_peft_model
 
-    name = getattr(model.config, "_name_or_path", None) or None
+    wrapped = get_peft_model(model, lora_config(settings), adapter_name=ADAPTER)
+    name = wrapped.peft_config[ADAPTER].base_model_name_or_path  # peft takes the model's (as it was loaded)
     if name and Path(name).is_dir():
-        name = str(Path(name).resolve())  # the merge command may run from another directory
-    wrapped = get_peft_model(model, lora_config(settings, name), adapter_name=ADAPTER)
+        wrapped.peft_config[ADAPTER].base_model_name_or_path = str(Path(name).resolve())  # merge from anywhere
     if checkpointing:
         wrapped.enable_input_require_grads()
     return wrapped

@@ -281,7 +281,8 @@ def test_save_pretrained_and_merge_lora(tiny_model_dir, tmp_path):
 
     from roll.launch.cli import main
 
-    s = build(tiny_model_dir, "fsdp2", target="q_proj,v_proj")
+    relative = os.path.relpath(tiny_model_dir)  # as a config's ./output/models/... (the run's directory)
+    s = build(relative, "fsdp2", target="q_proj,v_proj")
     for _ in range(2):
         s.train_step(_batch(), SFT_LOSS)
     adapter, merged = tmp_path / "final", tmp_path / "merged"
