@@ -325,3 +325,48 @@ def test_merge_lora_errors_are_one_line(tmp_path, capsys):
 
     assert main(["merge-lora", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "not a peft adapter directory" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_fsdp2_ranks_gather_the_adapter(tiny_model_dir, tmp_path):
+    """fsdp2_train over two gloo ranks (``fsdp2_peer.py lora``): the adapters get the gradients of one rank on the
+    whole batch; rank 0's ``adapter_weights`` and merged export are the whole tensors (peft's merge of that
+    adapter), every rank's buckets hold them, the base log-probs are the plain model's on both ranks, and a
+    checkpoint resumes exactly."""
+    from peft import get_peft_model, set_peft_model_state_dict
+
+    from roll.algorithms.losses import ActorLossConfig
+    from roll.config.lora import lora_settings
+    from roll.models.lora import lora_config
+    from roll.ppo.loss_fns import PPOActorLoss
+    from tests.strategies.fsdp2_peer import ORDER, applied_grads
+    from tests.strategies.fsdp2_peer import strategy as peer_strategy
+    from tests.strategies.test_fsdp2 import run_peers
+
+    load = run_peers(2, "lora", tiny_model_dir, tmp_path)
+    one = peer_strategy(tiny_model_dir, per_device=2, accum=4, dynamic=True, lora=True)
+    one.train_step(_batch().select(ORDER), PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean")))
+    want_grads = applied_grads(one)
+    assert want_grads and all(".lora_" in n for n in want_grads)
+    ranks = [load("lora", r) for r in range(2)]
+    adapter, named = ranks[0]["adapter"], ranks[0]["named"]
+    assert ranks[1]["adapter"] == {} and ranks[1]["named"] == {}  # rank 0 answers
+    peft_model = get_peft_model(_plain(tiny_model_dir), lora_config(lora_settings(one.config.model_args)))
+    set_peft_model_state_dict(peft_model, adapter)
+    merged = dict(peft_model.merge_and_unload().named_parameters())
+    assert list(named) == list(merged)
+    plain = _log_probs(_plain(tiny_model_dir), _batch())
+    for rank, result in enumerate(ranks):
+        assert set(result["grads"]) == set(want_grads)
+        for name, grad in want_grads.items():
+            torch.testing.assert_close(result["grads"][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+        for bucket in result["buckets"]:
+            for name, tensor in bucket:
+                assert torch.equal(tensor, merged[name].detach()), (rank, name)
+        torch.testing.assert_close(result["base_log_probs"], plain, atol=1e-6, rtol=1e-6)
+        straight, resumed = result["steps"]
+        assert resumed == straight, rank
+    for name, tensor in named.items():
+        assert torch.equal(tensor, merged[name].detach()), name
+    a, b = ranks[0]["adapters"]
+    assert set(a) == set(b) == set(adapter) and all(torch.equal(a[n], b[n]) for n in a)
