@@ -18,7 +18,7 @@ from roll.models.decode import decode
 from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
-from roll.models.lora import load_adapter
+from roll.models.lora import is_peft, load_adapter
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
 from roll.strategies.registry import strategy_options
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
@@ -198,6 +198,11 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         if self.turn_cache is not None:
             self.turn_cache.clear()  # keys and values of the old weights
+        if is_peft(self.model):
+            raise RuntimeError(
+                "hf_infer.load_weights: the engine serves a LoRA adapter (load_adapter); with LoRA the base weights "
+                "never change, so send the adapter (load_adapter), not full (merged) weights"
+            )
         params = dict(self.model.named_parameters())
         for name, tensor in named_tensors:
             if name not in params:

@@ -215,6 +215,8 @@ def test_hf_infer_serves_the_trainers_adapter(trained, tiny_model_dir):
     torch.testing.assert_close(engine.compute_log_probs(batch)["log_probs"], got, atol=0, rtol=0)
     with pytest.raises(KeyError, match="does not fit"):
         engine.load_adapter(named[:-1], strategy.adapter_config())
+    with pytest.raises(RuntimeError, match="serves a LoRA adapter"):  # merged weights on top would count it twice
+        engine.load_weights(strategy.named_weights())
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
