@@ -75,9 +75,6 @@ UNSUPPORTED: dict[str, str] = {
     "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
     "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
     "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
-    "<role>.model_args.lora_rank": "LoRA is not implemented in roll; train all weights",
-    "<role>.model_args.lora_alpha": "LoRA is not implemented in roll",
-    "<role>.model_args.lora_target": "LoRA is not implemented in roll",
     "<role>.model_args.freeze_module_prefix": "freezing modules is not implemented in roll",
     "<role>.model_args.ulysses_size": "sequence parallelism is not implemented in roll; use a shorter "
     "sequence_length or Megatron's tensor parallelism",

@@ -18,6 +18,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import check_field
+from roll.config.lora import check_lora, reference_from_actor
 from roll.config.megatron import MEGATRON_STRATEGIES, parse_megatron_options
 from roll.config.worker import MASKLESS_ATTENTION
 
@@ -320,11 +321,12 @@ def check_ppo(cfg: Any) -> None:
             True,
             "KL is already in the reward (add_token_level_kl: true); use one, or set allow_kl_in_reward_and_loss: true",
         )
-    if (cfg.add_token_level_kl or cfg.use_kl_loss) and cfg.reference is None:
+    if (cfg.add_token_level_kl or cfg.use_kl_loss) and cfg.reference is None and not reference_from_actor(cfg):
         raise ConfigError(
             "reference",
             None,
-            "a KL term is on (add_token_level_kl or use_kl_loss) but no `reference:` worker block is configured",
+            "a KL term is on (add_token_level_kl or use_kl_loss) but no `reference:` worker block is configured "
+            "(with LoRA, actor_train.model_args.lora_reference: adapters_off needs none)",
         )
     if cfg.dual_clip_loss and cfg.dual_clip_c <= 1:
         raise ConfigError("dual_clip_c", cfg.dual_clip_c, "must be > 1")
@@ -363,6 +365,7 @@ def validate(cfg: Any) -> None:
     check_workers(cfg)
     check_placement(cfg)
     check_ppo(cfg)
+    check_lora(cfg)
     pipeline_rules = getattr(cfg, "check_pipeline", None)
     if pipeline_rules is not None:
         pipeline_rules()

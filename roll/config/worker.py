@@ -35,6 +35,26 @@ class ModelArgs:
         "On CUDA, torch.compile the LM-head pass's log-softmax / entropy math into fused kernels "
         "(roll.models.logprobs); false = eager PyTorch. CPU always runs eager.",
     )
+    lora_target: Any = fld(
+        None,
+        "LoRA (peft) on actor_train: the modules that get adapters: all-linear (every linear layer but the LM "
+        "head), names as a comma string (q_proj,v_proj) or a list, or a regex over module paths; None = full "
+        "fine-tuning. actor_infer may repeat actor_train's LoRA keys, as ROLL's configs do (docs/lora.md).",
+    )
+    lora_rank: int | None = fld(None, "LoRA rank r (with lora_target); None = 8, ROLL's default.", allowed=">= 1")
+    lora_alpha: float | None = fld(
+        None,
+        "LoRA scale: adapters add (lora_alpha / lora_rank) B A; None = 2 x lora_rank, ROLL's default.",
+        allowed="> 0",
+    )
+    lora_dropout: float = fld(0.0, "Dropout on the LoRA adapters' input while training.", allowed="in [0, 1)")
+    lora_reference: str = fld(
+        "adapters_off",
+        "With LoRA on actor_train, where reference log-probs (KL) come from: adapters_off = the actor with its "
+        "adapters disabled, i.e. the base model (no reference worker starts, a reference block is ignored); "
+        "separate = the reference block's own worker (a second copy of the base model).",
+        choices=["adapters_off", "separate"],
+    )
 
 
 @dataclass

@@ -116,7 +116,12 @@ class TrainProxy(RoleProxy):
 
 
 class ActorProxy(TrainProxy, ScorerProxy):
-    """``actor_train``: trains, and scores sequences (old log-probs)."""
+    """``actor_train``: trains, and scores sequences (old log-probs; with LoRA, the reference's too)."""
+
+    def compute_base_log_probs(self, batch: Batch) -> torch.Tensor:
+        """(B, L-1) log-probs of the base model (the LoRA adapters off), data parallel: the reference log-probs of
+        a LoRA run without a reference worker."""
+        return torch.cat([part["log_probs"] for part in self.group.call_dp(Worker.compute_base_log_probs, batch)])
 
 
 class CriticProxy(TrainProxy):

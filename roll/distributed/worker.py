@@ -96,6 +96,10 @@ class Worker:
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         return self.strategy.compute_log_probs(batch, with_entropy)
 
+    def compute_base_log_probs(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The base model's log-probs: actor_train with its LoRA adapters off (reference log-probs)."""
+        return self.strategy.compute_base_log_probs(batch)
+
     def data_parallel_info(self) -> tuple[int, int, bool]:
         """``(data-parallel rank, data-parallel size, whether this rank's results are kept)`` for ``call_dp``
         (:meth:`roll.strategies.base.Strategy.data_parallel_info`)."""

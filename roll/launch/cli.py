@@ -1,6 +1,7 @@
 """The ``roll`` command line: ``roll <command> [args]``.
 
-Subcommands register themselves with :func:`command`; ``roll --help`` lists them. Today: ``doctor`` and ``view``.
+Subcommands register themselves with :func:`command`; ``roll --help`` lists them. Today: ``doctor``, ``view`` and
+``merge-lora``.
 """
 
 from __future__ import annotations
@@ -77,6 +78,35 @@ def _view(args: argparse.Namespace) -> int:
     from roll.tracking.viewer import build
 
     return build.run(args)
+
+
+def _merge_lora_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``roll merge-lora``."""
+    parser.add_argument("adapter_dir", help="a peft adapter directory (a LoRA run's output_dir/final)")
+    parser.add_argument("--out", required=True, help="where to write the merged Hugging Face model")
+    parser.add_argument(
+        "--base", default=None, help="the base model (default: base_model_name_or_path of adapter_config.json)"
+    )
+
+
+@command(
+    "merge-lora",
+    help="merge a LoRA adapter into its base model: a plain Hugging Face model that loads without peft",
+    add_arguments=_merge_lora_arguments,
+)
+def _merge_lora(args: argparse.Namespace) -> int:
+    """Run ``roll merge-lora`` (:func:`roll.models.lora.merge_adapter_dir`)."""
+    import sys
+
+    from roll.models.lora import merge_adapter_dir
+
+    try:
+        out = merge_adapter_dir(args.adapter_dir, args.out, args.base)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"roll merge-lora: {exc}", file=sys.stderr)
+        return 2
+    print(f"[roll] merged {args.adapter_dir} into a plain model at {out}", flush=True)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -148,25 +148,24 @@ class ModelShape:
 
 # ---------------------------------------------------------------------------- LoRA (the one place to update)
 def lora_of(model_args: Any) -> tuple[int, tuple[str, ...]]:
-    """``(rank, target modules)`` of a worker's LoRA: ``model_args.lora_rank`` (0 = off) and ``lora_target``
-    (``all-linear``, a list, or a comma string of module names).
+    """``(rank, target modules)`` of a worker's LoRA (:func:`roll.config.lora.lora_settings`: LoRA is on when
+    ``lora_target`` is set; rank 0 = off). ``all-linear`` is every linear layer of the decoder; a regular expression
+    target is counted as ``all-linear`` (an upper bound: which modules it matches depends on the model)."""
+    from roll.config.lora import ALL_LINEAR, lora_settings
 
-    THE ONE PLACE TO UPDATE when the LoRA fields land in ``ModelArgs`` (roll/config/worker.py, being added on the
-    lora branch): read ``model_args.lora_rank`` / ``model_args.lora_target`` directly then. Until that merge a
-    ``ModelArgs`` has neither field and LoRA reads as off; ``all-linear`` stands for an unset target."""
-    rank = int(getattr(model_args, "lora_rank", 0) or 0)
-    target = getattr(model_args, "lora_target", None) or "all-linear"
-    if isinstance(target, str):
-        names = [t.strip() for t in target.split(",") if t.strip()]
-    else:
-        names = [str(t).strip() for t in target]
-    return rank, LINEAR_MODULES if names == ["all-linear"] else tuple(names)
+    settings = lora_settings(model_args)
+    if settings is None:
+        return 0, ()
+    target = settings.target
+    return settings.rank, LINEAR_MODULES if isinstance(target, str) or ALL_LINEAR in target else tuple(target)
 
 
-def reference_from_adapters(actor_train: Any) -> bool:
-    """Whether the reference log-probs come from actor_train with its LoRA adapters off (the frozen base weights
-    are the reference), so that no reference weights are counted; with LoRA on, per the LoRA work."""
-    return lora_of(actor_train.model_args)[0] > 0
+def reference_from_adapters(cfg: Any) -> bool:
+    """Whether the reference log-probs come from actor_train with its LoRA adapters off (no reference weights are
+    counted): :func:`roll.config.lora.reference_from_actor`."""
+    from roll.config.lora import reference_from_actor
+
+    return reference_from_actor(cfg)
 
 
 # ---------------------------------------------------------------------------- token budgets and working memory

@@ -172,7 +172,7 @@ def plan_memory(cfg: Any, gpu_gib: float) -> MemoryPlan:
     """Estimate every GPU of ``cfg`` in each phase its roles run, for GPUs of ``gpu_gib`` GiB (see the module
     docstring for how the columns are added up)."""
     workers, notes = gpu_workers(cfg), []
-    if "reference" in workers and "actor_train" in workers and reference_from_adapters(cfg.actor_train):
+    if "reference" in workers and "actor_train" in workers and reference_from_adapters(cfg):
         notes.append("reference not counted: LoRA computes it with actor_train's adapters off")
         workers.pop("reference")
     roles = {r: m for r, w in workers.items() if (m := role_memory(cfg, r, w, gpu_gib, notes)) is not None}
@@ -288,8 +288,10 @@ def _trainer_what_ifs(worker: Any, strategy: str) -> list[WhatIf]:
 
     opts, out = strategy_options(worker, TRAIN_OPTIONS), []
     if not lora_of(worker.model_args)[0]:
-        key = "actor_train.model_args.lora_rank"
-        out.append(WhatIf(f"LoRA ({key}={SUGGESTED_LORA_RANK})", {key: SUGGESTED_LORA_RANK}, "lora"))
+        key = "actor_train.model_args"
+        changes = {f"{key}.lora_target": "all-linear", f"{key}.lora_rank": SUGGESTED_LORA_RANK}
+        label = f"LoRA ({key}.lora_target=all-linear {key}.lora_rank={SUGGESTED_LORA_RANK})"
+        out.append(WhatIf(label, changes, "lora"))
     if strategy in ("deepspeed_train", "fsdp2_train") and worker.model_args.disable_gradient_checkpointing:
         key = "actor_train.model_args.disable_gradient_checkpointing"
         out.append(WhatIf(f"gradient checkpointing ({key}=false)", {key: False}, "ckpt"))

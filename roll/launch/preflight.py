@@ -48,6 +48,7 @@ def preflight(cfg: Any, gpus: int | None = None) -> list[str]:
     check_kernels(cfg)
     warnings += check_strategy_options(cfg) + check_async_threads(cfg)
     check_weight_sync(cfg)
+    check_lora(cfg)
     warnings += check_memory(cfg)
     check_algorithms(cfg)
     check_tracker(cfg)
@@ -137,6 +138,42 @@ def check_strategies(cfg: Any) -> None:
                 f"prefix sharing is for {', '.join(able)}: remove "
                 f"the key",
             )
+
+
+def check_lora(cfg: Any) -> None:
+    """LoRA on actor_train needs a strategy that builds adapters (its class sets ``supports_lora``); ``all-linear``
+    on one of actor_train / actor_infer and module names on the other must name the same modules of the model."""
+    from roll.config.lora import ALL_LINEAR, actor_lora, lora_settings
+    from roll.strategies.registry import get_strategy_class
+
+    train = actor_lora(cfg)
+    if train is None:
+        return
+    name = cfg.actor_train.strategy_args.strategy_name
+    if not get_strategy_class(name, "actor_train").supports_lora:
+        raise ConfigError(
+            "actor_train.strategy_args.strategy_name",
+            name,
+            "LoRA (actor_train.model_args.lora_target) trains on deepspeed_train or fsdp2_train; this strategy "
+            "builds no adapters (docs/lora.md)",
+        )
+    engine = lora_settings(cfg.actor_infer.model_args, "actor_infer.model_args")
+    if engine is None or engine.target == train.target:
+        return  # other differences are refused by the config's own rules (roll.config.lora.check_agreement)
+    from roll.models.lora import linear_names
+
+    linear = linear_names(cfg.actor_train.model_args.model_name_or_path or cfg.pretrain)
+    if linear != set(train.names or engine.names or ()):
+        where = (
+            f"{ALL_LINEAR} is {','.join(sorted(linear))} in this model"
+            if linear
+            else "the model cannot be read before start; write the same lora_target on both"
+        )
+        raise ConfigError(
+            "actor_infer.model_args.lora_target",
+            engine.target_text,
+            f"differs from actor_train.model_args.lora_target ({train.target_text}): {where}",
+        )
 
 
 def check_async_threads(cfg: Any, cores: int | None = None) -> list[str]:

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from roll.config.base import BaseConfig
+from roll.config.lora import reference_from_actor
 from roll.config.validation import optimizer_steps_per_rollout, worker_blocks
 from roll.distributed.group import LocalWorkerGroup, RayWorkerGroup, WorkerGroup, start_notice
 from roll.distributed.roles import RoleProxy, Roles, TrainProxy
@@ -22,7 +23,13 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
     """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
     role's strategy checked against the registry) and initialise their strategies. ``extra_cpus``: what the
     pipeline's other actors (env managers, reward workers) will reserve, counted when sizing a Ray it starts."""
-    workers = worker_blocks(cfg)
+    workers = started_workers(cfg)
+    if cfg.reference is not None and "reference" not in workers:
+        print(
+            "[roll] reference: not started; with LoRA the reference log-probs are actor_train's with its adapters "
+            "off, i.e. the base model's (actor_train.model_args.lora_reference: separate starts the reference block)",
+            flush=True,
+        )
     for worker in workers.values():
         if not worker.model_args.model_name_or_path:
             worker.model_args.model_name_or_path = cfg.pretrain
@@ -77,13 +84,20 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
     return roles
 
 
+def started_workers(cfg: BaseConfig) -> dict[str, Any]:
+    """The worker blocks of the roles a run starts: every configured one, but the reference when actor_train
+    scores it with its LoRA adapters off (:func:`roll.config.lora.reference_from_actor`)."""
+    skip = {"reference"} if reference_from_actor(cfg) else set()
+    return {role: worker for role, worker in worker_blocks(cfg).items() if role not in skip}
+
+
 def colocation_phases(cfg: BaseConfig) -> Any:
-    """The :class:`~roll.distributed.colocation.ColocationPhases` of ``cfg``'s roles (no-op on CPU), with the
-    ``colocated_offload`` policy."""
+    """The :class:`~roll.distributed.colocation.ColocationPhases` of ``cfg``'s started roles (no-op on CPU), with
+    the ``colocated_offload`` policy."""
     from roll.distributed.colocation import ColocationPhases
     from roll.distributed.placement import plan_placement
 
-    roles = worker_blocks(cfg)
+    roles = started_workers(cfg)
     return ColocationPhases(plan_placement(roles, cfg.num_gpus_per_node).colocated, cfg.colocated_offload)
 
 

@@ -35,6 +35,8 @@ LEAN_MODEL_TYPES = ("qwen2", "llama")
 
 def unsupported(model: Any, repetition_penalty: float = 1.0) -> str | None:
     """Why :func:`decode` cannot run ``model`` (None when it can)."""
+    if hasattr(model, "peft_config"):
+        return "a peft model (its adapter layers run in the modules' forward, which the loop does not call)"
     config = model.config
     if config.model_type not in LEAN_MODEL_TYPES:
         return f"model type {config.model_type!r} (supported: {', '.join(LEAN_MODEL_TYPES)})"

@@ -204,6 +204,14 @@ def _fusable(head: torch.nn.Module) -> bool:
     )
 
 
+def _frozen_zero3(head: torch.nn.Module) -> bool:
+    """A head whose weight is a frozen ZeRO-3 shard (a LoRA run's). Its chunks are checkpointed reentrantly:
+    DeepSpeed keeps a frozen weight gathered for a recompute only inside a backward it sees (the reentrant
+    checkpoint's); non-reentrant, the recompute's weight is released before its backward reads it."""
+    weight = getattr(head, "weight", None)
+    return weight is not None and hasattr(weight, "ds_id") and not weight.requires_grad
+
+
 def _is_dtensor(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a DTensor (a sharded parameter of FSDP2), without importing DTensor for plain ones."""
     if type(tensor) in (torch.Tensor, torch.nn.Parameter):
@@ -238,7 +246,8 @@ def head_log_probs(
         if fused:
             lp, ent = LinearLogProbs.apply(h, head.weight, y, temperature, with_entropy, compiled)
         elif grad:
-            lp, ent = checkpoint(_head_chunk, head, h, y, temperature, with_entropy, compiled, use_reentrant=False)
+            reentrant = _frozen_zero3(head)
+            lp, ent = checkpoint(_head_chunk, head, h, y, temperature, with_entropy, compiled, use_reentrant=reentrant)
         else:
             lp, ent = _head_chunk(head, h, y, temperature, with_entropy, compiled)
         lps.append(lp)

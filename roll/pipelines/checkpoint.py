@@ -4,7 +4,8 @@ Layout of ``<output_dir>/checkpoints/step_<N>/`` (written as ``.tmp-step_<N>`` a
 
     <role>/            backend checkpoint of each training role (DeepSpeed: model + optimizer + scheduler state,
                        ``optimizer_steps``), written by every rank of the role
-    actor_hf/          the actor in Hugging Face format (``save_pretrained``), loadable by transformers
+    actor_hf/          the actor in Hugging Face format (``save_pretrained``), loadable by transformers; with LoRA a
+                       peft adapter directory (and the role's checkpoint holds the adapter, not the base)
     rng_<role>.pt      RNG states (python, numpy, torch, CUDA) of every worker of every role, in rank order
     pipeline.pt        driver state: step, driver RNG, KL controller, tracker run id, rollout seed state
     COMPLETE           JSON marker written last; a directory without it is never resumed from

@@ -3,7 +3,8 @@
 In the order of one step (CleanRL's order, after the rollout):
 
 1. :meth:`PPOTrainer.log_probs`: old log-probs from ``actor_train`` (skipped where the training forward gives the
-   same values, see :func:`~roll.ppo.epochs.skip_old_log_probs`), reference log-probs, critic values.
+   same values, see :func:`~roll.ppo.epochs.skip_old_log_probs`), reference log-probs (from ``reference``, or, with
+   LoRA, from ``actor_train`` with its adapters off), critic values.
 2. :meth:`PPOTrainer.advantages`: episode scores -> the pipeline's score normalization
    (:class:`~roll.ppo.advantage_step.EpisodeScoreNorm` for agentic episodes,
    :class:`~roll.ppo.advantage_step.RLVRScoreNorm` for RLVR responses) -> the scores on the last response token ->
@@ -21,6 +22,7 @@ from collections.abc import Callable
 
 from roll.algorithms.kl import make_kl_controller
 from roll.config.base import BaseConfig
+from roll.config.lora import reference_from_actor, wants_reference
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import episode_rows
@@ -53,6 +55,8 @@ class PPOTrainer:
         self.normalizer = score_normalizer(cfg)
         self.kl_ctl = make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
         self.signal = SignalWatch(cfg.zero_signal_patience)
+        # LoRA with lora_reference adapters_off: reference log-probs from actor_train (no reference worker runs)
+        self.reference_from_actor = reference_from_actor(cfg) and wants_reference(cfg)
 
     def log_probs(self, step: int, batch: Batch) -> dict[str, float]:
         """Old log-probs (unless skipped), reference log-probs and critic values into ``batch``; returns their
@@ -64,9 +68,12 @@ class PPOTrainer:
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)
             check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))
             timings["time/old_log_probs"] = time.perf_counter() - t
-        if roles.reference is not None:
+        if roles.reference is not None or self.reference_from_actor:
             t = time.perf_counter()
-            batch["ref_log_probs"] = roles.reference.compute_log_probs(batch)
+            if roles.reference is not None:
+                batch["ref_log_probs"] = roles.reference.compute_log_probs(batch)
+            else:  # LoRA: the base model is the actor with its adapters off
+                batch["ref_log_probs"] = roles.actor_train.compute_base_log_probs(batch)
             check_batch_if(cfg.strict_data_check, batch, "ref_log_probs", required=("ref_log_probs",))
             timings["time/ref_log_probs"] = time.perf_counter() - t
         if roles.critic is not None:

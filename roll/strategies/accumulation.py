@@ -21,6 +21,7 @@ import torch
 
 from roll.data.batch import Batch
 from roll.models.logprobs import token_log_probs
+from roll.models.lora import adapter_config, adapters_off, is_peft
 from roll.strategies.base import LossFn, TrainingStrategy
 from roll.strategies.microbatch import accumulation_weights, micro_batches, scatter_rows
 from roll.strategies.schedule import lr_at
@@ -143,11 +144,25 @@ class BatchedForward:
 
 
 class ForwardLogProbs:
-    """``compute_log_probs`` as :meth:`BatchedForward.forward_batch` (the scoring side of a torch backend)."""
+    """``compute_log_probs`` as :meth:`BatchedForward.forward_batch` (the scoring side of a torch backend); with
+    LoRA, also the base model's log-probs and the adapter's peft config."""
 
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         """``{"log_probs": (B, L-1)[, "entropy": (B, L-1)]}`` over inference micro-batches."""
         return self.forward_batch(batch, "log_probs", with_entropy)  # type: ignore[attr-defined]
+
+    def compute_base_log_probs(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """``{"log_probs": (B, L-1)}`` of the base model: the LoRA adapters disabled (peft's ``disable_adapter``),
+        the reference log-probs of a LoRA run without a reference worker."""
+        model = self._model()  # type: ignore[attr-defined]
+        if not is_peft(model):
+            raise TypeError(f"{type(self).__name__}: compute_base_log_probs needs LoRA (model_args.lora_target)")
+        with adapters_off(model):
+            return self.forward_batch(batch, "log_probs")  # type: ignore[attr-defined]
+
+    def adapter_config(self) -> dict[str, Any]:
+        """The LoRA adapter's peft config as a plain dict (what an engine's ``load_adapter`` takes)."""
+        return adapter_config(self._model())  # type: ignore[attr-defined]
 
 
 class ScheduledSteps:

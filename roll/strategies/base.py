@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -111,6 +111,11 @@ class InferenceStrategy(Strategy):
     ) -> list[GenerationOutput]:
         """Sample one continuation per prompt (token ids in, token ids out)."""
 
+    def load_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], config: dict[str, Any]) -> None:
+        """Serve a LoRA adapter on top of the loaded weights: peft's state-dict names and tensors (a trainer's
+        ``adapter_weights``) and its peft config (``adapter_config``); the receiving side of an adapter-only sync."""
+        raise NotImplementedError(f"{type(self).__name__} cannot serve LoRA adapters")
+
 
 class TrainingStrategy(Strategy):
     """What the two training roles share: optimizer steps, weights out, checkpoints."""
@@ -164,7 +169,25 @@ class TrainingStrategy(Strategy):
 
 
 class TrainStrategy(TrainingStrategy, ScoringStrategy):
-    """The ``actor_train`` role: trains the policy and scores sequences with it (old log-probs)."""
+    """The ``actor_train`` role: trains the policy and scores sequences with it (old log-probs). A backend that
+    trains LoRA adapters (``model_args.lora_target``) sets :attr:`supports_lora` and implements the three methods
+    below (the preflight refuses LoRA on any other)."""
+
+    #: whether the backend builds LoRA adapters from ``model_args`` (:mod:`roll.models.lora`)
+    supports_lora: ClassVar[bool] = False
+
+    def compute_base_log_probs(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """``{"log_probs": (B, L-1)}`` with the LoRA adapters off: the base model's (reference) log-probs."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapters")
+
+    def adapter_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """The LoRA adapter's whole tensors under peft's state-dict names (the sending side of an adapter-only
+        sync); every rank calls (gathers may be collective), rank 0 returns them, the others may return ``[]``."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapters")
+
+    def adapter_config(self) -> dict[str, Any]:
+        """The LoRA adapter's peft config as a plain dict (with :meth:`adapter_weights`, what an engine loads)."""
+        raise NotImplementedError(f"{type(self).__name__} trains no LoRA adapters")
 
 
 class CriticStrategy(TrainingStrategy):

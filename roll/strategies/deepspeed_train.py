@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from roll.config.lora import lora_settings
 from roll.config.strategies import DeepSpeedTrainOptions
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
+from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.build_locks import prepare_deepspeed_comm
@@ -118,15 +120,18 @@ class DeepSpeedTrainer(AccumulatingTrainer):
 
         init_deepspeed_distributed(ctx.seed)
         margs, targs = self.config.model_args, self.config.training_args
+        self.lora = lora_settings(margs)
         model = self._load_model()
         if not margs.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False
+        if self.lora is not None:
+            model = add_adapters(model, self.lora, checkpointing=not margs.disable_gradient_checkpointing)
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
         # foreach: one kernel per operation over all tensors (torch's default on CUDA only; on CPU the per-tensor
         # loop cost more than the rest of a small model's step), with the same results bit for bit
         optimizer = torch.optim.AdamW(
-            model.parameters(),
+            [p for p in model.parameters() if p.requires_grad],  # with LoRA: the adapters only
             lr=targs.learning_rate,
             foreach=True,
             betas=(targs.adam_beta1, targs.adam_beta2),
@@ -144,6 +149,7 @@ class DeepSpeedTrainer(AccumulatingTrainer):
             model=model, optimizer=optimizer, config=self.ds_config
         )
         self.torch_optimizer = optimizer  # ZeRO wraps it; its per-parameter state is the Adam moments
+        self.export = export_plan(self.engine.module) if self.lora is not None else None
         self.device = self.engine.device
         self.total_steps = targs.max_steps or ctx.total_steps
         self.optimizer_steps = 0
@@ -189,39 +195,50 @@ class DeepSpeedTrainer(AccumulatingTrainer):
         warm start's large supervised gradients keep the first RL updates about as small as their ratio."""
         self.torch_optimizer.state.clear()
 
-    def _gathered(self):
+    def _gathered(self, names: list[str] | None = None):
+        """Whole parameters (all, or those ``names``) inside the context: ZeRO-3 gathers them collectively."""
         import deepspeed
 
-        params = [p for _, p in self.engine.module.named_parameters()]
-        return deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=self.zero_stage == 3)
+        params = dict(self.engine.module.named_parameters())
+        chosen = list(params.values()) if names is None else [params[n] for n in names]
+        return deepspeed.zero.GatheredParameters(chosen, modifier_rank=None, enabled=self.zero_stage == 3)
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
         """Every rank must call this (ZeRO-3 gathers collectively); only rank 0 copies the weights out, the other
-        ranks return an empty list rather than shipping identical copies."""
+        ranks return an empty list rather than shipping identical copies. With LoRA: the plain model's weights with
+        the adapters merged in (:func:`roll.models.lora.export_plan`)."""
         with self._gathered():
             if self.rank != 0:
                 return []
-            return [(n, p.detach().to("cpu", copy=True)) for n, p in self.engine.module.named_parameters()]
+            params = {n: p.detach() for n, p in self.engine.module.named_parameters()}
+            if self.export is None:
+                return [(n, p.to("cpu", copy=True)) for n, p in params.items()]
+            return [(e.name, e.merge(params).to("cpu", copy=True)) for e in self.export]
 
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """The buckets :meth:`weight_buckets` gathers: names, dtypes, full shapes (ZeRO-3 shards report
-        ``ds_shape``, so no gather is needed), in ``named_parameters`` order; the same on every rank. A tied
-        ``lm_head`` is not a separate parameter."""
-        specs = [(n, getattr(p, "ds_shape", p.shape), p.dtype) for n, p in self.engine.module.named_parameters()]
+        """Buckets of the full weights (names, dtypes, full shapes; ZeRO-3 shards report ``ds_shape``), in
+        ``named_parameters`` order; the same on every rank. A tied ``lm_head`` is not a separate parameter. With
+        LoRA: the plain model's weights (the merged export of :meth:`named_weights`)."""
+        params = dict(self.engine.module.named_parameters())
+        entries = self.export or [ExportEntry(n, n) for n in params]
+        specs = [
+            (e.name, getattr(params[e.source], "ds_shape", params[e.source].shape), params[e.source].dtype)
+            for e in entries
+        ]
         return plan_bucket_metas(specs, bucket_bytes)
 
     def weight_buckets(self, bucket_bytes: int) -> Iterator[NamedTensors]:
         """The full weights on this worker's device, one bucket of :meth:`weight_bucket_metas` at a time.
 
         Every rank must iterate (ZeRO-3 gathers each bucket collectively). The tensors are the parameters
-        themselves: valid, and not to be modified, until the next bucket is requested."""
-        import deepspeed
-
+        themselves (with LoRA, merged weights are new tensors): valid, and not to be modified, until the next
+        bucket is requested."""
         params = dict(self.engine.module.named_parameters())
+        entries = {e.name: e for e in self.export or [ExportEntry(n, n) for n in params]}
         for meta in self.weight_bucket_metas(bucket_bytes):
-            bucket = [params[n] for n in meta.names]
-            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None, enabled=self.zero_stage == 3):
-                tensors = [p.data for p in bucket]
+            chosen = [entries[n] for n in meta.names]
+            with self._gathered([s for e in chosen for s in e.sources()]):
+                tensors = [e.merge({s: params[s].data for s in e.sources()}) for e in chosen]
                 for name, shape, t in zip(meta.names, meta.shapes, tensors):
                     if list(t.shape) != shape:
                         raise RuntimeError(
@@ -237,17 +254,56 @@ class DeepSpeedTrainer(AccumulatingTrainer):
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))
 
     def save_pretrained(self, path: str) -> None:
-        weights = dict(self.named_weights())
+        """The model and tokenizer in Hugging Face format, written by rank 0 (every rank must call it); with LoRA,
+        a peft adapter directory (``adapter_config.json``, ``adapter_model.safetensors``)."""
+        weights = self._adapter_tensors() if self.export is not None else dict(self.named_weights())
         if self.rank == 0:
             Path(path).mkdir(parents=True, exist_ok=True)
             self.engine.module.save_pretrained(path, state_dict=weights)
             self.tokenizer.save_pretrained(path)
 
+    def _adapter_tensors(self) -> dict[str, torch.Tensor]:
+        """The adapter's parameters, whole, as CPU copies on rank 0 (``{}`` on the others; ZeRO-3 gathers them
+        collectively, so every rank must call)."""
+        names = adapter_names(self.engine.module)
+        with self._gathered(names):
+            if self.rank != 0:
+                return {}
+            params = dict(self.engine.module.named_parameters())
+            return {n: params[n].detach().to("cpu", copy=True) for n in names}
+
+    def adapter_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The LoRA adapter's tensors under peft's state-dict names, as CPU copies on rank 0 (``[]`` on the
+        others); every rank must call."""
+        tensors = self._adapter_tensors()
+        return list(adapter_state_dict(self.engine.module, tensors).items()) if tensors else []
+
     def save_checkpoint(self, path: str) -> None:
-        self.engine.save_checkpoint(path, tag="engine", client_state={"optimizer_steps": self.optimizer_steps})
+        """DeepSpeed's checkpoint; with LoRA without the frozen base weights: the adapter and its optimizer states
+        (``exclude_frozen_parameters``, and a state-dict hook for what that keeps: a tied LM head, which
+        ``named_parameters`` does not list)."""
+        lora = self.export is not None
+        keep = set(adapter_names(self.engine.module)) if lora else set()
+
+        def adapter_only(module, state, prefix, metadata) -> None:
+            for name in [n for n in state if n.removeprefix(prefix) not in keep]:
+                del state[name]
+
+        hook = self.engine.module.register_state_dict_post_hook(adapter_only) if lora else None
+        try:
+            self.engine.save_checkpoint(
+                path,
+                tag="engine",
+                client_state={"optimizer_steps": self.optimizer_steps},
+                exclude_frozen_parameters=lora,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
 
     def load_checkpoint(self, path: str) -> None:
-        _, client = self.engine.load_checkpoint(path, tag="engine")
+        """Restore :meth:`save_checkpoint` (with LoRA, the base weights stay those loaded at start)."""
+        _, client = self.engine.load_checkpoint(path, tag="engine", load_module_strict=self.export is None)
         self.optimizer_steps = int((client or {}).get("optimizer_steps", 0))
 
     def offload_states(self) -> None:
@@ -291,7 +347,10 @@ class DeepSpeedTrainer(AccumulatingTrainer):
 
 
 class DeepSpeedTrainStrategy(ForwardLogProbs, DeepSpeedTrainer, TrainStrategy):
-    """``deepspeed_train`` in the ``actor_train`` role: a causal LM that trains and scores."""
+    """``deepspeed_train`` in the ``actor_train`` role: a causal LM that trains and scores; with LoRA keys, its
+    adapters train and the base stays frozen (:mod:`roll.models.lora`)."""
+
+    supports_lora = True
 
 
 class DeepSpeedCriticStrategy(ValueHeadCritic, DeepSpeedTrainer, CriticStrategy):

@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 
 from roll.config.fsdp2 import FSDP2Options, fsdp2_options
+from roll.config.lora import lora_settings
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
+from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
@@ -73,13 +75,17 @@ class FSDP2Trainer(AccumulatingTrainer):
         )
         if not margs.disable_gradient_checkpointing:
             enable_activation_checkpointing(model)
+        self.lora = lora_settings(margs)
+        if self.lora is not None:
+            model = add_adapters(model, self.lora, checkpointing=not margs.disable_gradient_checkpointing)
         self.mesh = device_mesh(self.device, self.world_size, self.options.fsdp_size)
         self.model = shard_model(
             model, self.mesh, self.options, self.compute_dtype, reduce_dtype=self.options.reduce_dtype
         )
+        self.export = export_plan(self.model) if self.lora is not None else None
         self.tokenizer = load_tokenizer(margs.model_name_or_path)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],  # with LoRA: the adapters only
             lr=targs.learning_rate,
             foreach=True,
             betas=(targs.adam_beta1, targs.adam_beta2),
@@ -130,29 +136,54 @@ class FSDP2Trainer(AccumulatingTrainer):
         reshard_all(self.model)
         return dict(self.model.named_parameters())
 
+    def _entries(self) -> list[ExportEntry]:
+        """What the weight export sends: every parameter, or with LoRA the plain model's merged weights."""
+        return self.export or [ExportEntry(n, n) for n in self._params()]
+
+    def _exported(self, entry: ExportEntry, params: dict[str, torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        """One exported weight, whole, on this worker's device in ``dtype`` (collective: every rank calls); a
+        merged weight is computed from the fp32 master shards before the cast."""
+        if entry.lora_a is None:
+            return full_tensor(params[entry.source], self.device, dtype)
+        return entry.merge({s: full_tensor(params[s], self.device) for s in entry.sources()}).to(dtype)
+
     def weight_bucket_metas(self, bucket_bytes: int) -> list[BucketMeta]:
-        """The buckets :meth:`weight_buckets` gathers: names, ``model_args.dtype``, full shapes, in
-        ``named_parameters`` order; the same on every rank."""
-        dtype = DTYPES[self.config.model_args.dtype]
-        return plan_bucket_metas([(n, p.shape, dtype) for n, p in self._params().items()], bucket_bytes)
+        """Buckets of the full weights (names, ``model_args.dtype``, full shapes) in ``named_parameters`` order;
+        the same on every rank. With LoRA: the plain model's weights, adapters merged in."""
+        params, dtype = self._params(), DTYPES[self.config.model_args.dtype]
+        return plan_bucket_metas([(e.name, params[e.source].shape, dtype) for e in self._entries()], bucket_bytes)
 
     def weight_buckets(self, bucket_bytes: int) -> Iterator[NamedTensors]:
         """The full weights on this worker's device in ``model_args.dtype``, one bucket of
         :meth:`weight_bucket_metas` at a time. Every rank must iterate (each tensor is gathered collectively); the
         tensors are fresh copies, valid until the next bucket is requested."""
         params, dtype = self._params(), DTYPES[self.config.model_args.dtype]
+        entries = {e.name: e for e in self._entries()}
         for meta in self.weight_bucket_metas(bucket_bytes):
-            yield [(name, full_tensor(params[name], self.device, dtype)) for name in meta.names]
+            yield [(name, self._exported(entries[name], params, dtype)) for name in meta.names]
 
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """Every rank must call this (gathers are collective); rank 0 returns CPU copies, the others ``[]``."""
-        dtype = DTYPES[self.config.model_args.dtype]
+        """Every rank must call this (gathers are collective); rank 0 returns CPU copies, the others ``[]``. With
+        LoRA: the plain model's weights with the adapters merged in (:func:`roll.models.lora.export_plan`)."""
+        params, dtype = self._params(), DTYPES[self.config.model_args.dtype]
         out = []
-        for name, param in self._params().items():
-            tensor = full_tensor(param, self.device, dtype)
+        for entry in self._entries():
+            tensor = self._exported(entry, params, dtype)
             if self.rank == 0:
-                out.append((name, tensor.cpu()))
+                out.append((entry.name, tensor.cpu()))
         return out
+
+    def _adapter_tensors(self) -> dict[str, torch.Tensor]:
+        """The adapter's parameters, whole, in ``model_args.dtype`` as CPU copies on rank 0 (``{}`` on the others;
+        every rank must call: the gathers are collective)."""
+        params, dtype = self._params(), DTYPES[self.config.model_args.dtype]
+        tensors = {n: full_tensor(params[n], self.device, dtype).cpu() for n in adapter_names(self.model)}
+        return tensors if self.rank == 0 else {}
+
+    def adapter_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The LoRA adapter's tensors under peft's state-dict names (rank 0; ``[]`` on the others; collective)."""
+        tensors = self._adapter_tensors()
+        return list(adapter_state_dict(self.model, tensors).items()) if tensors else []
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace weights with whole tensors (each rank keeps its shard; no communication)."""
@@ -164,10 +195,18 @@ class FSDP2Trainer(AccumulatingTrainer):
 
     def save_pretrained(self, path: str) -> None:
         """The full state dict (parameters and persistent buffers, gathered tensor by tensor to rank 0's CPU) in
-        ``model_args.dtype``, saved by rank 0 with the tokenizer. Every rank must call it."""
+        ``model_args.dtype``, saved by rank 0 with the tokenizer; with LoRA, a peft adapter directory
+        (``adapter_config.json``, ``adapter_model.safetensors``). Every rank must call it."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         reshard_all(self.model)
+        if self.export is not None:
+            adapter = self._adapter_tensors()
+            if self.rank == 0:
+                Path(path).mkdir(parents=True, exist_ok=True)
+                self.model.save_pretrained(path, state_dict=adapter)
+                self.tokenizer.save_pretrained(path)
+            return
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
             dtype = DTYPES[self.config.model_args.dtype]
@@ -178,15 +217,16 @@ class FSDP2Trainer(AccumulatingTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str) -> None:
-        """DCP shards of the model and (when it has state) the optimizer, plus ``roll_state.json``. An optimizer
-        without state (reset, no step since) is recorded as such rather than saved: DCP would first fill it by a
-        zero step, and the resumed run would then count one Adam step too many."""
+        """DCP shards of the model (with LoRA: the adapter) and (when it has state) the optimizer, plus
+        ``roll_state.json``. An optimizer without state (reset, no step since) is recorded as such rather than
+        saved: DCP would first fill it by a zero step, and the resumed run would then count one Adam step too
+        many."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         reshard_all(self.model)
         has_moments = bool(self.optimizer.state)
-        state = {"model": get_model_state_dict(self.model)}
+        state = {"model": self._model_state()}
         if has_moments:
             state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.save(state, checkpoint_id=path)
@@ -198,9 +238,10 @@ class FSDP2Trainer(AccumulatingTrainer):
             torch.distributed.barrier()  # rank 0's file exists before anyone reports the save done
 
     def load_checkpoint(self, path: str) -> None:
+        """Restore :meth:`save_checkpoint` (with LoRA, the base weights stay those loaded at start)."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
+            StateDictOptions,
             get_optimizer_state_dict,
             set_model_state_dict,
             set_optimizer_state_dict,
@@ -208,15 +249,26 @@ class FSDP2Trainer(AccumulatingTrainer):
 
         info = json.loads((Path(path) / STATE_FILE).read_text())
         reshard_all(self.model)
-        state = {"model": get_model_state_dict(self.model)}
+        state = {"model": self._model_state()}
         self.optimizer.state.clear()
         if info["optimizer_state"]:
             state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.load(state, checkpoint_id=path)
-        set_model_state_dict(self.model, state["model"])
+        set_model_state_dict(self.model, state["model"], options=StateDictOptions(strict=self.export is None))
         if info["optimizer_state"]:
             set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.optimizer_steps = int(info["optimizer_steps"])
+
+    def _model_state(self) -> dict[str, torch.Tensor]:
+        """The model state a checkpoint holds (the shards): everything, or with LoRA the adapter only (the frozen
+        base weights, a tied LM head included, are those loaded at start)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        state = get_model_state_dict(self.model)
+        if self.export is None:
+            return state
+        keep = set(adapter_names(self.model))
+        return {k: v for k, v in state.items() if k in keep}
 
     # ------------------------------------------------------------------ offload between phases (colocated GPUs)
     def offload_states(self) -> None:
@@ -240,7 +292,10 @@ class FSDP2Trainer(AccumulatingTrainer):
 
 
 class FSDP2TrainStrategy(ForwardLogProbs, FSDP2Trainer, TrainStrategy):
-    """``fsdp2_train`` in the ``actor_train`` role: a causal LM that trains and scores."""
+    """``fsdp2_train`` in the ``actor_train`` role: a causal LM that trains and scores; with LoRA keys, its
+    adapters train and the base stays frozen (:mod:`roll.models.lora`)."""
+
+    supports_lora = True
 
 
 class FSDP2CriticStrategy(ValueHeadCritic, FSDP2Trainer, CriticStrategy):

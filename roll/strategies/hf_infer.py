@@ -18,6 +18,7 @@ from roll.models.decode import decode
 from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
+from roll.models.lora import is_peft, load_adapter
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
@@ -198,11 +199,26 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         if self.turn_cache is not None:
             self.turn_cache.clear()  # keys and values of the old weights
+        if is_peft(self.model):
+            raise RuntimeError(
+                "hf_infer.load_weights: the engine serves a LoRA adapter (load_adapter); with LoRA the base weights "
+                "never change, so send the adapter (load_adapter), not full (merged) weights"
+            )
         params = dict(self.model.named_parameters())
         for name, tensor in named_tensors:
             if name not in params:
                 raise KeyError(f"hf_infer.load_weights: no parameter {name!r} in the model")
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    @torch.no_grad()
+    def load_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], config: dict[str, Any]) -> None:
+        """Serve a LoRA adapter (peft's state-dict names, a trainer's ``adapter_weights``; ``config``: its
+        ``adapter_config``) on the loaded weights: the model is wrapped by peft on the first call, later calls
+        replace the adapter's tensors (:func:`roll.models.lora.load_adapter`). A peft model generates with
+        ``generate`` (the lean decode loop reads the base weights only)."""
+        if self.turn_cache is not None:
+            self.turn_cache.clear()  # keys and values of the old adapter
+        self.model = load_adapter(self.model, named_tensors, config).eval()
 
     def load_weight_bucket(self, payloads: list[bytes], flush: bool = True) -> None:
         """Copy one CUDA-IPC bucket (:mod:`roll.weights.ipc`) into the parameters: a device-to-device

@@ -99,7 +99,10 @@ def test_alias_on_the_command_line():
             ["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
             r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported",
         ),
-        (["+actor_train.model_args.lora_rank=8"], r"^actor_train.model_args.lora_rank=8: .*LoRA is not implemented"),
+        (
+            ["+actor_train.model_args.freeze_module_prefix=embed"],
+            r"^actor_train.model_args.freeze_module_prefix='embed': .*freezing modules is not implemented",
+        ),
         (
             ["async_generation_ratio=0.5"],
             r"^async_generation_ratio=0.5: must be a whole number >= 0; the policy versions",
@@ -117,7 +120,7 @@ def test_conflicts_and_unsupported_keys_are_one_line(extra, match):
 
 
 def test_off_values_of_unsupported_keys_pass():
-    assert _load(extra=["async_generation_ratio=0", "+actor_train.model_args.lora_rank=null"])
+    assert _load(extra=["async_generation_ratio=0", "+actor_train.model_args.freeze_module_prefix=null"])
 
 
 def test_translate_leaves_roll_names_and_backend_sections_alone():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from types import SimpleNamespace
 
 import pytest
 
@@ -94,10 +93,11 @@ def test_shape_refuses_what_it_cannot_count():
 
 
 def test_lora_fields_read_in_one_place():
-    assert lora_of(ModelArgs()) == (0, LINEAR_MODULES)  # the fields are not in ModelArgs yet: LoRA off
-    assert lora_of(SimpleNamespace(lora_rank=8, lora_target="q_proj, v_proj")) == (8, ("q_proj", "v_proj"))
-    assert lora_of(SimpleNamespace(lora_rank=8, lora_target=["o_proj"])) == (8, ("o_proj",))
-    assert lora_of(SimpleNamespace(lora_rank=16, lora_target="all-linear")) == (16, LINEAR_MODULES)
+    assert lora_of(ModelArgs()) == (0, ())  # no lora_target: full fine-tuning
+    assert lora_of(ModelArgs(lora_rank=8, lora_target="q_proj, v_proj")) == (8, ("q_proj", "v_proj"))
+    assert lora_of(ModelArgs(lora_rank=8, lora_target=["o_proj"])) == (8, ("o_proj",))
+    assert lora_of(ModelArgs(lora_rank=16, lora_target="all-linear")) == (16, LINEAR_MODULES)
+    assert lora_of(ModelArgs(lora_target="all-linear")) == (8, LINEAR_MODULES)  # ROLL's default rank
 
 
 # ---------------------------------------------------------------------------- activations and logits, by hand
@@ -203,7 +203,7 @@ def test_checkpointed_backward_peaks_at_the_larger_of_head_and_recomputed_layer(
             training_args={"per_device_train_batch_size": size, "gradient_accumulation_steps": 1},
         )
         cfg = load(tmp_path, "ckpt", gpu_config(models["0.5b"], train, rollout_batch_size=size * 8))
-        cfg.actor_train.model_args.lora_rank = 8
+        cfg.actor_train.model_args.lora_target, cfg.actor_train.model_args.lora_rank = "all-linear", 8
         n = size * 2048
         working = terms(plan_memory(cfg, GPU), "actor_train", "working")
         expected = {"LM-head chunk": gib(1766 * 151936 * 2 * 2), "recomputed layer": gib(n * 57344)}
@@ -217,7 +217,7 @@ def test_lora_freezes_the_base_and_drops_the_reference(tmp_path, models):
     cfg = load(tmp_path, "lora", gpu_config(models["7b"], reference=worker("hf_infer", {}, [0])))
     full = plan_memory(cfg, GPU)
     assert "reference" in full.roles
-    cfg.actor_train.model_args.lora_rank = 32  # the field the LoRA work adds (read by lora_of)
+    cfg.actor_train.model_args.lora_target, cfg.actor_train.model_args.lora_rank = "all-linear", 32
     plan = plan_memory(cfg, GPU)
     assert terms(plan, "actor_train") == pytest.approx(
         {
@@ -384,7 +384,8 @@ def test_7b_full_weights_on_one_80gb_gpu_refused_in_one_line(tmp_path, models, m
     assert re.match(
         r"roll: config error: memory: \d+\.\d GiB needed on GPU 0 in the training phase "
         r"\(actor_train Adam moments 56\.7 GiB the largest\) > 79\.2 GiB: .*"
-        r"LoRA \(actor_train\.model_args\.lora_rank=32\) -> \d+\.\d GiB",
+        r"LoRA \(actor_train\.model_args\.lora_target=all-linear "
+        r"actor_train\.model_args\.lora_rank=32\) -> \d+\.\d GiB",
         err[0],
     ), err[0]
     assert gib(P_7B * 8) == pytest.approx(56.73, abs=0.005)
@@ -392,7 +393,7 @@ def test_7b_full_weights_on_one_80gb_gpu_refused_in_one_line(tmp_path, models, m
 
 def test_7b_lora_accepted_and_estimate_printed(tmp_path, models, capsys):
     cfg = load(tmp_path, "lora7b", gpu_config(models["7b"]))
-    cfg.actor_train.model_args.lora_rank = 32
+    cfg.actor_train.model_args.lora_target, cfg.actor_train.model_args.lora_rank = "all-linear", 32
     preflight(cfg)
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[roll] memory estimate: "))
     assert re.search(r"peak \d+\.\d of 79\.2 GiB on GPU 0 in the (rollout|training) phase", line)
@@ -404,7 +405,7 @@ def test_each_proposed_change_shows_the_estimate_of_that_change(tmp_path, models
     assert not plan.fits
     proposals = dict(suggestions(cfg, plan))
     by_label = {w.label: w for w in what_ifs(cfg, plan)}
-    assert "LoRA (actor_train.model_args.lora_rank=32)" in proposals
+    assert "LoRA (actor_train.model_args.lora_target=all-linear actor_train.model_args.lora_rank=32)" in proposals
     for label, peak in proposals.items():
         assert plan_memory(changed(cfg, by_label[label].changes), GPU).peak().total == pytest.approx(peak)
         assert peak < plan.peak().total
@@ -456,7 +457,7 @@ def test_doctor_prints_the_table_and_fails_a_refused_config(tmp_path, models, ca
     assert re.search(
         r"^gpu memory\s+estimated peak <= GPU memory\s+\d+\.\d GiB on GPU 0 \(training\)\s+error", out, re.M
     )
-    assert "LoRA (actor_train.model_args.lora_rank=32)" in out
+    assert "LoRA (actor_train.model_args.lora_target=all-linear actor_train.model_args.lora_rank=32)" in out
 
 
 def test_doctor_row_of_a_fitting_config_and_of_an_unknown_gpu(tmp_path, models):

@@ -173,6 +173,9 @@ def test_unsupported_names_the_reason():
     sliding = tiny("qwen2")
     sliding.config.layer_types = ["sliding_attention", "full_attention"]
     assert "sliding" in unsupported(sliding)
+    from peft import LoraConfig, get_peft_model
+
+    assert "peft" in unsupported(get_peft_model(tiny("qwen2"), LoraConfig(r=2, target_modules=["q_proj"])))
 
 
 @pytest.mark.parametrize("penalty", [1.0, 1.2])

@@ -20,7 +20,7 @@ from roll.pipelines.agentic_pipeline import AgenticPipeline
 STEPS = 4
 
 
-def _config(tiny_model_dir: str, out: Path, *extra: str) -> AgenticConfig:
+def _config(tiny_model_dir: str, out: Path, *extra: str, name: str = "sokoban_tiny") -> AgenticConfig:
     overrides = [
         f"pretrain={tiny_model_dir}",
         "tiny_model=null",
@@ -53,7 +53,7 @@ def _config(tiny_model_dir: str, out: Path, *extra: str) -> AgenticConfig:
         "entropy_loss_coef=0.01",
         *extra,
     ]
-    return load_config("sokoban_tiny", overrides=overrides)
+    return load_config(name, overrides=overrides)
 
 
 class _Interrupted(Exception):
@@ -74,15 +74,14 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return dict(AutoModelForCausalLM.from_pretrained(path).named_parameters())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["deepspeed_train", "fsdp2_train"])
-def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, strategy):
-    train = f"actor_train.strategy_args.strategy_name={strategy}"
+def _straight_and_resumed(tiny_model_dir: str, tmp_path: Path, monkeypatch, *extra: str, name: str = "sokoban_tiny"):
+    """Run the config straight, and again killed after step 2's checkpoint and resumed; returns both output dirs
+    after checking that their steps after the checkpoint logged the same metrics."""
     straight = tmp_path / "straight"
-    AgenticPipeline(_config(tiny_model_dir, straight, train)).run()
+    AgenticPipeline(_config(tiny_model_dir, straight, *extra, name=name)).run()
 
     resumed = tmp_path / "resumed"
-    pipe = AgenticPipeline(_config(tiny_model_dir, resumed, train))
+    pipe = AgenticPipeline(_config(tiny_model_dir, resumed, *extra, name=name))
     real_step = AgenticPipeline.train_step
 
     def step_then_die(self, step):
@@ -98,7 +97,7 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, stra
     (ckpt.checkpoints_root(resumed) / "step_3").mkdir()
     (ckpt.checkpoints_root(resumed) / ".tmp-step_4").mkdir()
     assert ckpt.resolve_resume(True, resumed).name == "step_2"
-    AgenticPipeline(_config(tiny_model_dir, resumed, train, "resume_from_checkpoint=true")).run()
+    AgenticPipeline(_config(tiny_model_dir, resumed, *extra, "resume_from_checkpoint=true", name=name)).run()
 
     a, b = _metrics_by_step(straight), _metrics_by_step(resumed)
     for step in range(STEPS // 2 + 1, STEPS + 1):
@@ -111,6 +110,14 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, stra
         assert a[step]["actor/pg_loss"] != 0.0
         for k in keys:
             assert b[step][k] == pytest.approx(a[step][k], rel=1e-5, abs=1e-6), (step, k)
+    return straight, resumed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["deepspeed_train", "fsdp2_train"])
+def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, strategy):
+    train = f"actor_train.strategy_args.strategy_name={strategy}"
+    straight, resumed = _straight_and_resumed(tiny_model_dir, tmp_path, monkeypatch, train)
     wa, wb = _weights(straight / "final"), _weights(resumed / "final")
     mid = _weights(straight / "checkpoints" / "step_2" / "actor_hf")
     assert max(float((wa[n] - mid[n]).abs().max()) for n in wa) > 1e-4  # steps 3-4 trained
@@ -124,6 +131,29 @@ def test_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, stra
             assert (step2 / part).exists(), part
         state = ckpt.read_state(step2)
         assert state["step"] == 2 and state["tracker_run_id"] and "kl_ctl" in state
+
+
+def _adapter(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path / "adapter_model.safetensors")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["deepspeed_train", "fsdp2_train"])
+def test_lora_resume_matches_straight_run(tiny_model_dir, tmp_path, monkeypatch, strategy):
+    """The same with LoRA (sokoban_tiny_lora, a KL loss to the base model): the checkpoint's actor is a peft
+    adapter directory, and the resumed run's metrics and final adapter equal the straight run's."""
+    extra = (f"actor_train.strategy_args.strategy_name={strategy}", "use_kl_loss=true", "kl_loss_coef=0.01")
+    straight, resumed = _straight_and_resumed(tiny_model_dir, tmp_path, monkeypatch, *extra, name="sokoban_tiny_lora")
+    wa, wb = _adapter(straight / "final"), _adapter(resumed / "final")
+    mid = _adapter(straight / "checkpoints" / "step_2" / "actor_hf")
+    assert max(float((wa[n] - mid[n]).abs().max()) for n in wa) > 1e-4  # steps 3-4 trained the adapter
+    for name, tensor in wa.items():
+        torch.testing.assert_close(wb[name], tensor, rtol=0, atol=1e-6)
+    step2 = ckpt.checkpoints_root(straight) / "step_2"
+    assert (step2 / "actor_hf" / "adapter_config.json").is_file()
+    assert not list((step2 / "actor_hf").glob("model*.safetensors"))  # the adapter, not a copy of the base
 
 
 def test_resolve_resume_rules(tmp_path):

@@ -12,7 +12,9 @@ compares, on CPU, to ``OUT_DIR/<scenario>_rank<r>.pt``. Scenarios:
 - ``weights``: bucket plan, bucket contents and ``named_weights`` after ``load_weights`` of known tensors, the HF
   export of them (``OUT_DIR/hf``), and a gather/scatter round trip through an unevenly sharded parameter;
 - ``infer``: ``fsdp2_infer`` log-probs with unequal micro-batch counts per rank (rank 1 gets no samples at all);
-- ``critic``: one critic step (values and the applied gradients).
+- ``critic``: one critic step (values and the applied gradients);
+- ``lora``: one step with LoRA adapters, the adapter and the merged export as gathered on every rank, the base
+  model's log-probs, and a checkpoint round trip.
 """
 
 from __future__ import annotations
@@ -49,11 +51,15 @@ def strategy(
     accum: int = 4,
     options: dict | None = None,
     dynamic: bool = False,
+    lora: bool = False,
 ):
-    """A strategy of this rank; ``per_device x accum x WORLD`` is the global step."""
+    """A strategy of this rank; ``per_device x accum x WORLD`` is the global step; ``lora``: rank-4 adapters on
+    every linear layer."""
     cfg = WorkerConfig()
     cfg.model_args.model_name_or_path = model_dir
     cfg.model_args.disable_gradient_checkpointing = True
+    if lora:
+        cfg.model_args.lora_target, cfg.model_args.lora_rank, cfg.model_args.lora_alpha = "all-linear", 4, 8
     cfg.strategy_args.strategy_name = name
     cfg.strategy_args.strategy_config = {**OPTIONS, **(options or {})}
     cfg.training_args.per_device_train_batch_size = per_device
@@ -68,10 +74,11 @@ def strategy(
 
 
 def applied_grads(s) -> dict[str, torch.Tensor]:
-    """Adam's first moment after one step / (1 - beta1): the clipped gradient, gathered (collective)."""
+    """Adam's first moment after one step / (1 - beta1): the clipped gradient, gathered (collective), of every
+    parameter the optimizer steps (with LoRA: the adapters)."""
     beta1 = s.config.training_args.adam_beta1
     state = s.optimizer.state
-    return {n: state[p]["exp_avg"].full_tensor() / (1 - beta1) for n, p in s.model.named_parameters()}
+    return {n: state[p]["exp_avg"].full_tensor() / (1 - beta1) for n, p in s.model.named_parameters() if p in state}
 
 
 def count_reduce_scatters() -> list[int]:
@@ -177,6 +184,31 @@ def critic(model_dir: str, out: Path) -> dict:
     return {"metrics": metrics, "grads": applied_grads(s)}
 
 
+def lora(model_dir: str, out: Path) -> dict:
+    """LoRA: one step, then what every rank's gathers give (the adapter, the merged export, its buckets), the base
+    log-probs, and a checkpoint round trip (step, save, step == load, step)."""
+    loss = PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean"))
+    chunk = _batch().select(ORDER).chunk(WORLD)[RANK]
+    s = strategy(model_dir, per_device=2, accum=4 // WORLD, dynamic=True, lora=True)
+    metrics = s.train_step(chunk, loss)
+    result = {
+        "metrics": metrics,
+        "grads": applied_grads(s),
+        "adapter": dict(s.adapter_weights()),
+        "named": dict(s.named_weights()),
+        "buckets": [[(n, t.clone()) for n, t in b] for b in s.weight_buckets(20000)],
+        "base_log_probs": s.compute_base_log_probs(_batch())["log_probs"],
+    }
+    s.save_checkpoint(str(out / "lora_ckpt"))
+    second = _batch(seed=2).chunk(WORLD)[RANK]
+    straight = s.train_step(second, loss)
+    resumed = strategy(model_dir, per_device=2, accum=4 // WORLD, dynamic=True, lora=True)
+    resumed.load_checkpoint(str(out / "lora_ckpt"))
+    result["steps"] = (straight, resumed.train_step(second, loss))
+    result["adapters"] = (dict(s.adapter_weights()), dict(resumed.adapter_weights()))
+    return result
+
+
 def to_cpu(value):
     """``value`` with every tensor in it (nested dicts, lists, tuples) copied to CPU (GPU runs)."""
     if torch.is_tensor(value):
@@ -190,7 +222,7 @@ def to_cpu(value):
 
 def main(scenarios: str, model_dir: str, out_dir: str) -> None:
     out = Path(out_dir)
-    run = {"train": train, "resume": resume, "weights": weights, "infer": infer, "critic": critic}
+    run = {"train": train, "resume": resume, "weights": weights, "infer": infer, "critic": critic, "lora": lora}
     for scenario in scenarios.split(","):
         result = run[scenario](model_dir, out)
         torch.save(to_cpu(result), out / f"{scenario}_rank{RANK}.pt")
