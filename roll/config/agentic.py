@@ -231,6 +231,12 @@ class EnvManagerConfig:
     conformance_samples: int = fld(4, "Trajectories per rollout checked against the chat template (0 = off).")
     batch_max_size: int = fld(256, "Dynamic batching across env managers: most prompts merged into one generate call.")
     batch_max_wait_ms: float = fld(20.0, "Dynamic batching: most milliseconds a request waits for others to join.")
+    gateway_wait_s: float = fld(
+        10.0,
+        "Agent tags (env_manager_cls: proxy): seconds a turn's batch waits for every open episode's next model call "
+        "before it generates without the late ones (lock-step, like env steps: while every harness calls within "
+        "it, a run is reproducible); at most a quarter of the tags' agent_timeout; 0 = do not wait.",
+    )
     generating_args: GeneratingArgs | None = fld(
         None,
         "Sampling of this manager's rollouts (ROLL's per-manager block); None = actor_infer.generating_args. "
@@ -437,6 +443,7 @@ def check_env_manager_runtime(manager: EnvManagerConfig, name: str) -> None:
         ("conformance_samples", manager.conformance_samples >= 0, "must be >= 0 (0 = off)"),
         ("batch_max_size", manager.batch_max_size >= 1, "must be >= 1 prompts"),
         ("batch_max_wait_ms", manager.batch_max_wait_ms >= 0, "must be >= 0 milliseconds"),
+        ("gateway_wait_s", manager.gateway_wait_s >= 0, "must be >= 0 seconds (0 = do not wait)"),
     ]
     for key, ok, expected in rules:
         if not ok:

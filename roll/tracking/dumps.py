@@ -5,7 +5,8 @@ computed (``train``) and once per validation round (``val``); ``roll view`` turn
 
 Layout under ``<logging_dir>/trajectories/``:
 
-- ``meta.json``: ``{"format": 1, "pipeline": "agentic" | "rlvr", "envs": {tag: {"env_type", "grid_symbols"}}}``;
+- ``meta.json``: ``{"format": 1, "pipeline": "agentic" | "rlvr", "envs": {tag: {"env_type", "grid_symbols"}}}``
+  (a tag played by an agent harness: ``{"env_type": null, "agent_runner": <import path>, "grid_symbols": null}``);
 - ``train/step_<step:05d>.jsonl`` every ``every`` steps, ``val/step_<step:05d>.jsonl`` at every validation;
   one JSON object per trajectory (RLVR: per response), at most ``cap`` per file: whole groups in rollout
   order, so a group is never cut (unless one group alone exceeds the cap). Validation seeds are fixed, so the
@@ -20,6 +21,10 @@ A record::
                 "action": "Up", "valid": true, "reward": -0.1, "finish": "stop",
                 "tokens": ["<answer>", "Up", "</answer>", "<|im_end|>"], "mask": [1, 1, 1, 1],
                 "adv": [0.52, 0.52, 0.52, 0.52], "logp": [-0.01, -0.3, 0.0, -0.02]}]}
+
+A record of a harness tag (``agent_runner`` in ``meta.json``) adds ``"harness"`` (the runner's import path) and
+``"messages"``: the conversation as the harness sent it (``{"role", "content"}``; tool calls as ``<tool_call>``
+text); its turns' ``observation`` is the last message before each reply.
 
 ``failure`` is null, or (agentic) the one-line error of a trajectory that an env exception, timeout or non-finite
 reward ended; such records follow the batch's, carry ``"error": {"kind", "type", "at", "turn"}`` (see
@@ -82,6 +87,7 @@ class TrajectoryLike(Protocol):
     failure_turn: int | None
     env_metrics: dict[str, float]
     final_observation: str | None
+    messages: list[dict[str, str]]
 
     @property
     def score(self) -> float: ...
@@ -178,7 +184,8 @@ class TrajectoryDumps:
         cap: at most this many trajectories (RLVR: responses) per file (0: no limit).
         tokenizer: decodes prompts and single tokens.
         pipeline: ``"agentic"`` or ``"rlvr"`` (recorded in ``meta.json`` for the viewer).
-        envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}`` (agentic).
+        envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}``, or for a tag played by an
+            agent harness ``{"env_type": None, "agent_runner": ..., "grid_symbols": None}`` (agentic).
     """
 
     def __init__(
@@ -285,6 +292,7 @@ class TrajectoryDumps:
             "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()},
             "turns": turns,
             "final_observation": traj.final_observation,
+            **self._harness(traj),
             **(
                 {
                     "error": {
@@ -298,6 +306,13 @@ class TrajectoryDumps:
                 else {}
             ),
         }
+
+    def _harness(self, traj: TrajectoryLike) -> dict[str, Any]:
+        """``harness`` and ``messages`` of an episode of a harness tag (nothing for an env tag)."""
+        runner = self.meta["envs"].get(traj.tag, {}).get("agent_runner")
+        if not runner:
+            return {}
+        return {"harness": runner, "messages": [dict(m) for m in traj.messages]}
 
     def _response(
         self,

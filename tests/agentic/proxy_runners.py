@@ -30,3 +30,31 @@ def harness(task: AgentTask, turns: int = 2, crash: list | None = None, hang: li
         return AgentResult(0.0)
     log = play(task.base_url, task.api_key, task.seed, turns=turns)
     return AgentResult(reward=float(task.seed % 2), metrics={"calls": float(len(log))})
+
+
+def jittery(task: AgentTask, turns: int = 3) -> AgentResult:
+    """Three model calls with a random pause (0-60 ms, from the clock, not the seed) before each: the order in which
+    the requests of a turn reach the gateway changes from run to run."""
+    import random
+    import time
+
+    rng = random.Random(time.perf_counter_ns())
+    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+    messages = [{"role": "user", "content": f"Count from {task.seed % 97}."}]
+    for _ in range(turns):
+        time.sleep(rng.random() * 0.06)
+        text = client.chat.completions.create(model=task.model, messages=messages).choices[0].message.content or ""
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Go on."}]
+    return AgentResult(float(len(text) % 3))
+
+
+def always_raises(task: AgentTask) -> AgentResult:
+    """Fails every episode the same way, after one model call."""
+    play(task.base_url, task.api_key, task.seed, turns=1)
+    raise RuntimeError(f"no tool named 'search' (seed {task.seed})")
+
+
+def always_hangs(task: AgentTask) -> AgentResult:
+    """Never returns within the episode's time (it waits twice ``agent_timeout``)."""
+    threading.Event().wait(task.timeout_s * 2)
+    return AgentResult(0.0)

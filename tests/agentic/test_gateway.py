@@ -259,3 +259,49 @@ def test_length_cut_and_stop_strings(tools_dir):
     assert tok.decode(second.response_ids[: second.generated], skip_special_tokens=False) == "<think>t3</think>"
     assert second.appended_eos and second.response_ids[-1] == tok.eos_token_id
     assert second.starts_sample  # a different conversation than the first reply continues
+
+
+def test_async_client_logprobs_and_openai_error_format(tools_dir):
+    """The async client gets the same service as the sync one; ``logprobs`` returns the recorded log-probs; what is
+    not served (the Responses API, an unknown route, a forced tool call, a JSON-schema response format) is a
+    4xx in OpenAI's error format that the client parses, naming the key."""
+    import asyncio
+
+    import httpx
+
+    tok = load_tokenizer(tools_dir)
+    gateway = _gateway(tools_dir, ScriptedEngine(tok, think=False))
+    try:
+        sid, key = gateway.start_session(64)
+
+        async def ask() -> object:
+            async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key=key, max_retries=0) as client:
+                return await client.chat.completions.create(
+                    model="m", messages=first_messages(2), tools=TOOLS, logprobs=True, parallel_tool_calls=False
+                )
+
+        reply = asyncio.run(ask()).choices[0]
+        record = gateway.session(sid).turns[0]
+        assert reply.finish_reason == "tool_calls" and reply.message.tool_calls[0].function.name == "add"
+        assert (
+            [c.logprob for c in reply.logprobs.content]
+            == record.response_log_probs
+            == [-0.5] * len(record.response_ids)
+        )
+        assert "".join(c.token for c in reply.logprobs.content) == tok.decode(record.response_ids)
+        client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
+        with pytest.raises(openai.NotFoundError, match="Responses and legacy Completions APIs are not served"):
+            client.responses.create(model="m", input="hi")
+        with pytest.raises(openai.BadRequestError) as forced:
+            client.chat.completions.create(model="m", messages=first_messages(2), tools=TOOLS, tool_choice="required")
+        assert forced.value.code == "unsupported_parameter" and forced.value.param == "tool_choice"
+        assert "tool_choice='auto'" in forced.value.message  # the fix, in the message
+        with pytest.raises(openai.BadRequestError, match="response_format"):
+            client.chat.completions.create(
+                model="m", messages=first_messages(2), response_format={"type": "json_object"}
+            )
+        lost = httpx.get(gateway.base_url + "/nothing-here", headers={"Authorization": f"Bearer {key}"})
+        assert lost.status_code == 404 and lost.json()["error"]["code"] == "not_found"
+        assert len(gateway.session(sid).turns) == 1  # refused requests are not turns
+    finally:
+        gateway.stop()

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoTokenizer
 
 from roll.agentic.render_dump import env_descriptions
+from roll.config.agentic import CustomEnvConfig
 from roll.data.layout import trajectories_to_batch
 from roll.data.rlvr_dataset import RLVRExample
 from roll.data.trajectory import Trajectory, Turn
@@ -78,7 +79,7 @@ def test_agentic_dump_aligns_advantages_and_masks(tmp_path, tokenizer) -> None:
     rows, width = batch["input_ids"].shape
     # advantage of log-prob index t in row i = 100 i + t, so every dumped value names where it came from
     batch["advantages"] = torch.arange(width - 1).repeat(rows, 1).float() + 100 * torch.arange(rows)[:, None]
-    envs = env_descriptions(SimpleNamespace(custom_envs={"SimpleSokoban": SimpleNamespace(env_type="sokoban")}))
+    envs = env_descriptions(SimpleNamespace(custom_envs={"SimpleSokoban": CustomEnvConfig(env_type="sokoban")}))
     dumps = TrajectoryDumps(tmp_path, every=2, cap=4, tokenizer=tokenizer, pipeline="agentic", envs=envs)
 
     assert dumps.agentic("train", 1, trajs, batch) is None  # not due: every 2 steps
@@ -198,3 +199,21 @@ def test_failed_trajectories_follow_the_batch_with_their_error(tmp_path, tokeniz
     at = f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"
     assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
     assert "adv" not in records[2]["turns"][0] and records[2]["turns"][1]["mask"] == [1, 0]  # not trained on
+
+
+def test_harness_episodes_are_labelled_as_such(tmp_path, tokenizer) -> None:
+    """A tag played by an agent harness is no env of its ``env_type`` (the default, sokoban, included): meta.json names
+    its runner and no grid symbols, and its records carry the runner and the conversation the harness sent."""
+    harness = CustomEnvConfig(env_manager_cls="proxy", agent_runner_cls="my_agents.guess.play")
+    envs = env_descriptions(SimpleNamespace(custom_envs={"Guess": harness, "SimpleSokoban": CustomEnvConfig()}))
+    assert envs["Guess"] == {"env_type": None, "agent_runner": "my_agents.guess.play", "grid_symbols": None}
+    assert envs["SimpleSokoban"]["grid_symbols"] == SYMBOLS
+    agent, env = make_trajectory(tokenizer, 0, 0, success=False), make_trajectory(tokenizer, 1, 0, success=False)
+    agent.tag = "Guess"
+    agent.messages = [{"role": "user", "content": "Find the number."}, {"role": "assistant", "content": "7"}]
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic", envs).agentic("val", 1, [agent, env])
+    first, second = [json.loads(line) for line in path.read_text().splitlines()]
+    assert first["harness"] == "my_agents.guess.play" and first["messages"] == agent.messages
+    assert "harness" not in second and "messages" not in second
+    meta = json.loads((tmp_path / "trajectories" / "meta.json").read_text())
+    assert meta["envs"]["Guess"]["env_type"] is None and meta["envs"]["Guess"]["grid_symbols"] is None

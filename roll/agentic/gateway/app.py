@@ -18,7 +18,9 @@ def build_app(gateway: Any) -> Any:
 
     import anyio
     from fastapi import Body, FastAPI, Header, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
 
     @asynccontextmanager
     async def lifespan(_: Any):  # one worker thread per waiting request: a turn's requests batch into one call
@@ -29,10 +31,23 @@ def build_app(gateway: Any) -> Any:
 
     @app.exception_handler(GatewayError)
     def _error(_: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"message": exc.message, "type": "invalid_request_error", "code": exc.code}},
-            status_code=exc.status,
-        )
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    def _http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
+        what = f"{request.method} {request.url.path}"
+        message = f"roll's gateway does not serve {what}; it serves POST /v1/chat/completions and GET /v1/models"
+        if request.url.path.rstrip("/").endswith(("/responses", "/completions")) and "chat" not in request.url.path:
+            message += (
+                " (the Responses and legacy Completions APIs are not served: use your framework's chat-completions"
+                " model class, docs/agents.md)"
+            )
+        code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+        return _error(request, GatewayError(exc.status_code, message, code))
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:  # a body that is not JSON
+        return _error(request, GatewayError(400, f"the request body is not a JSON object: {exc.errors()[:1]}"))
 
     def admin(authorization: str | None) -> None:
         if (authorization or "").removeprefix("Bearer ").strip() != gateway.admin_key:

@@ -37,6 +37,13 @@ def env_manager_class(manager: EnvManagerConfig, custom_envs: dict[str, CustomEn
     return EnvManager
 
 
+def lockstep_wait(manager: EnvManagerConfig, groups: list[GroupSpec]) -> float:
+    """How long a turn's batch waits for late harnesses: ``gateway_wait_s``, at most a quarter of the shortest
+    ``agent_timeout`` of the manager's tags (so that waiting for a hung harness never times out the others)."""
+    limits = [g.env.agent_timeout / 4 for g in groups if g.env.agent_timeout > 0]
+    return min([manager.gateway_wait_s, *limits])
+
+
 class ProxyEnvManager:
     """Owns ``group_size`` episode slots per group, one gateway and the runners of its tags (same constructor and
     :meth:`rollout` as :class:`~roll.agentic.env_manager.EnvManager`)."""
@@ -61,7 +68,7 @@ class ProxyEnvManager:
             generating_args,
             sequence_length,
             honor_temperature=False,
-            max_wait_ms=manager.batch_max_wait_ms,
+            wait_s=lockstep_wait(manager, groups),
         )
         self.gateway.start()
         self.runners: dict[str, AgentRunner] = {
@@ -102,7 +109,9 @@ class ProxyEnvManager:
                         tag=spec.tag,
                         seed=seed,
                     )
-                    sid, key = self.gateway.start_session(spec.env.max_tokens_per_step, spec.env.tool_parser)
+                    sid, key = self.gateway.start_session(
+                        spec.env.max_tokens_per_step, spec.env.tool_parser, name=traj.traj_id
+                    )
                     task = self._task(spec, traj, key)
                     episodes.append((spec, traj, sid))
                     sessions.append(self.gateway.session(sid))

@@ -27,11 +27,17 @@ from roll.data.trajectory import Turn
 
 
 class GatewayError(Exception):
-    """An error answered in OpenAI's format: HTTP ``status``, ``message``, ``code``."""
+    """An error answered in OpenAI's format: HTTP ``status``, ``message``, ``code`` and the request key it is about
+    (``param``, or None): ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error", param: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI's clients parse (``openai.BadRequestError.code`` is ``code``)."""
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
 def _arguments(value: Any) -> Any:
@@ -89,6 +95,7 @@ class Session:
     key: str
     tool_parser: str
     max_tokens: int
+    order: int = 0  # the gateway's start order: a turn's batch holds its requests in this order (reproducible)
     turns: list[Turn] = field(default_factory=list)
     history: list[str] = field(default_factory=list)  # message keys of the last request + the returned reply
     messages: list[dict[str, Any]] = field(default_factory=list)  # the conversation so far (template form)
