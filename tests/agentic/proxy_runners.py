@@ -8,7 +8,7 @@ import threading
 import openai
 
 from roll.agentic.gateway.runners import AgentResult, AgentTask
-from tests.agentic.gateway_harness import play
+from tests.agentic.gateway_harness import TOOLS, play
 
 LATE: list[str] = []  # what the requests of abandoned (hung) harnesses got
 LOCK = threading.Lock()
@@ -58,3 +58,38 @@ def always_hangs(task: AgentTask) -> AgentResult:
     """Never returns within the episode's time (it waits twice ``agent_timeout``)."""
     threading.Event().wait(task.timeout_s * 2)
     return AgentResult(0.0)
+
+
+def greedy(task: AgentTask, catch: bool = False) -> float | None:
+    """Ignores ``task.max_turns``: calls until the gateway refuses (then raises its error, or stops when ``catch``),
+    posting 0.25 for each turn."""
+    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+    messages = [{"role": "user", "content": "Go."}]
+    while True:
+        try:
+            text = client.chat.completions.create(model=task.model, messages=messages).choices[0].message.content
+        except openai.BadRequestError as exc:
+            if catch and exc.code == "max_turns_exceeded":
+                return None
+            raise
+        client.post("/reward", body={"reward": 0.25, "turn": -1}, cast_to=object)
+        messages += [{"role": "assistant", "content": text or ""}, {"role": "user", "content": "Again."}]
+
+
+def wrapped_error(task: AgentTask) -> AgentResult:
+    """Fails the way agent frameworks do: the API's error wrapped in the framework's own, its message on a second
+    line (smolagents: ``AgentGenerationError: Error while generating output:\\n<the 400>``)."""
+    client = openai.OpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+    try:
+        client.chat.completions.create(
+            model=task.model, messages=[{"role": "user", "content": "Go."}], tools=TOOLS, tool_choice="required"
+        )
+    except openai.BadRequestError as exc:
+        raise RuntimeError(f"Error while generating output:\n{exc}") from exc
+    return AgentResult(0.0)
+
+
+def tool_caller(task: AgentTask) -> float:
+    """Two calls offering the add tool; the tiny model's replies are whatever they are (the tests script them)."""
+    play(task.base_url, task.api_key, task.seed, turns=2)
+    return 0.0

@@ -22,7 +22,7 @@ def test_the_example_on_the_page_is_the_file_that_trains():
 
 def test_every_framework_has_an_example_a_config_and_a_page():
     rows = re.findall(r"^\| (.+?) \| `(examples/agents/\w+\.py)`.*?\| \[.*?\]\((\w+\.md)\) \|$", DOC, re.M)
-    assert len(rows) == 3, rows
+    assert len(rows) == 4, rows
     for _, example, page in rows:
         assert (REPO / example).is_file() and (REPO / "docs" / page).is_file()
         text = (REPO / "docs" / page).read_text()

@@ -15,32 +15,8 @@ from roll.agentic.gateway.server import Gateway
 from roll.config.agentic import CustomEnvConfig
 from roll.config.worker import GeneratingArgs
 from roll.models.loading import load_tokenizer
-from roll.rollout.client import BatchClient
-from roll.strategies.base import GenerationOutput
-
-
-class Script(BatchClient):
-    """Replies with the next text of ``texts`` (then repeats the last), as canonical token ids ending the turn."""
-
-    def __init__(self, tokenizer, texts: list[str]):
-        super().__init__(self)
-        self.tokenizer, self.texts, self.calls = tokenizer, texts, 0
-
-    def generate(self, prompts, args, max_new_tokens=None):
-        out = []
-        for _ in prompts:
-            text = self.texts[min(self.calls, len(self.texts) - 1)]
-            self.calls += 1
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-            out.append(GenerationOutput(ids, [-0.5] * len(ids), "stop"))
-        return out
-
-    def leave(self) -> None:
-        """Nothing to do."""
-
-
-def call(name: str, **arguments) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+from tests.agentic.gateway_parts import TextEngine
+from tests.agentic.gateway_parts import tool_call as call
 
 
 @pytest.fixture
@@ -52,9 +28,9 @@ def scripted(tiny_model_dir):
         tok = load_tokenizer(tiny_model_dir)
         gateway = Gateway(tok, GeneratingArgs(max_new_tokens=64), 4096)
         gateway.start()
-        gateway.engine.use(Script(tok, texts))
+        gateway.engine.use(TextEngine(tok, texts))
         gateways.append(gateway)
-        sid, key = gateway.start_session(64)
+        sid, key = gateway.start_session(64, max_turns=max_turns)  # as the env manager starts it
         env = CustomEnvConfig(max_actions_per_traj=max_turns)
         task = AgentTask(gateway.base_url, key, "roll-policy", seed, "T", env, 0.0, "answer", 0, 0, "train")
         return task, lambda: gateway.session(sid)
@@ -117,3 +93,47 @@ def test_the_sandboxed_shell_keeps_the_repository_and_nothing_else():
     )
     assert offline["returncode"] != 0  # no network inside
     assert shell.execute({"command": "exit 3"})["returncode"] == 3
+
+
+def test_smolagents_defaults_are_refused_with_the_fix_in_the_message(scripted):
+    """ToolCallingAgent sends tool_choice="required" unless told otherwise: the gateway refuses the forced call, and
+    the whole error, as the failure line shows it, names the refusal and the one-line fix."""
+    from smolagents import OpenAIModel, ToolCallingAgent
+
+    from examples.agents.smolagents_letters import letters
+    from roll.agentic.failures import describe
+
+    task, record = scripted(["unused"])
+    model = OpenAIModel(task.model, api_base=task.base_url, api_key=task.api_key, client_kwargs={"max_retries": 0})
+    agent = ToolCallingAgent(tools=[letters], model=model, max_steps=2, verbosity_level=0)
+    with pytest.raises(Exception) as info:
+        agent.run("How many letters does kiwi have?")
+    line = describe(info.value)
+    assert line.startswith("AgentGenerationError: Error while generating output: Error code: 400 - "), line
+    assert "tool_choice='required' is not supported by roll's gateway" in line and " <- BadRequestError" in line
+    assert "smolagents: OpenAIModel(..., tool_choice='auto')" in line and record().turns == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_smolagents_counts_with_its_tool_streamed_or_not(scripted, stream):
+    from examples.agents.smolagents_letters import count
+
+    task, record = scripted(
+        [call("letters", word="apple"), call("letters", word="apple"), call("final_answer", answer="10")]
+    )
+    result = count(task, stream=stream)  # seed 0: apple and apple
+    assert result.reward == 1.0 and result.success
+    turns = record().turns
+    assert [json.loads(t.parsed_action)[0][0] for t in turns] == ["letters", "letters", "final_answer"]
+    assert "5" in turns[1].observation and not record().turn_limit_hit
+
+
+def test_smolagents_extra_final_call_meets_the_turn_limit(scripted):
+    """smolagents asks for a final answer after max_steps: one call past the turn budget, refused by the gateway;
+    smolagents takes the refusal as its answer, so the harness returns and the episode counts as cut by the limit."""
+    from examples.agents.smolagents_letters import count
+
+    task, record = scripted(["I think so.", "Not sure."], max_turns=2)
+    result = count(task)
+    assert result.reward == 0.0 and not result.success  # no number in the refusal
+    assert len(record().turns) == 2 and record().turn_limit_hit

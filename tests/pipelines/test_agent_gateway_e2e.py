@@ -1,8 +1,8 @@
-"""Agent harnesses through the gateway, end to end through the real start script on CPU: the shipped Sokoban
-harness (one step; asynchronously), and harnesses built on real frameworks, unchanged (the OpenAI Agents SDK,
-LangGraph, mini-swe-agent, and the plain ``openai`` harness of docs/agents.md), each trained two steps with a learning
-signal: non-zero advantages and gradient, every episode played through the gateway (none failed), the trainer's
-log-probs equal to the recorded ones, and no connection leaving the machine (``tests/agentic/netguard``)."""
+"""Agent harnesses through the gateway, end to end through the real start script on CPU: the shipped Sokoban harness
+(one step; asynchronously), and harnesses built on real frameworks, unchanged (the OpenAI Agents SDK, LangGraph,
+mini-swe-agent, smolagents, and the plain ``openai`` harness of docs/agents.md), each trained two steps with a
+learning signal: non-zero advantages and gradient, every episode played through the gateway (none failed), the
+trainer's log-probs equal to the recorded ones, and no connection leaving the machine (``tests/agentic/netguard``)."""
 
 from __future__ import annotations
 
@@ -133,6 +133,7 @@ def test_gateway_example_trains_asynchronously(tmp_path, tiny_model_dir):
         ("openai_agents_tiny", "Shop"),  # the OpenAI Agents SDK, a function tool
         ("langgraph_tiny", "Calculator"),  # LangGraph, a tool node
         ("mini_swe_tiny", "BugFix"),  # mini-swe-agent, shell commands in roll's sandbox
+        ("smolagents_tiny", "Letters"),  # smolagents' ToolCallingAgent, replies streamed
     ],
 )
 def test_framework_harness_trains_through_the_gateway(config, tag, tmp_path, tiny_model_dir):
@@ -142,7 +143,8 @@ def test_framework_harness_trains_through_the_gateway(config, tag, tmp_path, tin
 @pytest.mark.slow
 def test_a_harness_that_fails_every_episode_stops_the_run_with_one_line(tmp_path, tiny_model_dir):
     """The summary naming the harness's exception and line is the last line printed, with no traceback on the
-    terminal: the traceback is in the error log, which the stop line names."""
+    terminal: the traceback is in the error log, which the stop line names, and in the dump of the failed episodes
+    (written although step 1 is not a dump step), which the viewer shows."""
     proc = launch(
         tmp_path,
         "guess_number_agent_tiny",
@@ -150,6 +152,7 @@ def test_a_harness_that_fails_every_episode_stops_the_run_with_one_line(tmp_path
         *SMALL,
         "custom_envs.GuessNumber.agent_runner_cls=tests.agentic.proxy_runners.always_raises",
         "~custom_envs.GuessNumber.agent_runner_kwargs",
+        "trajectory_dump_steps=5",
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -160,3 +163,11 @@ def test_a_harness_that_fails_every_episode_stops_the_run_with_one_line(tmp_path
     log = tmp_path / "out" / "logs" / "error.log"
     assert f"run stopped by RolloutFailed at step 1 (traceback in {log})" in proc.stdout
     assert "in always_raises" in log.read_text()
+    records = [
+        json.loads(x) for x in (tmp_path / "out" / "logs" / "trajectories" / "train" / "step_00001.jsonl").open()
+    ]
+    assert records and all(r["failure"] and "in always_raises" in r["error"]["traceback"] for r in records)
+    assert all(r["harness"] == "tests.agentic.proxy_runners.always_raises" for r in records)
+    from roll.tracking.viewer.build import build_viewer
+
+    assert build_viewer(tmp_path / "out").is_file()

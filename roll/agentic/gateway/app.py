@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.agentic.gateway.openai_format import server_sent_events
 from roll.agentic.gateway.session import GatewayError
 
 #: Requests served at once (FastAPI's default of 40 threads would cap a generate call at 40 prompts).
@@ -19,7 +20,7 @@ def build_app(gateway: Any) -> Any:
     import anyio
     from fastapi import Body, FastAPI, Header, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
 
     @asynccontextmanager
@@ -54,8 +55,12 @@ def build_app(gateway: Any) -> Any:
             raise GatewayError(401, "this route needs the gateway's admin key", "invalid_api_key")
 
     @app.post("/v1/chat/completions")
-    def chat(body: dict = Body(...), authorization: str | None = Header(None)) -> dict:
-        return gateway.complete(gateway.session_of(authorization), body)
+    def chat(body: dict = Body(...), authorization: str | None = Header(None)) -> Any:
+        response = gateway.complete(gateway.session_of(authorization), body)
+        if not body.get("stream"):
+            return response
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))  # sampled as without streaming
+        return Response(server_sent_events(response, usage), media_type="text/event-stream")
 
     @app.get("/v1/models")
     def models(authorization: str | None = Header(None)) -> dict:
@@ -77,7 +82,9 @@ def build_app(gateway: Any) -> Any:
     def start(body: dict = Body(default={}), authorization: str | None = Header(None)) -> dict:
         admin(authorization)
         sid, key = gateway.start_session(
-            int(body.get("max_tokens", gateway.sampling.max_new_tokens)), body.get("tool_parser", "hermes")
+            int(body.get("max_tokens", gateway.sampling.max_new_tokens)),
+            body.get("tool_parser", "hermes"),
+            max_turns=int(body.get("max_turns", 0)),
         )
         return {"session_id": sid, "api_key": key, "base_url": gateway.base_url}
 

@@ -1,7 +1,9 @@
 """OpenAI's Chat Completions format on the gateway's side: which request keys are served, and the response objects.
 
 Served: ``messages``, ``tools``, ``tool_choice`` (``auto``, ``none``), ``max_tokens`` / ``max_completion_tokens``,
-``stop``, ``n`` = 1, ``logprobs`` (the log-probs the engine sampled with, per generated token), ``temperature``
+``stop``, ``n`` = 1, ``stream`` with ``stream_options.include_usage`` (the reply is sampled exactly as without
+streaming, then sent as server-sent events in OpenAI's chunk format: :func:`chunks`), ``logprobs`` (the log-probs
+the engine sampled with, per generated token), ``temperature``
 (only where the gateway does not fix the sampling; training fixes it), ``parallel_tool_calls`` (every call the model
 wrote is returned: a model cannot be stopped from writing two), ``response_format`` ``{"type": "text"}``. Keys that
 only label a request (``model``, ``user``, ``metadata``, ``store``, ``seed``, ``service_tier``, ...) are accepted and
@@ -25,7 +27,6 @@ REFUSED: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "top_logprobs": (None, 0),
-    "stream": (False, None),
 }
 #: How each framework asks for plain tool calls instead of forced ones (docs/agents.md has the same lines).
 FORCED_TOOLS_FIX = (
@@ -88,3 +89,32 @@ def logprobs(tokens: list[str], log_probs: list[float]) -> dict[str, Any]:
             for t, lp in zip(tokens, log_probs)
         ]
     }
+
+
+def chunks(response: dict[str, Any], include_usage: bool = False) -> list[dict[str, Any]]:
+    """A finished chat completion as the ``chat.completion.chunk`` objects a stream sends, in order: the role, the
+    content, each tool call (whole, with its index), the finish reason (with the log-probs, when asked for), and the
+    usage when ``include_usage`` (``stream_options``). Concatenated, they give the completion back."""
+    head = {k: response[k] for k in ("id", "created", "model")}
+    choice, message = response["choices"][0], response["choices"][0]["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        body = {"index": 0, "delta": delta, "logprobs": extra.pop("logprobs", None), "finish_reason": finish}
+        return {**head, "object": "chat.completion.chunk", "choices": [body], **extra}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if message.get("content"):
+        out.append(chunk({"content": message["content"]}, logprobs=choice["logprobs"]))
+    elif choice["logprobs"]:
+        out.append(chunk({}, logprobs=choice["logprobs"]))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": i, **call}]}))
+    out.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": response["usage"]})
+    return out
+
+
+def server_sent_events(response: dict[str, Any], include_usage: bool = False) -> str:
+    """:func:`chunks` as the body of a ``text/event-stream`` response, ending with ``data: [DONE]``."""
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks(response, include_usage)) + "data: [DONE]\n\n"

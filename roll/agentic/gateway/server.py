@@ -97,8 +97,11 @@ class Gateway:
         self.engine.stop()
 
     # ------------------------------------------------------------------ sessions
-    def start_session(self, max_tokens: int, tool_parser: str = "hermes", name: str | None = None) -> tuple[str, str]:
-        """A new session: ``(session id, key)``; ``max_tokens`` caps every reply of it. ``name`` makes the id
+    def start_session(
+        self, max_tokens: int, tool_parser: str = "hermes", name: str | None = None, max_turns: int = 0
+    ) -> tuple[str, str]:
+        """A new session: ``(session id, key)``; ``max_tokens`` caps every reply of it, ``max_turns`` (0: no limit)
+        its model calls (the next one is a 400 with code ``max_turns_exceeded``). ``name`` makes the id
         ``s-<name>`` (the env manager passes the trajectory id, so that ids, and the tool-call ids derived from them,
         are the same from run to run); the key is always random."""
         TOOL_PARSERS.resolve(tool_parser)
@@ -106,7 +109,9 @@ class Gateway:
         with self._lock:
             if session_id in self._sessions:
                 raise ValueError(f"a live session is already named {session_id!r}")
-            session = Session(session_id, secrets.token_urlsafe(24), tool_parser, max_tokens, order=self._started)
+            session = Session(
+                session_id, secrets.token_urlsafe(24), tool_parser, max_tokens, order=self._started, max_turns=max_turns
+            )
             self._started += 1
             self._sessions[session.session_id] = session
             self._by_key[session.key] = session
@@ -176,6 +181,7 @@ class Gateway:
         with session.lock:  # one request of a session at a time: each turn extends the last
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
+            session.check_turn_limit()
             prompt, prompt_ids, starts = session.plan(self.renderer, messages, tools)
             budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
             if budget < 1:
@@ -201,6 +207,8 @@ class Gateway:
                 if choice == "none" or not tools  # no tools offered: plain text
                 else TOOL_PARSERS.get(session.tool_parser)(text)
             )
+            offered = {(t.get("function") or {}).get("name") for t in tools or [] if isinstance(t, dict)}
+            parsed.errors += sum(c.name not in offered for c in parsed.calls)  # returned, but not a valid call
             reply = assistant_message(session.session_id, len(session.turns), parsed)
             session.record(
                 messages,
