@@ -107,10 +107,16 @@ def dump_val_renders(cfg: Any, trajs: Sequence[Trajectory], step: int) -> int:
 
 def env_descriptions(cfg: Any) -> dict[str, dict[str, Any]]:
     """Per env tag of ``cfg.custom_envs``: its ``env_type`` and ``grid_symbols`` (see
-    :class:`~roll.envs.base.TextEnv`), which trajectory dumps record so that viewers draw boards."""
+    :class:`~roll.envs.base.TextEnv`), which trajectory dumps record so that viewers draw boards; a tag played by an
+    agent harness through the gateway is ``{"env_type": null, "agent_runner": <agent_runner_cls>, "grid_symbols":
+    null}`` (its episodes are conversations, whatever env it names)."""
     from roll.envs.registry import get_env_class
 
     return {
-        tag: {"env_type": spec.env_type, "grid_symbols": get_env_class(spec.env_type).grid_symbols}
+        tag: (
+            {"env_type": None, "agent_runner": spec.agent_runner_cls, "grid_symbols": None}
+            if spec.uses_gateway
+            else {"env_type": spec.env_type, "grid_symbols": get_env_class(spec.env_type).grid_symbols}
+        )
         for tag, spec in cfg.custom_envs.items()
     }

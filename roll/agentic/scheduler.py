@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from roll.agentic.env_manager import ManagerResult, plan_groups
-from roll.agentic.failures import failure_report, print_lines
+from roll.agentic.failures import RolloutFailed, distinct, failure_details, failure_report, print_lines
 from roll.agentic.gateway.manager import env_manager_class
 from roll.config.agentic import AgenticConfig, EnvManagerConfig
 from roll.config.validation import global_train_batch
@@ -81,6 +81,7 @@ class RolloutScheduler:
         use_ray: bool,
     ):
         self.manager, self.phase, self.use_ray = manager, phase, use_ray
+        self.custom_envs = cfg.custom_envs
         self.prefix = "rollout" if phase == "train" else phase
         self.batch_multiple = train_batch_multiple(cfg) if phase == "train" else 1
         self.min_group = 2 if manager.group_size >= 2 else 1
@@ -174,7 +175,7 @@ class RolloutScheduler:
         lines, error_counts = failure_report(self.failed, self.phase, step, self.prefix)
         print_lines(lines)
         if not batch:
-            raise RuntimeError(self._empty_batch_message(step, everything, len(usable)))
+            raise self._empty_batch(step, everything, len(usable))
         metrics = self._metrics(results, batch, refills, time.perf_counter() - start)
         metrics.update(error_counts)
         return batch, metrics
@@ -233,7 +234,7 @@ class RolloutScheduler:
         lines, error_counts = failure_report(failed, self.phase, step, self.prefix)
         print_lines(lines)
         if not batch:
-            raise RuntimeError(self._empty_batch_message(step, trajectories + failed, len(trajectories)))
+            raise self._empty_batch(step, trajectories + failed, len(trajectories))
         p = self.prefix
         metrics.update(
             {
@@ -246,27 +247,45 @@ class RolloutScheduler:
         metrics.update(error_counts)
         return batch, metrics
 
-    def _empty_batch_message(self, step: int, trajectories: list[Trajectory], usable: int) -> str:
-        """Why a rollout gave no batch: what failed (by kind) and what was left, and the fix for that case."""
+    def _empty_batch(self, step: int, trajectories: list[Trajectory], usable: int) -> RolloutFailed:
+        """Why a rollout gave no batch, in one line: what failed (by kind, with the limit that applies to each tag)
+        and what was left, and the fix that fits the case; the failures' tracebacks ride along for the error log."""
         failed = [t for t in trajectories if t.failure]
-        kinds = {kind: sum(t.failure_kind == kind for t in failed) for kind in ("error", "timeout")}
+        kinds = {kind: [t for t in failed if t.failure_kind == kind] for kind in ("error", "timeout")}
         left = len(trajectories) - len(failed)
+        limits = ", ".join(sorted({self._time_limit(t.tag) for t in kinds["timeout"]}))
         what = (
-            f"{len(failed)} of {len(trajectories)} trajectories failed ({kinds['error']} raised or returned a "
-            f"non-finite reward, {kinds['timeout']} timed out after env_step_timeout="
-            f"{self.manager.env_step_timeout}s); {left} finished, {usable} of them in groups of >= "
-            f"{self.min_group}, too few for a batch (a multiple of {self.batch_multiple})"
+            f"{len(failed)} of {len(trajectories)} trajectories failed ({len(kinds['error'])} raised or returned a "
+            f"non-finite reward, {len(kinds['timeout'])} timed out{' after ' + limits if limits else ''}); {left} "
+            f"finished, {usable} of them in groups of >= {self.min_group}, too few for a batch (a multiple of "
+            f"{self.batch_multiple})"
         )
-        first = f"first failure: {failed[0].failure}" if failed else "no env failed"
-        fix = (
-            "fix the env (its failures are listed above)"
-            if kinds["error"] >= kinds["timeout"]
-            else "fix the env's hanging call, or raise env_step_timeout if it is only slow"
-        )
-        return (
-            f"{self.phase} rollout at step {step}: no usable trajectories: {what}; {first}. To go on: {fix}, "
-            f"or raise max_refill_rounds."
-        )
+        first = f"first failure: {failed[0].failure}" if failed else "no episode failed"
+        harness = any(self.custom_envs[t.tag].uses_gateway for t in failed if t.tag in self.custom_envs)
+        who = "harness" if harness else "env"
+        if len(kinds["error"]) >= len(kinds["timeout"]):
+            fix = f"fix the {who} (its failures are listed above)"
+            if failed and len({distinct(t) for t in failed}) == 1:
+                fix = f"fix the {who}: the same failure ended every failed episode"
+        elif harness:
+            fix = (
+                f"raise agent_timeout ({limits}) if the harness is only slow, or fix what it waits for (a model call "
+                f"that never returns, a tool that hangs)"
+            )
+        else:
+            fix = "fix the env's hanging call, or raise env_step_timeout if it is only slow"
+        if left and failed:  # refills help only where episodes can succeed
+            fix += ", or raise max_refill_rounds (each refill round plays every group again)"
+        message = f"{self.phase} rollout at step {step}: no usable trajectories: {what}; {first}. To go on: {fix}."
+        return RolloutFailed(message, failure_details(failed))
+
+    def _time_limit(self, tag: str) -> str:
+        """The limit whose expiry times out an episode of ``tag``: ``agent_timeout`` (harness) or
+        ``env_step_timeout`` (env)."""
+        spec = self.custom_envs.get(tag)
+        if spec is not None and spec.uses_gateway:
+            return f"agent_timeout={spec.agent_timeout:g}s (custom_envs.{tag})"
+        return f"env_step_timeout={self.manager.env_step_timeout:g}s"
 
     def _metrics(
         self, results: list[ManagerResult], batch: list[Trajectory], refills: int, wall: float
@@ -347,9 +366,9 @@ def rollout_metrics(trajectories: list[Trajectory], prefix: str = "rollout") -> 
         f"{prefix}/invalid_action_rate": invalid / max(1, actions),
         f"{prefix}/mean_actions": actions / n,
         f"{prefix}/truncated_by_length": sum(t.truncated_by_length for t in trajectories) / n,
-        f"{prefix}/response_tokens_per_turn": sum(len(turn.response_ids) for t in trajectories for turn in t.turns)
+        f"{prefix}/response_tokens_per_turn": sum(turn.generated for t in trajectories for turn in t.turns)
         / max(1, actions),
-        f"{prefix}/generated_tokens": float(sum(len(turn.response_ids) for t in trajectories for turn in t.turns)),
+        f"{prefix}/generated_tokens": float(sum(turn.generated for t in trajectories for turn in t.turns)),
     }
     by_tag: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:

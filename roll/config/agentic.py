@@ -23,7 +23,12 @@ class CustomEnvConfig:
 
     env_type: str = fld("sokoban", "Registered env name (see roll.envs.list_envs()).")
     env_config: dict[str, Any] = fld(default_factory=dict, help="Keyword arguments of the env constructor.")
-    max_actions_per_traj: int = fld(10, "Actions (turns) per trajectory before it is cut.", allowed=">= 1")
+    max_actions_per_traj: int = fld(
+        10,
+        "Actions (turns) per trajectory before it is cut (agent tags: model calls, enforced by the gateway: the "
+        "call past it is refused and the episode ends truncated).",
+        allowed=">= 1",
+    )
     max_tokens_per_step: int = fld(64, "Maximum tokens the model generates per turn.", allowed=">= 1")
     system_prompt: str = fld(
         "You are a helpful assistant that solves the task step by step.", "System message of every conversation."
@@ -82,14 +87,21 @@ class CustomEnvConfig:
         "fn(task, **kwargs), or roll.agentic.gateway.runners.CommandRunner); "
         "only with env_manager_cls: proxy.",
     )
-    agent_runner_kwargs: dict[str, Any] = fld(default_factory=dict, help="Keyword arguments of the agent runner.")
+    agent_runner_kwargs: dict[str, Any] = fld(
+        default_factory=dict,
+        help="Keyword arguments of the agent runner (checked against its signature); only with env_manager_cls: proxy.",
+    )
     agent_timeout: float = fld(
         600.0,
         "Seconds one agent episode may take; a slower one is abandoned, its session "
-        "closed and its trajectory counted as a timeout (0 = no limit).",
+        "closed and its trajectory counted as a timeout (0 = no limit); only with env_manager_cls: proxy.",
         allowed=">= 0; seconds, 0 = no limit",
     )
-    tool_parser: str = fld("hermes", "The gateway's tool-call parser (registry roll.agentic.gateway.tool_parsers).")
+    tool_parser: str = fld(
+        "hermes",
+        "The gateway's tool-call parser (registry roll.agentic.gateway.tool_parsers); only with env_manager_cls: "
+        "proxy.",
+    )
 
     #: the placeholders :meth:`turn_text` fills (roll's, then ROLL's StepEnvManager's)
     TEMPLATE_FIELDS = (
@@ -137,8 +149,12 @@ class CustomEnvConfig:
             self.env_manager_cls == "proxy" or self.env_manager_cls.endswith("ProxyEnvManager")
         )
 
+    #: Keys that only an agent harness tag (``env_manager_cls: proxy``) reads.
+    GATEWAY_KEYS = ("agent_runner_kwargs", "agent_timeout", "tool_parser")
+
     def check_agent(self, key: str) -> None:
-        """``env_manager_cls`` is known and ``agent_runner_cls`` is set exactly when the gateway is used."""
+        """``env_manager_cls`` is known, ``agent_runner_cls`` is set exactly when the gateway is used, and a tag
+        played by roll's env manager sets none of the gateway's keys (:attr:`GATEWAY_KEYS`)."""
         if self.env_manager_cls not in (None, "traj") and not self.uses_gateway:
             raise ConfigError(
                 f"{key}.env_manager_cls",
@@ -158,6 +174,16 @@ class CustomEnvConfig:
                 self.agent_runner_cls,
                 "agent runners play through the gateway: set env_manager_cls: proxy as well",
             )
+        if not self.uses_gateway:
+            default = CustomEnvConfig()
+            for name in self.GATEWAY_KEYS:
+                if getattr(self, name) != getattr(default, name):
+                    raise ConfigError(
+                        f"{key}.{name}",
+                        getattr(self, name),
+                        "is read only for tags played by an agent harness through the gateway (env_manager_cls: "
+                        "proxy with agent_runner_cls); roll's env manager plays this tag: remove the key, or set both",
+                    )
 
     def turn_text(
         self,
@@ -231,6 +257,13 @@ class EnvManagerConfig:
     )
     batch_max_wait_ms: float = fld(
         20.0, "Dynamic batching: most milliseconds a request waits for others to join.", allowed=">= 0"
+    )
+    gateway_wait_s: float = fld(
+        10.0,
+        "Agent tags (env_manager_cls: proxy): seconds a turn's batch waits for every open episode's next model call "
+        "before it generates without the late ones (lock-step, like env steps: while every harness calls within "
+        "it, a run is reproducible); at most a quarter of the tags' agent_timeout; 0 = do not wait.",
+        allowed=">= 0; seconds, 0 = do not wait",
     )
     generating_args: GeneratingArgs | None = fld(
         None,
@@ -391,6 +424,12 @@ class AgenticConfig(BaseConfig):
         for name in ("train_env_manager", "val_env_manager"):
             block = getattr(self, name)
             kinds = {self.custom_envs[t].uses_gateway for t in (block.tags if block else []) if t in self.custom_envs}
+            if block is not None and True not in kinds and block.gateway_wait_s != EnvManagerConfig().gateway_wait_s:
+                raise ConfigError(
+                    f"{name}.gateway_wait_s",
+                    block.gateway_wait_s,
+                    "is read only by managers of agent harness tags (env_manager_cls: proxy); this one plays envs",
+                )
             if len(kinds) > 1:
                 raise ConfigError(
                     f"{name}.tags",

@@ -56,6 +56,7 @@ class Trajectory:
     failure_type: str | None = None  # the exception's class name, "Timeout" or "NonFiniteReward"
     failure_at: str | None = None  # "file:line in function" that raised (the user's code when it is in the traceback)
     failure_turn: int | None = None  # model turns before the failure (0: in reset, k: in the step after reply k)
+    failure_traceback: str | None = None  # the exception's whole traceback, chained causes included (for the log)
     template_conforms: bool | None = None  # token ids == chat template of the whole conversation (None: unchecked)
     env_metrics: dict[str, float] = field(default_factory=dict)
     final_observation: str | None = None  # what the env showed after the last action (None: no step completed)

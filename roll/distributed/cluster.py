@@ -1,8 +1,9 @@
 """Starting or joining Ray.
 
 Local mode starts its own Ray instance (even where another run's Ray is up on the same machine), binds every Ray
-listener to loopback (127.0.0.1), starts no dashboard unless asked and sends no usage statistics; ``ray_address``
-joins an existing cluster instead.
+listener to loopback (127.0.0.1), keeps Ray's token authentication on (Ray's default; its notice saying so on every
+start is dropped), starts no dashboard unless asked and sends no usage statistics; ``ray_address`` joins an existing
+cluster instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def start_ray(
 
     if ray.is_initialized():
         return ray.cluster_resources()
+    keep = _keep_sigterm_handler()
     for key, value in LOOPBACK_ENV.items():
         os.environ.setdefault(key, value)
     # workers import user modules (custom envs, rewards) from the launch directory, like the driver
@@ -47,6 +49,7 @@ def start_ray(
     else:
         # "local": a new instance even where another run's Ray is up on this machine (without an address, Ray
         # joins the newest one it finds, and then refuses num_cpus)
+        _quiet_token_notice()
         ray.init(
             address="local",
             num_cpus=num_cpus,
@@ -58,4 +61,36 @@ def start_ray(
             configure_logging=True,
             log_to_driver=True,
         )
+    keep()
     return ray.cluster_resources()
+
+
+#: Ray's notice, on every start of a local cluster, that token authentication is on (docs/debugging.md says it once).
+TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _QuietTokenNotice(logging.Filter):
+    """Drops Ray's per-run notice that token authentication is on (it stays on: only the line goes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TOKEN_NOTICE not in record.getMessage()
+
+
+def _quiet_token_notice() -> None:
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _QuietTokenNotice) for f in logger.filters):
+        logger.addFilter(_QuietTokenNotice())
+
+
+def _keep_sigterm_handler() -> Any:
+    """``ray.init`` replaces the process's SIGTERM handler with ``sys.exit``; the returned function puts back a
+    handler of the launcher's own (which stops a run with its resume line, naming SIGTERM), if there is one."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous):  # the default: leave Ray's
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)

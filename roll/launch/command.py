@@ -4,7 +4,8 @@ Accepts ``--config-name``/``--config_name``, ``--config-path``/``--config_path``
 ``+key=value`` (add), ``++key=value`` (add or replace) and ``~key`` / ``~key=value`` (delete).
 A bad config prints one line naming the key and exits with code 2, before any worker starts; a run that stops
 because it cannot usefully go on (:class:`~roll.pipelines.base.RunStopped`) prints one line and exits with code 1.
-SIGTERM is handled like Ctrl-C (exit code 130, no traceback), so a killed run prints how to resume it.
+SIGTERM is handled like Ctrl-C (exit code 130, no traceback, named in the stop line), so a killed run prints how to
+resume it, whatever phase it was in.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
     from roll.config.loader import apply_system_envs
 
     args = parse_args(argv, default_config)
+    _drop_script_dir()
     if os.getcwd() not in sys.path:  # user modules (custom envs, rewards) import from the launch directory
         sys.path.insert(0, os.getcwd())
     try:
@@ -91,5 +93,14 @@ def run_pipeline(argv: Sequence[str] | None, schema: type, pipeline_factory: Cal
     return 0
 
 
+def _drop_script_dir() -> None:
+    """Python puts a script's own folder first on ``sys.path``; the start scripts' folder (``examples/``) holds
+    packages named like installed ones (``examples/agents`` would hide the OpenAI Agents SDK, ``agents``), so it is
+    not an import root: user modules import from the launch directory (and ``PYTHONPATH``)."""
+    script = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    if script and script != os.getcwd() and sys.path and os.path.abspath(sys.path[0] or ".") == script:
+        sys.path.pop(0)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # the stop line names it: "stopped by SIGTERM"

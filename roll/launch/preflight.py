@@ -417,7 +417,7 @@ def check_agents(cfg: AgenticConfig) -> None:
     tags = [t for t in dict.fromkeys(t for m in managers for t in m.tags) if cfg.custom_envs[t].uses_gateway]
     if not tags:
         return
-    from roll.agentic.gateway.runners import load_runner
+    from roll.agentic.gateway.runners import RunnerArgumentsError, load_runner
     from roll.agentic.gateway.tool_parsers import TOOL_PARSERS
 
     missing = [p for p in ("fastapi", "uvicorn") if not _importable(p)]
@@ -431,6 +431,8 @@ def check_agents(cfg: AgenticConfig) -> None:
         spec = cfg.custom_envs[tag]
         try:
             load_runner(spec.agent_runner_cls or "", spec.agent_runner_kwargs)
+        except RunnerArgumentsError as exc:
+            raise ConfigError(f"custom_envs.{tag}.agent_runner_kwargs", spec.agent_runner_kwargs, str(exc)) from None
         except (ImportError, TypeError, ValueError) as exc:
             raise ConfigError(f"custom_envs.{tag}.agent_runner_cls", spec.agent_runner_cls, str(exc)) from None
         try:

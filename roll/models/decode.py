@@ -127,9 +127,16 @@ def _layer_step(
 
 
 @functools.cache
-def _cache_arg(model_cls: type) -> str:
+def cache_arg(model_cls: type) -> str:
     """The forward's keyword for a key/value cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The key/value cache a forward or ``generate`` returned: ``out.cache`` (transformers 5.x, where reading
+    ``past_key_values`` prints a deprecation warning) or ``out.past_key_values`` (older versions)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 @torch.no_grad()
@@ -166,10 +173,10 @@ def decode(
         use_cache=True,
         logits_to_keep=1,
         position_ids=positions[:, past_width:],
-        **{_cache_arg(type(model)): past},
+        **{cache_arg(type(model)): past},
     )
     buffers = []
-    for layer in out.past_key_values.layers:
+    for layer in output_cache(out).layers:
         k = layer.keys.new_zeros((batch, layer.keys.shape[1], width + max_new_tokens, layer.keys.shape[-1]))
         v = torch.zeros_like(k)
         k[:, :, :width], v[:, :, :width] = layer.keys, layer.values

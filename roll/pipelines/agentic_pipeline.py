@@ -12,11 +12,12 @@ from dataclasses import asdict
 
 import torch
 
+from roll.agentic.failures import RolloutFailed
 from roll.agentic.render_dump import dump_val_renders, env_descriptions
 from roll.agentic.scheduler import RolloutScheduler, manager_cpus, rollout_metrics
 from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
-from roll.data.layout import rollout_log_probs, several_samples, trajectories_to_batch
+from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
 from roll.pipelines.base import Pipeline
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
@@ -98,17 +99,11 @@ class AgenticPipeline(Pipeline):
         self.phases.activate(groups, {"actor_infer"})
         timings["time/offload_reload"] = time.perf_counter() - t0
         t = time.perf_counter()
-        if cfg.async_generation_ratio:  # the env managers play on across steps; the oldest finished groups
-            rollout = self.train_rollout
-            producers = self.start_producers(
-                rollout.produce,
-                rollout.units,
-                cfg.rollout_batch_size // cfg.train_env_manager.group_size,
-                decode_groups,
-            )
-            trajs, rollout_times = rollout.take(producers.buffer, step, cfg.rollout_batch_size)
-        else:
-            trajs, rollout_times = self.train_rollout.rollout(step, cfg.rollout_batch_size)
+        try:
+            trajs, rollout_times = self.rollout(step)
+        except RolloutFailed:  # nothing to train on: the failed episodes are dumped for `roll view`, then the stop
+            self.dumps.agentic("train", step, [], failed=self.train_rollout.failed, force=True)
+            raise
         timings["time/rollout"] = time.perf_counter() - t
         t = time.perf_counter()
         self.phases.activate(groups, {"actor_train", "reference", "critic"})
@@ -127,8 +122,7 @@ class AgenticPipeline(Pipeline):
         timings.update(trainer.log_probs(step, batch))
         # 4. advantages: episode scores normalized per group -> rewards (- KL) -> the registered estimator
         metrics = trainer.advantages(batch, step)
-        dumped = None if several_samples(batch) else batch  # the dump's token rows are whole trajectories
-        self.dumps.agentic("train", step, trajs, dumped, self.train_rollout.failed)  # for `roll view`
+        self.dumps.agentic("train", step, trajs, batch, self.train_rollout.failed)  # for `roll view`
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
@@ -138,6 +132,17 @@ class AgenticPipeline(Pipeline):
         metrics.update(rollout_metrics(trajs))
         metrics.update(timings)
         return metrics
+
+    def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Step ``step``'s trajectories and rollout metrics: played now, or the oldest finished groups of the
+        asynchronous producers (``async_generation_ratio``), which play on across steps."""
+        cfg, rollout = self.cfg, self.train_rollout
+        if not cfg.async_generation_ratio:
+            return rollout.rollout(step, cfg.rollout_batch_size)
+        producers = self.start_producers(
+            rollout.produce, rollout.units, cfg.rollout_batch_size // cfg.train_env_manager.group_size, decode_groups
+        )
+        return rollout.take(producers.buffer, step, cfg.rollout_batch_size)
 
     def can_validate(self) -> bool:
         return self.val_rollout is not None

@@ -36,6 +36,18 @@ def resume_command(argv: list[str] | None = None) -> str:
     return shlex.join(["python", *args, "resume_from_checkpoint=true"])
 
 
+def stop_cause(exc: BaseException) -> str:
+    """What stopped a run, for its stop line: a signal by name (``SIGTERM``: the launcher raises KeyboardInterrupt
+    with the signal's name; Ray's own handler exits with the signal number), ``Ctrl-C``, or the exception's class."""
+    import signal
+
+    if isinstance(exc, KeyboardInterrupt):
+        return str(exc.args[0]) if exc.args else "Ctrl-C"
+    if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
+        return "SIGTERM"
+    return type(exc).__name__
+
+
 class Pipeline(ABC):
     """Runs ``cfg.max_steps`` training steps; ``run()`` returns the last step's metrics."""
 
@@ -54,6 +66,7 @@ class Pipeline(ABC):
         self.train_seconds = 0.0  # training time so far, for max_train_minutes (checkpointed)
         self.skipped_in_a_row = 0  # steps in a row whose actor update had a non-finite gradient norm
         self.policy_version = 0  # weight syncs to actor_infer so far (checkpointed): the version tokens carry
+        self.phase = "setup"  # what the run is doing, for the stop line: setup, the warm start, validation, training
         self.producers: Producers | None = None  # async_generation_ratio >= 1 (roll.rollout.buffer)
         self.async_state: dict[str, Any] | None = None  # the producers' checkpointed state, until they start
         self.roles: Roles
@@ -216,10 +229,8 @@ class Pipeline(ABC):
         return self._weight_sync()
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> dict[str, float]:
-        """Set up (or resume), warm start, train with validation and checkpoints, save the final actor."""
-        from roll.tracking import progress
-
+    def begin(self) -> tuple[int, int, bool]:
+        """Set up (or resume), warm start and validate at step 0: ``(first step, last step, validating)``."""
         cfg = self.cfg
         resume = ckpt.resolve_resume(cfg.resume_from_checkpoint, self.output_dir)
         self.setup(run_id=ckpt.read_state(resume)["tracker_run_id"] if resume else None)
@@ -227,19 +238,42 @@ class Pipeline(ABC):
         if resume is None:  # a new run in a used logging_dir: older dumps go, as metrics.jsonl starts afresh
             self.prune_dumps(0)
         if resume is None and cfg.sft_warmup.enabled:
+            self.phase = "the warm start"
             warm = self.warm_start()
             self.train_seconds += warm.get("time/sft", 0.0)
             self.tracker.log(warm, step=0)
         last_step = first - 1 if self.out_of_time() else cfg.max_steps  # a warm start that used the budget: no RL step
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
+            self.phase = "validation"
             self.tracker.log(self.validate(0), step=0)
+        return first, last_step, validating
+
+    def stopped(self, step: int, exc: BaseException) -> None:
+        """A run that stops early: stop the producers, flush the tracker, write the error log, print the stop line."""
+        self.stop_producers(interrupted=isinstance(exc, KeyboardInterrupt))
+        with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
+            self.tracker.finish()
+        print(self.resume_hint(step, exc, self.write_error_log(exc)), flush=True)
+
+    def run(self) -> dict[str, float]:
+        """Set up (or resume), warm start, train with validation and checkpoints, save the final actor. A stop at
+        any phase prints where it stopped and the command that resumes the run (:meth:`resume_hint`)."""
+        from roll.tracking import progress
+
+        cfg, step = self.cfg, 0
+        try:
+            first, last_step, validating = self.begin()
+        except BaseException as exc:
+            self.stopped(step, exc)
+            raise
         last: dict[str, float] = {}
         bar_keys = {"postfix_keys": self.headline_keys} if self.headline_keys else {}
         step = first - 1
         try:
             with progress(cfg.max_steps, desc=f"{cfg.exp_name}", initial=first - 1, **bar_keys) as bar:
                 for step in range(first, last_step + 1):
+                    self.phase = "training"
                     metrics = self.train_step(step)
                     stop = self.count_skipped_update(step, metrics)
                     self.train_seconds += metrics.get("time/step", 0.0)
@@ -263,10 +297,7 @@ class Pipeline(ABC):
                         )
                         break
         except BaseException as exc:  # Ctrl-C, a kill's KeyboardInterrupt, a crash or a RunStopped: say how to resume
-            self.stop_producers(interrupted=isinstance(exc, KeyboardInterrupt))
-            with contextlib.suppress(Exception):  # flush what was logged; the original error is the one to show
-                self.tracker.finish()
-            print(self.resume_hint(step, exc), flush=True)
+            self.stopped(step, exc)
             raise
         final = self.output_dir / "final"
         self.roles.actor_train.save_pretrained(str(final))
@@ -297,16 +328,42 @@ class Pipeline(ABC):
             f"or lower the learning rate; max_skipped_updates={limit} sets this limit (0 = never stop)"
         )
 
-    def resume_hint(self, step: int, exc: BaseException) -> str:
-        """One line for a run that stopped early: at which step, and the command that resumes it from the newest
-        checkpoint (or that there is none)."""
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
+    def resume_hint(self, step: int, exc: BaseException, error_log: Path | None = None) -> str:
+        """One line for a run that stopped early: why (a signal by name), in which phase and at which step, where
+        the traceback went, and the command that resumes it from the newest checkpoint (or starts it again)."""
+        why = f"stopped by {stop_cause(exc)}"
+        where = f"at step {step}" if self.phase == "training" else f"during {self.phase} (step {step})"
+        logged = f" (traceback in {error_log})" if error_log else ""
         found = ckpt.list_checkpoints(self.output_dir)
         if not found:
-            return f"[roll] run {why} at step {step}; no checkpoint to resume from (save_steps={self.cfg.save_steps})"
+            return (
+                f"[roll] run {why} {where}{logged}; no checkpoint yet (save_steps={self.cfg.save_steps}): start it "
+                f"again with: {resume_command()}"
+            )
         return (
-            f"[roll] run {why} at step {step}; resume from the step-{found[-1][0]} checkpoint with: {resume_command()}"
+            f"[roll] run {why} {where}{logged}; resume from the step-{found[-1][0]} checkpoint with: {resume_command()}"
         )
+
+    def write_error_log(self, exc: BaseException) -> Path | None:
+        """``<logging_dir>/error.log``: the traceback of a run stopped by an error, and what the error carries
+        (``details``: e.g. the tracebacks of a rollout's failed episodes); None for a signal, Ctrl-C or a
+        :class:`RunStopped` that carries nothing (its one line says it all)."""
+        details = getattr(exc, "details", "")
+        if (
+            isinstance(exc, KeyboardInterrupt)
+            or stop_cause(exc) == "SIGTERM"
+            or (isinstance(exc, RunStopped) and not details)
+        ):
+            return None
+        import traceback
+
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            path = self.log_dir / "error.log"
+            path.write_text("".join(traceback.format_exception(exc)) + (f"\n{details}" if details else ""))
+        except OSError:
+            return None
+        return path
 
     def out_of_time(self) -> bool:
         """Whether ``max_train_minutes`` (0 = off) has been spent."""

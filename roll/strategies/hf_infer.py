@@ -14,7 +14,7 @@ import torch
 from roll.config.strategies import HFInferOptions
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
-from roll.models.decode import decode
+from roll.models.decode import cache_arg, decode, output_cache
 from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
@@ -95,7 +95,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             logits_to_keep=1,
         )
         hits = list(hits)
-        for prompt, kv in zip(shared, split_cache(out.past_key_values, attention_mask, [0] * len(heads))):
+        for prompt, kv in zip(shared, split_cache(output_cache(out), attention_mask, [0] * len(heads))):
             for i in rows[prompt]:
                 hits[i] = (len(prompt) - 1, kv)
         return hits
@@ -107,10 +107,11 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         cached = [c for c, _ in hits]
         input_ids, attention_mask, width_cached = batch_layout(prompts, cached, pad)  # left padding
         width = input_ids.shape[1]
-        extra = {}
+        extra, past = {}, None
         if width_cached:
             like = next(kv for _, kv in hits if kv is not None)
-            extra["past_key_values"] = batch_cache([kv for _, kv in hits], cached, width_cached, like)
+            past = batch_cache([kv for _, kv in hits], cached, width_cached, like)
+            extra[cache_arg(type(self.model))] = past
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
         if (
@@ -123,7 +124,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
                 input_ids,
                 attention_mask,
                 max_new_tokens,
-                past=extra.get("past_key_values"),
+                past=past,
                 past_width=width_cached,
                 do_sample=sample,
                 temperature=args.temperature if sample else 1.0,
@@ -155,7 +156,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             new = out.sequences[:, width:].cpu()  # (B, N)
             # log-probs of the sampled tokens under the distribution actually sampled from (after warpers)
             logps = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).cpu()
-            cache = out.past_key_values
+            cache = output_cache(out)
         results = []
         stop_set = set(stop_ids)
         for i in range(len(prompts)):

@@ -5,7 +5,8 @@ computed (``train``) and once per validation round (``val``); ``roll view`` turn
 
 Layout under ``<logging_dir>/trajectories/``:
 
-- ``meta.json``: ``{"format": 1, "pipeline": "agentic" | "rlvr", "envs": {tag: {"env_type", "grid_symbols"}}}``;
+- ``meta.json``: ``{"format": 1, "pipeline": "agentic" | "rlvr", "envs": {tag: {"env_type", "grid_symbols"}}}``
+  (a tag played by an agent harness: ``{"env_type": null, "agent_runner": <import path>, "grid_symbols": null}``);
 - ``train/step_<step:05d>.jsonl`` every ``every`` steps, ``val/step_<step:05d>.jsonl`` at every validation;
   one JSON object per trajectory (RLVR: per response), at most ``cap`` per file: whole groups in rollout
   order, so a group is never cut (unless one group alone exceeds the cap). Validation seeds are fixed, so the
@@ -21,15 +22,19 @@ A record::
                 "tokens": ["<answer>", "Up", "</answer>", "<|im_end|>"], "mask": [1, 1, 1, 1],
                 "adv": [0.52, 0.52, 0.52, 0.52], "logp": [-0.01, -0.3, 0.0, -0.02]}]}
 
+A record of a harness tag (``agent_runner`` in ``meta.json``) adds ``"harness"`` (the runner's import path) and
+``"messages"``: the conversation as the harness sent it (``{"role", "content"}``; tool calls as ``<tool_call>``
+text); its turns' ``observation`` is the last message before each reply.
+
 ``failure`` is null, or (agentic) the one-line error of a trajectory that an env exception, timeout or non-finite
-reward ended; such records follow the batch's, carry ``"error": {"kind", "type", "at", "turn"}`` (see
-``roll.agentic.failures``) and have no ``adv`` (they are not trained on). ``final_observation`` is what the env
-showed after the last action (agentic). ``case`` names the start state
-(env tag and seed; RLVR: data file name and row): equal across steps for the same room or prompt. ``tokens`` are the
-reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained on; 0 e.g. for an end-of-turn token
-appended after a length cut); ``adv`` the advantage of each token (train files only) and ``logp`` the inference
-engine's sampling log-probability (when it reports one). RLVR records have one turn (the prompt and the response)
-and add ``ground_truth``, ``source``, ``row`` and ``format_ok``.
+reward ended; such records follow the batch's, carry ``"error": {"kind", "type", "at", "turn", "traceback"}`` (see
+``roll.agentic.failures``; ``traceback``: the whole traceback, chained causes included, or null) and have no ``adv``
+(they are not trained on). ``final_observation`` is what the env showed after the last action (agentic). ``case``
+names the start state (env tag and seed; RLVR: data file name and row): equal across steps for the same room or
+prompt. ``tokens`` are the reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained on; 0 e.g.
+for an end-of-turn token appended after a length cut); ``adv`` the advantage of each token (train files only) and
+``logp`` the inference engine's sampling log-probability (when it reports one). RLVR records have one turn (the
+prompt and the response) and add ``ground_truth``, ``source``, ``row`` and ``format_ok``.
 
 This module imports nothing of roll: trajectories, prompt groups and batches are read through the attributes
 named in the protocols below.
@@ -80,8 +85,10 @@ class TrajectoryLike(Protocol):
     failure_type: str | None
     failure_at: str | None
     failure_turn: int | None
+    failure_traceback: str | None
     env_metrics: dict[str, float]
     final_observation: str | None
+    messages: list[dict[str, str]]
 
     @property
     def score(self) -> float: ...
@@ -147,6 +154,36 @@ class TokenLayout:
         return out
 
 
+def reply_places(batch: BatchLike | None, trajectories: Sequence[TrajectoryLike], keep: Sequence[int]) -> dict:
+    """Where each reply of the kept trajectories sits in ``batch``: ``{i: [(row, token position of the reply's first
+    token), ...] per turn}``. An agentic batch (``roll.data.layout.trajectories_to_batch``) says which rows hold an
+    episode (``episode``: one row per episode, or several: ``trajectory_mode: step``, template breaks) and where its
+    replies are (``turn_spans``, log-prob frame: position = start + 1); a batch without them has one row per
+    trajectory with its turns in order. Empty without a batch."""
+    if batch is None:
+        return {i: [] for i in keep}
+    if "episode" in batch and "turn_spans" in batch:
+        rows: dict[int, list[tuple[int, int]]] = {}
+        for row, (episode, spans) in enumerate(zip(batch["episode"], batch["turn_spans"])):
+            rows.setdefault(int(episode), []).extend((row, start + 1) for start, _ in spans)
+        places = {i: rows.get(i, []) for i in keep}
+    else:
+        places = {}
+        for i in keep:
+            pos, places[i] = 0, []
+            for turn in trajectories[i].turns:
+                pos += len(turn.prompt_ids)
+                places[i].append((i, pos))
+                pos += len(turn.response_ids)
+    for i in keep:
+        if len(places[i]) != len(trajectories[i].turns):
+            raise ValueError(
+                f"dump: the batch holds {len(places[i])} replies of trajectory {trajectories[i].traj_id}, which has "
+                f"{len(trajectories[i].turns)} turns: the batch was not built from these trajectories"
+            )
+    return places
+
+
 def num(value: float, digits: int) -> float | None:
     """``value`` rounded to ``digits`` decimals; None (JSON null) for NaN and infinities, which JSON lacks."""
     value = float(value)
@@ -178,7 +215,8 @@ class TrajectoryDumps:
         cap: at most this many trajectories (RLVR: responses) per file (0: no limit).
         tokenizer: decodes prompts and single tokens.
         pipeline: ``"agentic"`` or ``"rlvr"`` (recorded in ``meta.json`` for the viewer).
-        envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}`` (agentic).
+        envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}``, or for a tag played by an
+            agent harness ``{"env_type": None, "agent_runner": ..., "grid_symbols": None}`` (agentic).
     """
 
     def __init__(
@@ -213,17 +251,20 @@ class TrajectoryDumps:
         trajectories: Sequence[TrajectoryLike],
         batch: BatchLike | None = None,
         failed: Sequence[TrajectoryLike] = (),
+        force: bool = False,
     ) -> Path | None:
         """Dump multi-turn ``trajectories`` (rows of ``batch`` in the same order, when given), then the ``failed``
-        ones (each capped at ``cap``); returns the file written, or None when ``phase`` at ``step`` is not due."""
-        if not self.due(phase, step):
+        ones (each capped at ``cap``); returns the file written, or None when ``phase`` at ``step`` is not due
+        (``force``: due whenever dumps are on, e.g. for the failures of a rollout that stops the run)."""
+        if not (self.due(phase, step) or (force and self.every > 0)):
             return None
         keep = pick_whole_groups([t.group_id for t in trajectories], self.cap)
-        layout = TokenLayout(batch, keep)
+        places = reply_places(batch, trajectories, keep)
+        layout = TokenLayout(batch, sorted({row for ps in places.values() for row, _ in ps}))
         errors = list(range(len(failed) if self.cap <= 0 else min(len(failed), self.cap)))
-        no_rows = TokenLayout(None, errors)
-        records = [self._episode(trajectories[i], i, layout) for i in keep]
-        return self._write(phase, step, records + [self._episode(failed[i], i, no_rows) for i in errors])
+        no_rows = TokenLayout(None, [])
+        records = [self._episode(trajectories[i], places[i], layout) for i in keep]
+        return self._write(phase, step, records + [self._episode(failed[i], [], no_rows) for i in errors])
 
     def rlvr(
         self,
@@ -249,10 +290,11 @@ class TrajectoryDumps:
     def _tokens(self, ids: Sequence[int]) -> list[str]:
         return self.tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False) if ids else []
 
-    def _episode(self, traj: TrajectoryLike, row: int, layout: TokenLayout) -> dict[str, Any]:
-        turns, pos = [], 0
-        for turn in traj.turns:
-            pos += len(turn.prompt_ids)
+    def _episode(self, traj: TrajectoryLike, places: list[tuple[int, int]], layout: TokenLayout) -> dict[str, Any]:
+        """One record; ``places``: each reply's (batch row, token position) (:func:`reply_places`), empty without a
+        batch."""
+        turns = []
+        for k, turn in enumerate(traj.turns):
             n = len(turn.response_ids)
             entry = {
                 "prompt": self.tokenizer.decode(turn.prompt_ids, skip_special_tokens=False),
@@ -266,11 +308,11 @@ class TrajectoryDumps:
             }
             if layout.mask is None:  # no batch: the mask follows the token layout of the batch
                 entry["mask"] = [1] * (n - int(turn.appended_eos)) + [0] * int(turn.appended_eos)
-            entry.update(layout.span(row, pos, n))
+            if places:
+                entry.update(layout.span(*places[k], n))
             if turn.response_log_probs:
                 entry["logp"] = [num(x, 3) for x in turn.response_log_probs[:n]]
             turns.append(entry)
-            pos += n
         return {
             "id": traj.traj_id,
             "group": traj.group_id,
@@ -285,6 +327,7 @@ class TrajectoryDumps:
             "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()},
             "turns": turns,
             "final_observation": traj.final_observation,
+            **self._harness(traj),
             **(
                 {
                     "error": {
@@ -292,12 +335,20 @@ class TrajectoryDumps:
                         "type": traj.failure_type,
                         "at": traj.failure_at,
                         "turn": traj.failure_turn,
+                        "traceback": traj.failure_traceback,
                     }
                 }
                 if traj.failure
                 else {}
             ),
         }
+
+    def _harness(self, traj: TrajectoryLike) -> dict[str, Any]:
+        """``harness`` and ``messages`` of an episode of a harness tag (nothing for an env tag)."""
+        runner = self.meta["envs"].get(traj.tag, {}).get("agent_runner")
+        if not runner:
+            return {}
+        return {"harness": runner, "messages": [dict(m) for m in traj.messages]}
 
     def _response(
         self,

@@ -101,3 +101,30 @@ class ScriptedEngine(BatchClient):
 
     def leave(self) -> None:
         """Nothing to do."""
+
+
+class TextEngine(BatchClient):
+    """Replies with the next text of ``texts`` (then repeats the last), as canonical token ids ending the turn."""
+
+    def __init__(self, tokenizer: Any, texts: list[str]):
+        super().__init__(self)
+        self.tokenizer, self.texts, self.calls = tokenizer, texts, 0
+
+    def generate(
+        self, prompts: list[list[int]], args: GeneratingArgs, max_new_tokens: int | None = None
+    ) -> list[GenerationOutput]:
+        out = []
+        for _ in prompts:
+            text = self.texts[min(self.calls, len(self.texts) - 1)]
+            self.calls += 1
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            out.append(GenerationOutput(ids, [-0.5] * len(ids), "stop"))
+        return out
+
+    def leave(self) -> None:
+        """Nothing to do."""
+
+
+def tool_call(name: str, **arguments: Any) -> str:
+    """A Hermes-style tool call as the model writes it."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"

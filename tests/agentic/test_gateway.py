@@ -22,7 +22,9 @@ from tests.agentic.gateway_parts import (
     TOOLS_TEMPLATE,
     ScriptedEngine,
     StrategyBatches,
+    TextEngine,
     model_dir_with_template,
+    tool_call,
 )
 
 SAMPLING = GeneratingArgs(max_new_tokens=12, temperature=1.0)
@@ -149,7 +151,6 @@ def test_keys_and_refused_requests(tools_dir):
             )
         client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
         for bad, named in [
-            ({"stream": True}, "stream"),
             ({"n": 2}, "n"),
             ({"tool_choice": "required"}, "tool_choice"),
             ({"logit_bias": {"5": 3}}, "logit_bias"),
@@ -259,3 +260,121 @@ def test_length_cut_and_stop_strings(tools_dir):
     assert tok.decode(second.response_ids[: second.generated], skip_special_tokens=False) == "<think>t3</think>"
     assert second.appended_eos and second.response_ids[-1] == tok.eos_token_id
     assert second.starts_sample  # a different conversation than the first reply continues
+
+
+def test_async_client_logprobs_and_openai_error_format(tools_dir):
+    """The async client gets the same service as the sync one; ``logprobs`` returns the recorded log-probs; what is
+    not served (the Responses API, an unknown route, a forced tool call, a JSON-schema response format) is a
+    4xx in OpenAI's error format that the client parses, naming the key."""
+    import asyncio
+
+    import httpx
+
+    tok = load_tokenizer(tools_dir)
+    gateway = _gateway(tools_dir, ScriptedEngine(tok, think=False))
+    try:
+        sid, key = gateway.start_session(64)
+
+        async def ask() -> object:
+            async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key=key, max_retries=0) as client:
+                return await client.chat.completions.create(
+                    model="m", messages=first_messages(2), tools=TOOLS, logprobs=True, parallel_tool_calls=False
+                )
+
+        reply = asyncio.run(ask()).choices[0]
+        record = gateway.session(sid).turns[0]
+        assert reply.finish_reason == "tool_calls" and reply.message.tool_calls[0].function.name == "add"
+        assert (
+            [c.logprob for c in reply.logprobs.content]
+            == record.response_log_probs
+            == [-0.5] * len(record.response_ids)
+        )
+        assert "".join(c.token for c in reply.logprobs.content) == tok.decode(record.response_ids)
+        client = openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
+        with pytest.raises(openai.NotFoundError, match="Responses and legacy Completions APIs are not served"):
+            client.responses.create(model="m", input="hi")
+        with pytest.raises(openai.BadRequestError) as forced:
+            client.chat.completions.create(model="m", messages=first_messages(2), tools=TOOLS, tool_choice="required")
+        assert forced.value.code == "unsupported_parameter" and forced.value.param == "tool_choice"
+        assert "tool_choice='auto'" in forced.value.message  # the fix, in the message
+        with pytest.raises(openai.BadRequestError, match="response_format"):
+            client.chat.completions.create(
+                model="m", messages=first_messages(2), response_format={"type": "json_object"}
+            )
+        lost = httpx.get(gateway.base_url + "/nothing-here", headers={"Authorization": f"Bearer {key}"})
+        assert lost.status_code == 404 and lost.json()["error"]["code"] == "not_found"
+        assert len(gateway.session(sid).turns) == 1  # refused requests are not turns
+    finally:
+        gateway.stop()
+
+
+def test_streaming_sends_what_would_have_been_returned(tools_dir):
+    """``stream=True`` (sync and async clients, with usage): the chunks put together are the non-streamed reply
+    (content, tool calls, finish reason, log-probs), sampled and recorded the same way."""
+    import asyncio
+
+    tok = load_tokenizer(tools_dir)
+    gateway = _gateway(tools_dir, ScriptedEngine(tok, think=True))
+    try:
+        sessions = [gateway.start_session(64) for _ in range(3)]
+        clients = [openai.OpenAI(base_url=gateway.base_url, api_key=k, max_retries=0) for _, k in sessions]
+        ask = {"model": "m", "messages": first_messages(4), "tools": TOOLS, "logprobs": True}
+        plain = clients[0].chat.completions.create(**ask).choices[0]
+        streamed = list(clients[1].chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+
+        async def stream_async() -> list:
+            async with openai.AsyncOpenAI(base_url=gateway.base_url, api_key=sessions[2][1], max_retries=0) as c:
+                return [chunk async for chunk in await c.chat.completions.create(**ask, stream=True)]
+
+        for chunks, usage in ((streamed, True), (asyncio.run(stream_async()), False)):
+            assert all(c.object == "chat.completion.chunk" for c in chunks) and chunks[0].choices[0].delta.role
+            deltas = [c.choices[0] for c in chunks if c.choices]
+            content = "".join(d.delta.content or "" for d in deltas)
+            calls = [t for d in deltas for t in d.delta.tool_calls or []]
+            assert content == plain.message.content == "<think>t3</think>"  # the tool call is not content
+            assert [(t.index, t.function.name, t.function.arguments) for t in calls] == [
+                (0, "add", plain.message.tool_calls[0].function.arguments)
+            ]
+            assert calls[0].id.startswith("call_s-") and deltas[-1].finish_reason == "tool_calls"
+            assert [x.logprob for d in deltas if d.logprobs for x in d.logprobs.content] == [
+                x.logprob for x in plain.logprobs.content
+            ]
+            assert (chunks[-1].usage is not None) == usage and (not usage or chunks[-1].usage.completion_tokens > 0)
+        records = [gateway.end_session(sid).turns for sid, _ in sessions]
+        assert all(len(turns) == 1 for turns in records)
+        assert records[0][0].response_ids == records[1][0].response_ids == records[2][0].response_ids
+        assert records[0][0].response_log_probs == records[1][0].response_log_probs
+    finally:
+        gateway.stop()
+
+
+def test_the_call_past_the_turn_limit_is_refused(tools_dir):
+    tok = load_tokenizer(tools_dir)
+    gateway = _gateway(tools_dir, ScriptedEngine(tok, think=False))
+    try:
+        sid, key = gateway.start_session(64, max_turns=2)
+        log = play(gateway.base_url, key, 1, turns=2)
+        with pytest.raises(openai.BadRequestError) as refused:
+            play(gateway.base_url, key, 1, turns=1)
+        record = gateway.end_session(sid)
+    finally:
+        gateway.stop()
+    assert len(log) == 2 and len(record.turns) == 2 and record.turn_limit_hit
+    assert refused.value.code == "max_turns_exceeded" and "turn limit reached" in refused.value.message
+
+
+def test_tool_calls_that_do_not_parse_are_counted(tools_dir):
+    """A call cut by the token budget (never closed), one with broken JSON and one of a function the request did not
+    offer are errors of their turns (invalid actions); the text goes back as the model wrote it."""
+    tok = load_tokenizer(tools_dir)
+    replies = ['<tool_call>{"name": "add", "argu', "<tool_call>{add(1, 2)}</tool_call>", tool_call("divide", a=1)]
+    gateway = _gateway(tools_dir, TextEngine(tok, replies + [tool_call("add", a=1, b=2)]))
+    try:
+        sid, key = gateway.start_session(64)
+        log = play(gateway.base_url, key, 0, turns=4)
+        record = gateway.end_session(sid)
+    finally:
+        gateway.stop()
+    assert [t.action_is_valid for t in record.turns] == [False, False, False, True] and record.parse_errors == 3
+    assert log[0]["reply"]["content"] == replies[0] and "tool_calls" not in log[0]["reply"]
+    assert log[2]["reply"]["tool_calls"][0]["function"]["name"] == "divide"  # returned, counted as invalid

@@ -4,14 +4,16 @@ config keys (ROLL's spelling included) and their one-line errors."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 import pytest
 
 from roll.agentic.gateway.manager import ProxyEnvManager, env_manager_class
-from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler import RolloutScheduler, rollout_metrics
 from roll.config.errors import ConfigError
+from roll.models.loading import load_tokenizer
 from tests.agentic import proxy_runners
 from tests.agentic.conftest import make_cfg
 
@@ -69,6 +71,122 @@ def test_runners_play_in_groups_and_failures_are_counted(infer_group, tiny_model
     assert proxy_runners.LATE == ["401"]  # the hung harness woke up to a closed session
 
 
+def _fresh_infer(model_dir: str):
+    """An hf_infer role of its own (no turn cache carried over from an earlier rollout), sampling from seed 0."""
+    from roll.config.worker import WorkerConfig
+    from roll.distributed.group import LocalWorkerGroup
+    from roll.distributed.roles import InferProxy
+    from roll.strategies.base import StrategyContext
+    from roll.strategies.registry import strategy_spec
+
+    worker = WorkerConfig()
+    worker.model_args.model_name_or_path = model_dir
+    worker.strategy_args.strategy_name = "hf_infer"
+    infer = InferProxy(LocalWorkerGroup("actor_infer", worker, num_threads=1), strategy_spec("hf_infer"))
+    infer.initialize(StrategyContext(seed=0))
+    return infer
+
+
+def _tokens(model_dir: str, wait_s: float) -> list[list[int]]:
+    """Every turn's prompt and reply ids of one rollout of 16 jittery harnesses (temperature 1: sampled)."""
+    cfg = _agent_cfg(runner="tests.agentic.proxy_runners.jittery")
+    cfg.train_env_manager.gateway_wait_s = wait_s
+    cfg.check_pipeline()
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", model_dir, _fresh_infer(model_dir), use_ray=False)
+    batch, metrics = sched.rollout(1, 16)
+    assert len(batch) == 16 and metrics["rollout/env_failures"] == 0
+    return [turn.prompt_ids + turn.response_ids for t in batch for turn in t.turns]
+
+
+def test_same_seed_same_rollout_whatever_the_harness_timing(tiny_model_dir):
+    """Harnesses that pause at random between calls still give the same batches, so the same sampled tokens, from
+    run to run (the gateway waits for every open episode's call: lock-step); without the wait they do not."""
+    first, second = _tokens(tiny_model_dir, 5.0), _tokens(tiny_model_dir, 5.0)
+    assert first == second
+    assert _tokens(tiny_model_dir, 0.0) != first  # the control: batches as requests happen to come, other draws
+
+
+@pytest.mark.parametrize("runner", ["always_raises", "always_hangs"])
+def test_a_failure_on_every_episode_stops_with_the_fix_that_fits(runner, infer_group, tiny_model_dir):
+    """Every episode fails the same way: one line naming what failed (the harness's exception and line, or
+    agent_timeout, never env_step_timeout) and the fix, no refills advised (they would fail alike); the tracebacks
+    ride along for the error log."""
+    from roll.agentic.failures import RolloutFailed
+
+    cfg = _agent_cfg(runner=f"tests.agentic.proxy_runners.{runner}", timeout=2.0)
+    cfg.train_env_manager.env_groups, cfg.rollout_batch_size, cfg.train_env_manager.max_refill_rounds = 2, 8, 1
+    cfg.check_pipeline()
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    with pytest.raises(RolloutFailed) as info:
+        sched.rollout(1, 8)
+    message = str(info.value)
+    assert "\n" not in message and "max_refill_rounds" not in message and "env_step_timeout" not in message
+    if runner == "always_raises":
+        assert "16 of 16 trajectories failed (16 raised" in message  # the refill round failed alike
+        assert "no tool named 'search'" in message and "proxy_runners.py:" in message
+        assert "fix the harness: the same failure ended every failed episode" in message
+        assert 'in always_raises\n    raise RuntimeError(f"no tool named' in info.value.details  # the traceback
+    else:
+        assert "timed out after agent_timeout=2s (custom_envs.Flaky)" in message
+        assert "raise agent_timeout (agent_timeout=2s (custom_envs.Flaky)) if the harness is only slow" in message
+
+
+def test_runner_names_and_arguments_are_checked_before_any_worker():
+    """A runner that does not import, or keyword arguments it does not take: one config error naming the key once,
+    and where modules are imported from."""
+    from roll.launch.preflight import check_agents
+
+    cfg = _agent_cfg(runner="my_agents.guess.play")
+    with pytest.raises(ConfigError) as info:
+        check_agents(cfg)
+    text = str(info.value)
+    assert text.startswith("custom_envs.Flaky.agent_runner_cls='my_agents.guess.play': cannot import 'play' from")
+    assert text.count("agent_runner_cls") == 1 and "launch directory" in text and "PYTHONPATH" in text
+    cfg = _agent_cfg(turnz=3)
+    with pytest.raises(ConfigError) as info:
+        check_agents(cfg)
+    assert str(info.value).startswith("custom_envs.Flaky.agent_runner_kwargs={'turnz': 3}: ")
+    assert "it takes turns, crash, hang" in str(info.value)
+
+
+@pytest.mark.parametrize("catch", [False, True])
+def test_the_turn_limit_is_the_gateways_and_ends_episodes_as_truncated(catch, infer_group, tiny_model_dir):
+    """A harness that ignores task.max_turns is refused the call past it; whether it raises on that answer or stops,
+    the episode is not a failure: it has max_actions_per_traj turns, counts as cut by the turn limit, and keeps the
+    rewards it posted."""
+    cfg = _agent_cfg(runner="tests.agentic.proxy_runners.greedy", catch=catch)
+    cfg.train_env_manager.env_groups, cfg.rollout_batch_size = 2, 8
+    cfg.check_pipeline()
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    batch, metrics = sched.rollout(1, 8)
+    assert len(batch) == 8 and metrics["rollout/env_failures"] == 0
+    metrics = rollout_metrics(batch)
+    assert metrics["rollout/mean_actions"] == 3 == cfg.custom_envs["Flaky"].max_actions_per_traj
+    assert metrics["env/Flaky/turns"] == 3 and metrics["env/Flaky/turn_limit_reached"] == 1.0
+    assert all(not t.terminated and [turn.reward for turn in t.turns] == [0.25] * 3 for t in batch)
+
+
+def test_a_harness_error_is_reported_with_its_whole_cause_chain(infer_group, tiny_model_dir, tmp_path):
+    """A framework's error wrapping the API's (its message on a second line): the failure line has both, the cause's
+    text (the refused tool_choice) and the harness's line; the dump has the traceback of both."""
+    from roll.tracking.dumps import TrajectoryDumps
+
+    cfg = _agent_cfg(runner="tests.agentic.proxy_runners.wrapped_error")
+    cfg.train_env_manager.env_groups, cfg.rollout_batch_size, cfg.train_env_manager.max_refill_rounds = 2, 8, 0
+    cfg.check_pipeline()
+    sched = RolloutScheduler(cfg, cfg.train_env_manager, "train", tiny_model_dir, infer_group, use_ray=False)
+    with pytest.raises(RuntimeError):
+        sched.rollout(1, 8)
+    failure = sched.failed[0].failure
+    assert failure.startswith("agent.run: RuntimeError: Error while generating output: Error code: 400 - ")
+    assert "tool_choice='required' is not supported by roll's gateway" in failure
+    assert " <- BadRequestError (at " in failure and "proxy_runners.py:" in failure and "\n" not in failure
+    dumps = TrajectoryDumps(tmp_path, 1, 0, load_tokenizer(tiny_model_dir), "agentic")
+    record = json.loads(dumps.agentic("train", 1, [], failed=sched.failed).read_text().splitlines()[0])
+    assert record["failure"] == failure and record["error"]["type"] == "RuntimeError"
+    assert "The above exception was the direct cause" in record["error"]["traceback"]
+
+
 def test_an_external_program_is_a_runner(infer_group, tiny_model_dir):
     harness = str(__import__("pathlib").Path(__file__).with_name("gateway_harness.py"))
     cfg = _agent_cfg(runner="roll.agentic.gateway.runners.CommandRunner", command=[sys.executable, harness])
@@ -115,6 +233,15 @@ def test_config_keys_and_their_errors():
     cfg.custom_envs["Flaky"].tool_parser = "mistral"
     with pytest.raises(ConfigError, match="valid names: .*hermes"):
         check_agents(cfg)
+    for key, value in [("agent_runner_kwargs", {"turns": 2}), ("agent_timeout", 30.0), ("tool_parser", "qwen3")]:
+        cfg = make_cfg()  # a tag of roll's env manager: the gateway's keys are errors, not silently ignored
+        setattr(cfg.custom_envs["Flaky"], key, value)
+        with pytest.raises(ConfigError, match=rf"custom_envs.Flaky.{key}=.*read only for tags played by an agent"):
+            cfg.check_pipeline()
+    cfg = make_cfg()
+    cfg.train_env_manager.gateway_wait_s = 1.0
+    with pytest.raises(ConfigError, match="train_env_manager.gateway_wait_s=1.0: is read only by managers of agent"):
+        cfg.check_pipeline()
 
 
 def test_env_runner_plays_a_roll_env_with_the_native_prompts(infer_group, tiny_model_dir):

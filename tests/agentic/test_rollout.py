@@ -9,7 +9,7 @@ import pytest
 
 from roll.agentic.scheduler import RolloutScheduler, fit_batch, keep_groups, rollout_metrics
 from roll.data.layout import trajectories_to_batch
-from roll.data.trajectory import Trajectory
+from roll.data.trajectory import Trajectory, Turn
 from roll.rollout.batcher import DynamicBatcher
 from roll.rollout.client import RoleBackend
 from roll.strategies.base import GenerationOutput, StrategyContext
@@ -79,6 +79,15 @@ def test_env_metrics_reach_the_metrics_per_tag():
     env = {k: v for k, v in metrics.items() if k.startswith("env/")}
     assert env == {"env/Tools/tool_calls": 2.5, "env/Tools/tool_errors": 1.0, "env/Sokoban/boxes_on_target": 1.0}
     assert rollout_metrics(trajs, "val")["val/env/Tools/tool_calls"] == 2.5
+
+
+def test_token_counts_count_what_the_model_generated():
+    """A reply cut at its 12-token cap gets an end-of-turn token appended (not generated, not trained on): the
+    per-turn count is 12 for it, not 13."""
+    cut = Turn([1], list(range(12)) + [99], [-0.1] * 12, "", finish_reason="length", appended_eos=True)
+    stopped = Turn([1], [5, 6, 99], [-0.1] * 3, "")
+    metrics = rollout_metrics([Trajectory("t", 0, 0, "A", 0, turns=[cut, stopped])])
+    assert metrics["rollout/generated_tokens"] == 15.0 and metrics["rollout/response_tokens_per_turn"] == 7.5
 
 
 def test_batching_generator_merges_clients():

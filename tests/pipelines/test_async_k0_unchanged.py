@@ -39,6 +39,9 @@ COMMON = [
     "actor_infer.num_cpus_per_worker=1",
 ]
 ADDED = {"rollout/template_breaks": 0.0}  # trajectory_mode (issue 30): no sample splits in these runs
+#: Keys that count generated tokens since issue 40 (the end-of-turn token appended after a length cut was counted
+#: before): each is at most one token per turn below its reference, never above; then left out of the comparison.
+RECOUNTED = ("response_tokens_per_turn", "generated_tokens")
 RUNS = {
     "sokoban": (
         "sokoban_tiny",
@@ -113,6 +116,14 @@ def test_k0_matches_the_synchronous_reference(name, tmp_path):
         for key, value in ADDED.items():
             assert metrics.pop(key, value) == value, key
     before = load(DATA / f"k0_{name}.jsonl")
+    for step, metrics in after.items():
+        for prefix in ("rollout", "val"):
+            turns = before[step].get(f"{prefix}/mean_actions", 1.0) * before[step].get(f"{prefix}/batch_size", 1.0)
+            for key, most in zip(RECOUNTED, (1.0, turns)):
+                name_ = f"{prefix}/{key}"
+                if name_ in before[step]:
+                    fewer = before[step].pop(name_) - metrics.pop(name_)
+                    assert 0.0 <= fewer <= most + 1e-9, (step, name_, fewer)
     assert sorted(after) == [0, 1, 2, 3]
     assert differences(before, after, DEFAULT_IGNORE) == []
 

@@ -103,7 +103,9 @@ def test_nan_reward_stops_the_run_with_one_line_naming_it(tiny_model_dir, tmp_pa
         f"at {NAN_FILE}:{line}) returned score=nan for sample 0 (tag 'math', response "
     ), last
     assert "final actor saved" not in proc.stdout and "Traceback" not in proc.stderr
-    assert "[roll] run stopped by RunStopped at step 1; no checkpoint to resume from (save_steps=1)" in proc.stdout
+    assert "[roll] run stopped by RunStopped at step 1; no checkpoint yet (save_steps=1): start it again with: " in (
+        proc.stdout
+    )
 
 
 @pytest.mark.slow
@@ -162,7 +164,7 @@ def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_mod
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
-    line = next(x for x in out.splitlines() if x.startswith("[roll] run interrupted at step "))
+    line = next(x for x in out.splitlines() if x.startswith("[roll] run stopped by SIGTERM at step "))
     assert "; resume from the step-" in line and line.endswith(" resume_from_checkpoint=true"), line
     command = shlex.split(line.split(" with: ", 1)[1])  # a shell command line, quoted where needed
     assert command[0] == "python" and command[1:-1] == cmd[1:]  # the launch's own arguments, then the flag
@@ -171,3 +173,41 @@ def test_sigterm_prints_the_resume_command_and_the_resumed_run_finishes(tiny_mod
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "[roll] resumed from" in resumed.stdout and "final actor saved" in resumed.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_warm_start_prints_the_stop_line(tiny_model_dir, tmp_path):
+    """A kill during the supervised warm start, in Ray mode (whose ``ray.init`` installs a SIGTERM handler of its
+    own): exit 130, no traceback, and the stop line names SIGTERM, the phase and the command that starts it again."""
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-name",
+        "sokoban_tiny",
+        f"pretrain={tiny_model_dir}",
+        "tiny_model=null",
+        f"output_dir={tmp_path}",
+        f"logging_dir={tmp_path}/logs",
+        "track_with=stdout",
+        "save_steps=0",
+        "eval_steps=0",
+        "sft_warmup.steps=400",  # progress every 40 steps; the kill comes long before the end
+        "sft_warmup.num_demos=64",
+        "sft_warmup.batch_size=4",
+        "actor_train.training_args.per_device_train_batch_size=4",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+        "max_train_minutes=0",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, deadline = [], time.monotonic() + 600
+    for line in proc.stdout:  # the warm start prints its progress every steps/10 steps: wait for its first line
+        lines.append(line)
+        if line.startswith("[sft warm start] step") or time.monotonic() > deadline:
+            break
+    assert proc.poll() is None, "".join(lines)[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(lines) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("[roll] run stopped by SIGTERM during the warm start"))
+    assert "no checkpoint yet (save_steps=0): start it again with: python " in line, line
+    assert line.endswith(" resume_from_checkpoint=true"), line

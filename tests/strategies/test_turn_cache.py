@@ -84,6 +84,30 @@ def test_multi_turn_generation_matches_reencoding(tiny_model_dir, sample):
     assert plain.turn_cache is None
 
 
+def test_no_cache_deprecation_warning(tiny_model_dir):
+    """transformers 5 renamed ``past_key_values`` to ``cache`` and warns (once per process) on the old name: hf_infer's
+    turns with a reused cache, by the lean decode loop and by ``generate``, use the new one."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    hf_logging.warning_once.cache_clear()  # a warning printed earlier in this process would hide a new one
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        strategy, prompt = _strategy(tiny_model_dir), list(range(50, 50 + INDEX_TOKENS + 4))
+        for penalty in (1.0, 1.1):  # a repetition penalty takes generate instead of the lean decode loop
+            args = GeneratingArgs(max_new_tokens=3, temperature=0.0, do_sample=False, repetition_penalty=penalty)
+            out = strategy.generate([prompt], args)
+            strategy.generate([prompt + out[0].token_ids + [60]], args)  # the second turn reuses the cache
+        assert strategy.turn_cache.hits == 2
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert not [r for r in records if "deprecated" in r], records
+
+
 def test_new_weights_forget_the_kept_keys(tiny_model_dir):
     strategy = _strategy(tiny_model_dir)
     prompt = list(range(50, 50 + INDEX_TOKENS + 4))

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoTokenizer
 
 from roll.agentic.render_dump import env_descriptions
+from roll.config.agentic import CustomEnvConfig
 from roll.data.layout import trajectories_to_batch
 from roll.data.rlvr_dataset import RLVRExample
 from roll.data.trajectory import Trajectory, Turn
@@ -78,7 +79,7 @@ def test_agentic_dump_aligns_advantages_and_masks(tmp_path, tokenizer) -> None:
     rows, width = batch["input_ids"].shape
     # advantage of log-prob index t in row i = 100 i + t, so every dumped value names where it came from
     batch["advantages"] = torch.arange(width - 1).repeat(rows, 1).float() + 100 * torch.arange(rows)[:, None]
-    envs = env_descriptions(SimpleNamespace(custom_envs={"SimpleSokoban": SimpleNamespace(env_type="sokoban")}))
+    envs = env_descriptions(SimpleNamespace(custom_envs={"SimpleSokoban": CustomEnvConfig(env_type="sokoban")}))
     dumps = TrajectoryDumps(tmp_path, every=2, cap=4, tokenizer=tokenizer, pipeline="agentic", envs=envs)
 
     assert dumps.agentic("train", 1, trajs, batch) is None  # not due: every 2 steps
@@ -196,5 +197,99 @@ def test_failed_trajectories_follow_the_batch_with_their_error(tmp_path, tokeniz
         f"test_failed_trajectories_follow_the_batch_with_their_error)"
     )
     at = f"{__file__}:{line} in test_failed_trajectories_follow_the_batch_with_their_error"
-    assert records[2]["error"] == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
+    error = records[2]["error"]
+    assert error.pop("traceback").endswith("KeyError: 'board'\n") and '{}["board"]' in failed.failure_traceback
+    assert error == {"kind": "error", "type": "KeyError", "turn": 2, "at": at}
     assert "adv" not in records[2]["turns"][0] and records[2]["turns"][1]["mask"] == [1, 0]  # not trained on
+
+
+def test_harness_episodes_are_labelled_as_such(tmp_path, tokenizer) -> None:
+    """A tag played by an agent harness is no env of its ``env_type`` (the default, sokoban, included): meta.json names
+    its runner and no grid symbols, and its records carry the runner and the conversation the harness sent."""
+    harness = CustomEnvConfig(env_manager_cls="proxy", agent_runner_cls="my_agents.guess.play")
+    envs = env_descriptions(SimpleNamespace(custom_envs={"Guess": harness, "SimpleSokoban": CustomEnvConfig()}))
+    assert envs["Guess"] == {"env_type": None, "agent_runner": "my_agents.guess.play", "grid_symbols": None}
+    assert envs["SimpleSokoban"]["grid_symbols"] == SYMBOLS
+    agent, env = make_trajectory(tokenizer, 0, 0, success=False), make_trajectory(tokenizer, 1, 0, success=False)
+    agent.tag = "Guess"
+    agent.messages = [{"role": "user", "content": "Find the number."}, {"role": "assistant", "content": "7"}]
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic", envs).agentic("val", 1, [agent, env])
+    first, second = [json.loads(line) for line in path.read_text().splitlines()]
+    assert first["harness"] == "my_agents.guess.play" and first["messages"] == agent.messages
+    assert "harness" not in second and "messages" not in second
+    meta = json.loads((tmp_path / "trajectories" / "meta.json").read_text())
+    assert meta["envs"]["Guess"]["env_type"] is None and meta["envs"]["Guess"]["grid_symbols"] is None
+
+
+def three_turn_trajectory(tokenizer, group: int, env: int, breaks: bool) -> Trajectory:
+    """Three turns with rewards 0 / 1 / env-dependent (so that GiGPO's turn groups differ); with ``breaks``, the
+    second turn starts a new sample (a template break: its prompt is a whole new prompt)."""
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    turns = []
+    for k in range(3):
+        reply = encode(tokenizer, ["<answer>Up</answer>", "<answer>Left</answer>", "<answer>Down</answer>"][k])
+        turns.append(
+            Turn(
+                prompt_ids=encode(tokenizer, f"#_P\n_O{'X' * (k + 1)}"),
+                response_ids=reply + [eos],
+                response_log_probs=[-0.5] * (len(reply) + 1),
+                observation=f"state {k}",
+                response_text="",
+                reward=[0.0, 1.0, float(env)][k],
+                starts_sample=breaks and k == 1,
+            )
+        )
+    return Trajectory(f"train-1-g{group}-e{env}-t0", env, group, "SimpleSokoban", 7 + group, turns=turns)
+
+
+def hand_places(trajs: list[Trajectory], mode: str) -> dict[str, list[tuple[int, int]]]:
+    """Each reply's (row, token position) worked out from the sample rules: ``step``: a row per turn holding the
+    history since the last break; ``traj``: a row per run of turns between breaks."""
+    places, row = {}, 0
+    for t in trajs:
+        places[t.traj_id], context = [], 0
+        for turn in t.turns:
+            if turn.starts_sample:
+                context = 0
+                row += mode == "traj"
+            places[t.traj_id].append((row, context + len(turn.prompt_ids)))
+            context += len(turn.prompt_ids) + len(turn.response_ids)
+            row += mode == "step"
+        row += mode == "traj"
+    return places
+
+
+@pytest.mark.parametrize("mode, breaks", [("step", False), ("traj", True), ("step", True)])
+def test_every_reply_keeps_its_advantage_when_an_episode_trains_as_several_samples(tmp_path, tokenizer, mode, breaks):
+    trajs = [three_turn_trajectory(tokenizer, g, e, breaks) for g in range(2) for e in range(2)]
+    batch = trajectories_to_batch(trajs, tokenizer.pad_token_id, mode)
+    rows, width = batch["input_ids"].shape
+    assert rows > len(trajs)  # several samples per episode
+    batch["advantages"] = torch.arange(width - 1).repeat(rows, 1).float() + 1000 * torch.arange(rows)[:, None]
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic").agentic("train", 1, trajs, batch)
+    places = hand_places(trajs, mode)
+    for record in map(json.loads, path.read_text().splitlines()):
+        for turn, (row, pos) in zip(record["turns"], places[record["id"]], strict=True):
+            assert turn["adv"] == [1000 * row + pos - 1 + j for j in range(4)]  # log-prob index of position pos
+            assert turn["mask"] == [1, 1, 1, 1]
+
+
+def test_gigpo_step_mode_dump_has_every_turns_advantage(tmp_path, tokenizer):
+    """The real advantage step (GiGPO: episode plus per-turn advantages, computed on the episodes and given back to
+    each turn's sample) on a step-mode batch: the dump shows, on each reply, the advantage its sample trains with."""
+    from roll.config.agentic import AgenticConfig
+    from roll.ppo.advantage_step import advantage_step
+
+    trajs = [three_turn_trajectory(tokenizer, g, e, False) for g in range(2) for e in range(2)]
+    batch = trajectories_to_batch(trajs, tokenizer.pad_token_id, "step")
+    cfg = AgenticConfig()
+    cfg.adv_estimator = "gigpo"
+    advantage_step(cfg, batch, 0.0)
+    path = TrajectoryDumps(tmp_path, 1, 0, tokenizer, "agentic").agentic("train", 1, trajs, batch)
+    places, seen = hand_places(trajs, "step"), set()
+    for record in map(json.loads, path.read_text().splitlines()):
+        for turn, (row, pos) in zip(record["turns"], places[record["id"]], strict=True):
+            expected = batch["advantages"][row, pos - 1 : pos + 3].tolist()
+            assert turn["adv"] == pytest.approx(expected, abs=1e-4) and len(set(turn["adv"])) == 1
+            seen.add(round(turn["adv"][0], 4))
+    assert len(seen) > 1 and any(v != 0 for v in seen)  # a learning signal, different per turn

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.agentic.gateway.openai_format import server_sent_events
 from roll.agentic.gateway.session import GatewayError
 
 #: Requests served at once (FastAPI's default of 40 threads would cap a generate call at 40 prompts).
@@ -18,7 +19,9 @@ def build_app(gateway: Any) -> Any:
 
     import anyio
     from fastapi import Body, FastAPI, Header, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException
 
     @asynccontextmanager
     async def lifespan(_: Any):  # one worker thread per waiting request: a turn's requests batch into one call
@@ -29,18 +32,35 @@ def build_app(gateway: Any) -> Any:
 
     @app.exception_handler(GatewayError)
     def _error(_: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"message": exc.message, "type": "invalid_request_error", "code": exc.code}},
-            status_code=exc.status,
-        )
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    def _http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown routes, wrong methods
+        what = f"{request.method} {request.url.path}"
+        message = f"roll's gateway does not serve {what}; it serves POST /v1/chat/completions and GET /v1/models"
+        if request.url.path.rstrip("/").endswith(("/responses", "/completions")) and "chat" not in request.url.path:
+            message += (
+                " (the Responses and legacy Completions APIs are not served: use your framework's chat-completions"
+                " model class, docs/agents.md)"
+            )
+        code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+        return _error(request, GatewayError(exc.status_code, message, code))
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:  # a body that is not JSON
+        return _error(request, GatewayError(400, f"the request body is not a JSON object: {exc.errors()[:1]}"))
 
     def admin(authorization: str | None) -> None:
         if (authorization or "").removeprefix("Bearer ").strip() != gateway.admin_key:
             raise GatewayError(401, "this route needs the gateway's admin key", "invalid_api_key")
 
     @app.post("/v1/chat/completions")
-    def chat(body: dict = Body(...), authorization: str | None = Header(None)) -> dict:
-        return gateway.complete(gateway.session_of(authorization), body)
+    def chat(body: dict = Body(...), authorization: str | None = Header(None)) -> Any:
+        response = gateway.complete(gateway.session_of(authorization), body)
+        if not body.get("stream"):
+            return response
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))  # sampled as without streaming
+        return Response(server_sent_events(response, usage), media_type="text/event-stream")
 
     @app.get("/v1/models")
     def models(authorization: str | None = Header(None)) -> dict:
@@ -62,7 +82,9 @@ def build_app(gateway: Any) -> Any:
     def start(body: dict = Body(default={}), authorization: str | None = Header(None)) -> dict:
         admin(authorization)
         sid, key = gateway.start_session(
-            int(body.get("max_tokens", gateway.sampling.max_new_tokens)), body.get("tool_parser", "hermes")
+            int(body.get("max_tokens", gateway.sampling.max_new_tokens)),
+            body.get("tool_parser", "hermes"),
+            max_turns=int(body.get("max_turns", 0)),
         )
         return {"session_id": sid, "api_key": key, "base_url": gateway.base_url}
 

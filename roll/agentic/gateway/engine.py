@@ -2,9 +2,13 @@
 :class:`~roll.rollout.client.GenerationClient` (the rollout's generation client: batched on hf_infer, per request on
 SGLang), so concurrent sessions share engine calls the way env managers' turns do.
 
-Batching rule: the loop submits what is queued when every open session has a request waiting, or when the oldest
-has waited ``max_wait_ms``, or at once while other requests are in flight (an engine that takes single requests
-batches those itself); then it polls and hands each finished output to its waiting thread.
+Batching rule (lock-step, as roll's env manager steps its envs): while nothing is in flight, the loop submits when
+every open session has a request waiting, in the sessions' start order; a session that has not sent its next
+request ``wait_s`` after the oldest waiting one is a *straggler*: the batch goes without it, and the next batches do
+not wait for it until it sends a request. So while every harness sends its next request within ``wait_s``, each
+batch holds the same requests in the same order from run to run, and a run is as reproducible as the native env
+manager's. While requests are in flight (an engine that takes single requests, ``submit`` ability) new requests are
+submitted at once: such an engine batches them itself, and its runs are not reproducible either way.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from roll.strategies.base import GenerationOutput
 @dataclass
 class _Request:
     rid: str
+    session: str
     prompt: list[int]
     args: GeneratingArgs
     max_new_tokens: int
@@ -30,16 +35,22 @@ class _Request:
 
 
 class GenerationLoop:
-    """One thread between the gateway's request threads and a generation client (set per rollout by :meth:`use`)."""
+    """One thread between the gateway's request threads and a generation client (set per rollout by :meth:`use`).
 
-    def __init__(self, max_wait_ms: float = 20.0):
-        self.max_wait_s = max_wait_ms / 1000.0
+    Args:
+        wait_s: how long a batch waits for open sessions that have not sent their next request (0: not at all).
+    """
+
+    def __init__(self, wait_s: float = 10.0):
+        self.wait_s = wait_s
         self.generator: GenerationClient | None = None
-        self.expected = 0  # open sessions: when all have a request waiting, nothing is gained by waiting longer
+        self._open: dict[str, int] = {}  # open sessions and their start order
+        self._stragglers: set[str] = set()  # open sessions no batch waits for until they send a request
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._flight: dict[str, _Request] = {}
         self.busy_s = 0.0  # seconds inside the client's submit/poll (engine time)
+        self.straggled = 0  # times a batch went without a session that was still open (a run may then differ)
         self._stop = False
         self._thread = threading.Thread(target=self._loop, daemon=True, name="roll-gateway-engine")
         self._thread.start()
@@ -50,41 +61,64 @@ class GenerationLoop:
             self.generator = generator
             self._cond.notify_all()
 
-    def set_expected(self, sessions: int) -> None:
+    def open(self, session: str, order: int) -> None:
+        """A session whose requests the batches wait for; ``order`` places its requests within a batch."""
         with self._cond:
-            self.expected = sessions
+            self._open[session] = order
+            self._cond.notify_all()
+
+    def close(self, session: str) -> None:
+        """The session has ended: no batch waits for it any more."""
+        with self._cond:
+            self._open.pop(session, None)
+            self._stragglers.discard(session)
             self._cond.notify_all()
 
     def generate(
-        self, rid: str, prompt: list[int], args: GeneratingArgs, max_new_tokens: int, timeout: float | None = None
+        self,
+        rid: str,
+        session: str,
+        prompt: list[int],
+        args: GeneratingArgs,
+        max_new_tokens: int,
+        timeout: float | None = None,
     ) -> GenerationOutput:
-        """Block until ``prompt`` is generated (``rid`` unique among requests in flight)."""
-        request = _Request(rid, prompt, args, max_new_tokens)
+        """Block until ``prompt`` of ``session`` is generated (``rid`` unique among requests in flight)."""
+        request = _Request(rid, session, prompt, args, max_new_tokens)
         with self._cond:
             if self.generator is None:
                 raise RuntimeError("no generation client is attached to the gateway (no rollout is running)")
+            self._stragglers.discard(session)
             self._queue.append(request)
             self._cond.notify_all()
         return request.future.result(timeout)
 
-    def close(self) -> None:
+    def stop(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
 
+    def _missing(self) -> set[str]:
+        """Open sessions, stragglers aside, without a request waiting (called with the lock held)."""
+        waiting = {r.session for r in self._queue}
+        return {s for s in self._open if s not in waiting and s not in self._stragglers}
+
     def _take(self) -> list[_Request]:
-        """Requests to submit now (called with the lock held; waits as the batching rule says)."""
+        """Requests to submit now, in session start order (called with the lock held; waits as the batching rule
+        says)."""
         while not self._stop:
-            if self._queue and (
-                self._flight
-                or len(self._queue) >= self.expected
-                or time.monotonic() - self._queue[0].arrived >= self.max_wait_s
-            ):
-                taken, self._queue = self._queue, []
-                return taken
+            if self._queue:
+                missing = self._missing()
+                late = time.monotonic() - self._queue[0].arrived >= self.wait_s
+                if self._flight or not missing or late:
+                    if missing and not self._flight:
+                        self._stragglers |= missing
+                        self.straggled += 1
+                    taken, self._queue = self._queue, []
+                    return sorted(taken, key=lambda r: self._open.get(r.session, len(self._open)))
             if self._flight:
                 return []
-            wait = None if not self._queue else max(1e-4, self.max_wait_s - (time.monotonic() - self._queue[0].arrived))
+            wait = None if not self._queue else max(1e-4, self.wait_s - (time.monotonic() - self._queue[0].arrived))
             self._cond.wait(wait)
         return []
 
@@ -95,6 +129,10 @@ class GenerationLoop:
                 if self._stop:
                     return
                 generator = self.generator
+            if generator is None:  # a harness still calling after its rollout ended (its session is closed too)
+                for r in taken:
+                    r.future.set_exception(RuntimeError("the rollout has ended: no generation client is attached"))
+                continue
             start = time.perf_counter()
             try:
                 self._flight.update({r.rid: r for r in taken})
@@ -113,7 +151,7 @@ class GenerationLoop:
 
 
 def _by_setting(requests: list[_Request]) -> dict[tuple[str, int], list[_Request]]:
-    """Requests grouped by (sampling settings, token budget), in arrival order."""
+    """Requests grouped by (sampling settings, token budget), in the order given."""
     out: dict[tuple[str, int], list[_Request]] = {}
     for r in requests:
         out.setdefault((repr(r.args), r.max_new_tokens), []).append(r)

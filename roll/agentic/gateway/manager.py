@@ -7,8 +7,11 @@ Per rollout: every env slot of every group gets a gateway session and one episod
 group share ``group_seed(seed, phase, step, group)``, as env groups do); the episodes run concurrently on a
 :class:`~roll.calls.CallPool` under ``agent_timeout``; the session's turns become the trajectory. A runner that
 raises, returns a non-finite reward, never calls the model or runs past ``agent_timeout`` ends its trajectory as a
-failure (its session is closed, so a hung harness's later requests get 401). Trajectory metrics (``env/<tag>/...``):
-``turns``, ``template_breaks``, ``tool_parse_errors`` and what an :class:`AgentResult` reports.
+failure (its session is closed, so a hung harness's later requests get 401). The gateway enforces the tag's
+``max_actions_per_traj``: the call past it is refused (``max_turns_exceeded``) and the episode ends truncated, even
+when the harness raises on that answer (its posted rewards count). Trajectory metrics (``env/<tag>/...``):
+``turns``, ``template_breaks``, ``tool_parse_errors``, ``turn_limit_reached``, ``policy_version_min`` and what an
+:class:`AgentResult` reports.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ def env_manager_class(manager: EnvManagerConfig, custom_envs: dict[str, CustomEn
     return EnvManager
 
 
+def lockstep_wait(manager: EnvManagerConfig, groups: list[GroupSpec]) -> float:
+    """How long a turn's batch waits for late harnesses: ``gateway_wait_s``, at most a quarter of the shortest
+    ``agent_timeout`` of the manager's tags (so that waiting for a hung harness never times out the others)."""
+    limits = [g.env.agent_timeout / 4 for g in groups if g.env.agent_timeout > 0]
+    return min([manager.gateway_wait_s, *limits])
+
+
 class ProxyEnvManager:
     """Owns ``group_size`` episode slots per group, one gateway and the runners of its tags (same constructor and
     :meth:`rollout` as :class:`~roll.agentic.env_manager.EnvManager`)."""
@@ -61,7 +71,7 @@ class ProxyEnvManager:
             generating_args,
             sequence_length,
             honor_temperature=False,
-            max_wait_ms=manager.batch_max_wait_ms,
+            wait_s=lockstep_wait(manager, groups),
         )
         self.gateway.start()
         self.runners: dict[str, AgentRunner] = {
@@ -102,7 +112,12 @@ class ProxyEnvManager:
                         tag=spec.tag,
                         seed=seed,
                     )
-                    sid, key = self.gateway.start_session(spec.env.max_tokens_per_step, spec.env.tool_parser)
+                    sid, key = self.gateway.start_session(
+                        spec.env.max_tokens_per_step,
+                        spec.env.tool_parser,
+                        name=traj.traj_id,
+                        max_turns=spec.env.max_actions_per_traj,
+                    )
                     task = self._task(spec, traj, key)
                     episodes.append((spec, traj, sid))
                     sessions.append(self.gateway.session(sid))
@@ -125,7 +140,9 @@ class ProxyEnvManager:
             if outcome.error is not None and self.raise_env_errors:
                 raise outcome.error
             self._fill(traj, session, spec)
-            if outcome.error is not None:
+            if outcome.error is not None and session.turn_limit_hit:  # it ended on the turn-limit answer: truncated
+                self._score(traj, session, None)
+            elif outcome.error is not None:
                 record_error(traj, "agent.run", outcome.error)
             elif outcome.timed_out:
                 record_failure(
@@ -158,6 +175,7 @@ class ProxyEnvManager:
             "turns": float(len(session.turns)),
             "template_breaks": float(session.template_breaks),
             "tool_parse_errors": float(session.parse_errors),
+            "turn_limit_reached": float(session.turn_limit_hit),
         }
         if session.turns:
             traj.env_metrics["policy_version_min"] = float(min(t.policy_version for t in session.turns))
@@ -184,7 +202,7 @@ class ProxyEnvManager:
         session.reward = reward
         traj.turns = list(session.scored_turns())
         traj.success = bool(result.success) if result.success is not None else reward > 0
-        traj.terminated = not session.truncated
+        traj.terminated = not (session.truncated or session.turn_limit_hit)
         traj.env_metrics.update({k: float(v) for k, v in result.metrics.items()})
 
 

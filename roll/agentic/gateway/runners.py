@@ -33,20 +33,34 @@ from roll.config.agentic import CustomEnvConfig
 
 @dataclass
 class AgentTask:
-    """What a runner gets for one episode. Envs of one group share ``seed`` (the same task); ``env`` is the tag's
-    config, for harnesses that play a roll env behind their own API (:class:`EnvRunner`)."""
+    """What a runner gets for one episode (``from roll.agentic.gateway.runners import AgentTask``).
 
-    base_url: str  # the gateway's OpenAI base URL (``http://127.0.0.1:<port>/v1``)
-    api_key: str  # this episode's session key
+    Attributes:
+        base_url: the gateway's OpenAI base URL, ``http://127.0.0.1:<port>/v1``.
+        api_key: this episode's session key (valid while the episode runs, for its own session only).
+        model: the model name to send (any name is accepted).
+        seed: the episode's seed; the episodes of a group share it (the same task).
+        tag: the ``custom_envs`` tag.
+        env: the tag's config block (``env_type``, ``env_config``, ``max_actions_per_traj``, ...), for harnesses
+            that play a roll env behind their own API (:class:`EnvRunner`).
+        format_penalty: the env manager block's, for harnesses that build a roll env.
+        action_format: the env manager block's, likewise.
+        group_id: the group's index (global over the rollout).
+        env_id: the episode's index within its group.
+        phase: ``"train"`` or ``"val"``.
+    """
+
+    base_url: str
+    api_key: str
     model: str
     seed: int
     tag: str
-    env: CustomEnvConfig  # the tag's block: env_type, env_config, templates, max_actions_per_traj
-    format_penalty: float  # the env manager block's, for harnesses that build a roll env
+    env: CustomEnvConfig
+    format_penalty: float
     action_format: str
     group_id: int
     env_id: int
-    phase: str  # "train" or "val"
+    phase: str
 
     @property
     def max_turns(self) -> int:
@@ -61,8 +75,14 @@ class AgentTask:
 
 @dataclass
 class AgentResult:
-    """An episode's outcome: ``reward`` (added to the last turn), ``success`` (None: ``reward > 0``), and numbers
-    the harness measured (logged as ``env/<tag>/<name>`` means)."""
+    """An episode's outcome (``from roll.agentic.gateway.runners import AgentResult``).
+
+    Attributes:
+        reward: added to the episode's last turn (per-turn rewards posted to ``/v1/reward`` stay on their turns).
+        success: counted in ``rollout/success_rate``; None means ``reward > 0``.
+        metrics: numbers the harness measured, each logged as ``env/<tag>/<name>`` (its mean over the step's
+            episodes; validation: ``val/env/<tag>/<name>``).
+    """
 
     reward: float
     success: bool | None = None
@@ -70,6 +90,10 @@ class AgentResult:
 
 
 RunnerReturn = float | int | AgentResult | None
+
+
+class RunnerArgumentsError(TypeError):
+    """``agent_runner_kwargs`` do not fit the runner (the message names what it takes)."""
 
 
 class AgentRunner(ABC):
@@ -83,9 +107,22 @@ class AgentRunner(ABC):
 
 
 class FunctionRunner(AgentRunner):
-    """A plain function ``fn(task, **kwargs)`` as a runner."""
+    """A plain function ``fn(task, **kwargs)`` as a runner; ``kwargs`` (``agent_runner_kwargs``) must be keyword
+    arguments of ``fn`` (checked here, before any episode)."""
 
     def __init__(self, fn: Callable[..., RunnerReturn], **kwargs: Any):
+        import inspect
+
+        try:
+            inspect.signature(fn).bind(None, **kwargs)
+        except TypeError as exc:
+            params = [p for p in inspect.signature(fn).parameters][1:]
+            raise RunnerArgumentsError(
+                f"agent_runner_kwargs {sorted(kwargs)} do not fit {getattr(fn, '__name__', fn)}(task, ...) ({exc}); "
+                f"it takes {', '.join(params) or 'no keyword arguments'}"
+            ) from None
+        except ValueError:  # a callable without a signature: checked when called
+            pass
         self.fn, self.kwargs = fn, kwargs
 
     def run(self, task: AgentTask) -> RunnerReturn:
@@ -194,27 +231,36 @@ class EnvRunner(AgentRunner):
 
 
 def load_runner(name: str, kwargs: dict[str, Any] | None = None) -> AgentRunner:
-    """The runner named by ``agent_runner_cls`` (an import path), built with ``kwargs``.
+    """The runner named by ``agent_runner_cls`` (an import path), built with ``kwargs``. The module is imported from
+    the launch directory (the current directory, put on ``sys.path`` as for user envs), ``PYTHONPATH`` or the
+    installed packages. Messages name the value, not the key (the config error adds it).
 
     Raises:
-        ImportError: the module or name cannot be found (the message names both).
+        ImportError: the module or name cannot be found (the message names both, and where modules come from).
+        RunnerArgumentsError: ``kwargs`` do not fit the runner.
         TypeError: the name is neither an AgentRunner subclass nor a function.
     """
     module, sep, attr = name.partition(":") if ":" in name else name.rpartition(".")
     if not module or not sep:
-        raise ImportError(f"agent_runner_cls={name!r}: expected an import path 'package.module.Name'")
+        raise ImportError("expected an import path such as 'my_agents.harness.play' or 'my_agents.harness:play'")
     if os.getcwd() not in sys.path:  # a runner next to the launch directory, as with user envs
         sys.path.append(os.getcwd())
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
-        raise ImportError(f"agent_runner_cls={name!r}: cannot import {attr!r} from {module!r} ({exc})") from None
+        raise ImportError(
+            f"cannot import {attr!r} from {module!r} ({exc}); modules are imported from the launch directory "
+            f"({os.getcwd()}), PYTHONPATH and the installed packages"
+        ) from None
     kwargs = dict(kwargs or {})
     if isinstance(obj, type) and issubclass(obj, AgentRunner):
-        return obj(**kwargs)
+        try:
+            return obj(**kwargs)
+        except TypeError as exc:
+            raise RunnerArgumentsError(f"{obj.__name__}(**agent_runner_kwargs) failed: {exc}") from None
     if callable(obj) and not isinstance(obj, type):
         return FunctionRunner(obj, **kwargs)
     raise TypeError(
-        f"agent_runner_cls={name!r} is {obj!r}: name a subclass of "
-        f"roll.agentic.gateway.runners.AgentRunner or a function fn(task, **agent_runner_kwargs)"
+        f"{obj!r} is neither a subclass of roll.agentic.gateway.runners.AgentRunner nor a function "
+        f"fn(task, **agent_runner_kwargs)"
     )

@@ -2,14 +2,15 @@
 
 Routes (nothing else is served; no engine endpoint is ever forwarded):
 
-- ``POST /v1/chat/completions`` (session key): one model turn. Honored: ``messages``, ``tools``, ``tool_choice``
-  (``auto``/``none``), ``temperature`` (unless the gateway fixes the sampling, as in training), ``max_tokens`` /
-  ``max_completion_tokens`` (capped by the session's budget), ``stop``, ``n`` = 1. ``stream: true``, ``n`` > 1,
-  forced tool choices, ``logit_bias`` and penalties are a 400 naming the key (they would change what is sampled).
+- ``POST /v1/chat/completions`` (session key): one model turn. The keys served and refused (a 400 naming the key:
+  whatever would change what is sampled) are listed in :mod:`roll.agentic.gateway.openai_format`; ``max_tokens`` /
+  ``max_completion_tokens`` are capped by the session's budget.
 - ``GET /v1/models`` (session key): the one model.
 - ``POST /v1/reward`` (session key): ``{"reward": float, "turn": int | null}``: a reward for the episode or a turn.
 - ``POST /sessions``, ``POST /sessions/{id}/end`` (the gateway's admin key): start/end a session from outside
   Python (the env manager calls :meth:`Gateway.start_session` directly).
+
+Anything else (the Responses API, an unknown route, a body that is not JSON) is answered in OpenAI's error format.
 
 Keys: a session key (``Authorization: Bearer <key>``, the OpenAI client's ``api_key``) reaches its own session
 only; a wrong or ended key gets 401. Keys are random (``secrets.token_urlsafe``); the server binds 127.0.0.1 only.
@@ -24,19 +25,10 @@ from dataclasses import replace
 from typing import Any
 
 from roll.agentic.gateway.engine import GenerationLoop
+from roll.agentic.gateway.openai_format import assistant_message, check_request, logprobs
 from roll.agentic.gateway.session import GatewayError, Renderer, Session, template_message
 from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
 from roll.config.worker import GeneratingArgs
-
-#: Request keys that would change the sampled distribution (the trainer could not reproduce the log-probs).
-REFUSED = {
-    "stream": (False, None),
-    "n": (1, None),
-    "logit_bias": (None, {}),
-    "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0),
-    "top_logprobs": (None, 0),
-}
 
 #: Requests whose timings :attr:`Gateway.timings` keeps.
 MAX_TIMINGS = 10_000
@@ -52,7 +44,8 @@ class Gateway:
         sequence_length: most ids of one sample (prompt + reply); a longer request is a 400 and marks the session
             truncated.
         model_name: what ``/v1/models`` lists (any model name in a request is accepted).
-        max_wait_ms: batching window of the generation loop (:mod:`roll.agentic.gateway.engine`).
+        wait_s: how long a turn's batch waits for open sessions that have not sent their next request
+            (:mod:`roll.agentic.gateway.engine`; training passes ``gateway_wait_s``).
     """
 
     def __init__(
@@ -62,12 +55,13 @@ class Gateway:
         sequence_length: int,
         model_name: str = "roll-policy",
         honor_temperature: bool = True,
-        max_wait_ms: float = 20.0,
+        wait_s: float = 0.02,
     ):
         self.renderer = Renderer(tokenizer)
         self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
         self.honor_temperature = honor_temperature
-        self.engine = GenerationLoop(max_wait_ms)
+        self.engine = GenerationLoop(wait_s)
+        self._started = 0  # sessions started so far: their order in a batch
         self.admin_key = secrets.token_urlsafe(24)
         self._sessions: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
@@ -100,17 +94,28 @@ class Gateway:
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
-        self.engine.close()
+        self.engine.stop()
 
     # ------------------------------------------------------------------ sessions
-    def start_session(self, max_tokens: int, tool_parser: str = "hermes") -> tuple[str, str]:
-        """A new session: ``(session id, key)``; ``max_tokens`` caps every reply of it."""
+    def start_session(
+        self, max_tokens: int, tool_parser: str = "hermes", name: str | None = None, max_turns: int = 0
+    ) -> tuple[str, str]:
+        """A new session: ``(session id, key)``; ``max_tokens`` caps every reply of it, ``max_turns`` (0: no limit)
+        its model calls (the next one is a 400 with code ``max_turns_exceeded``). ``name`` makes the id
+        ``s-<name>`` (the env manager passes the trajectory id, so that ids, and the tool-call ids derived from them,
+        are the same from run to run); the key is always random."""
         TOOL_PARSERS.resolve(tool_parser)
-        session = Session(f"s-{secrets.token_hex(6)}", secrets.token_urlsafe(24), tool_parser, max_tokens)
+        session_id = f"s-{name}" if name else f"s-{secrets.token_hex(6)}"
         with self._lock:
+            if session_id in self._sessions:
+                raise ValueError(f"a live session is already named {session_id!r}")
+            session = Session(
+                session_id, secrets.token_urlsafe(24), tool_parser, max_tokens, order=self._started, max_turns=max_turns
+            )
+            self._started += 1
             self._sessions[session.session_id] = session
             self._by_key[session.key] = session
-            self.engine.set_expected(sum(not s.ended for s in self._sessions.values()))
+            self.engine.open(session.session_id, session.order)
         return session.session_id, session.key
 
     def session(self, session_id: str) -> Session:
@@ -126,7 +131,7 @@ class Gateway:
                 return None
             self._by_key.pop(session.key, None)
             session.ended = True
-            self.engine.set_expected(len(self._sessions))
+            self.engine.close(session_id)
         return session
 
     def session_of(self, authorization: str | None) -> Session:
@@ -152,14 +157,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ completions
     def _args(self, body: dict[str, Any]) -> GeneratingArgs:
-        for key, allowed in REFUSED.items():
-            if key in body and body[key] not in allowed:
-                raise GatewayError(
-                    400,
-                    f"{key}={body[key]!r} is not supported by roll's gateway (allowed: "
-                    f"{[a for a in allowed if a is not None]}): it would change what is sampled "
-                    f"and recorded for training",
-                )
+        check_request(body)
         temperature = _number(body, "temperature", float, 0.0)
         if temperature is None or not self.honor_temperature:
             return self.sampling
@@ -170,12 +168,6 @@ class Gateway:
         start = time.perf_counter()
         args = self._args(body)
         choice = body.get("tool_choice")
-        if choice not in (None, "auto", "none"):
-            raise GatewayError(
-                400,
-                f"tool_choice={choice!r} is not supported: use 'auto' or 'none' (forcing a call "
-                f"would change the sampled distribution)",
-            )
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
             raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
@@ -189,6 +181,7 @@ class Gateway:
         with session.lock:  # one request of a session at a time: each turn extends the last
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
+            session.check_turn_limit()
             prompt, prompt_ids, starts = session.plan(self.renderer, messages, tools)
             budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
             if budget < 1:
@@ -200,7 +193,9 @@ class Gateway:
                     "context_length_exceeded",
                 )
             t = time.perf_counter()
-            out = self.engine.generate(f"{session.session_id}/turn{len(session.turns)}", prompt, args, budget)
+            out = self.engine.generate(
+                f"{session.session_id}/turn{len(session.turns)}", session.session_id, prompt, args, budget
+            )
             engine_s = time.perf_counter() - t
             ids, log_probs, finish = list(out.token_ids), list(out.log_probs), out.finish_reason
             ids, log_probs, finish = self._cut_at_stop(ids, log_probs, finish, stops)
@@ -212,7 +207,9 @@ class Gateway:
                 if choice == "none" or not tools  # no tools offered: plain text
                 else TOOL_PARSERS.get(session.tool_parser)(text)
             )
-            reply = _assistant_message(session, parsed)
+            offered = {(t.get("function") or {}).get("name") for t in tools or [] if isinstance(t, dict)}
+            parsed.errors += sum(c.name not in offered for c in parsed.calls)  # returned, but not a valid call
+            reply = assistant_message(session.session_id, len(session.turns), parsed)
             session.record(
                 messages,
                 prompt,
@@ -237,13 +234,24 @@ class Gateway:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model") or self.model_name,
-            "choices": [{"index": 0, "message": reply, "finish_reason": reason, "logprobs": None}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": reply,
+                    "finish_reason": reason,
+                    "logprobs": logprobs(self._pieces(ids), log_probs) if body.get("logprobs") else None,
+                }
+            ],
             "usage": {
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(ids),
                 "total_tokens": len(prompt) + len(ids),
             },
         }
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """Each generated id as text (the end-of-turn token included, as the engine produced it)."""
+        return [self.renderer.decode([i]) for i in ids]
 
     def _cut_at_stop(
         self, ids: list[int], log_probs: list[float], finish: str, stops: list[str]
@@ -275,20 +283,3 @@ def _before_stop(text: str, stops: list[str]) -> str:
     """OpenAI's rule: the returned text ends before the first stop string."""
     cuts = [text.find(s) for s in stops if s in text]
     return text[: min(cuts)] if cuts else text
-
-
-def _assistant_message(session: Session, parsed: ParsedReply) -> dict[str, Any]:
-    """The reply in OpenAI's format (tool-call ids name the session turn)."""
-    import json
-
-    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-    if parsed.calls:
-        message["tool_calls"] = [
-            {
-                "id": f"call_{session.session_id}_{len(session.turns)}_{i}",
-                "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-            }
-            for i, c in enumerate(parsed.calls)
-        ]
-    return message

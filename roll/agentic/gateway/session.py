@@ -13,6 +13,9 @@ the tokenizer's chat template and decides what the engine is given (:meth:`Sessi
 
 A reply is recorded with the ids and log-probs the engine returned; a reply cut by length or by a stop string gets
 an end-of-turn token appended (``Turn.appended_eos``, not trained on), as the template closes the message there.
+
+A session with ``max_turns`` answers the request after its last allowed turn with a 400 (code
+``max_turns_exceeded``) and remembers it (``Session.turn_limit_hit``): the episode was cut by its turn limit.
 """
 
 from __future__ import annotations
@@ -27,11 +30,17 @@ from roll.data.trajectory import Turn
 
 
 class GatewayError(Exception):
-    """An error answered in OpenAI's format: HTTP ``status``, ``message``, ``code``."""
+    """An error answered in OpenAI's format: HTTP ``status``, ``message``, ``code`` and the request key it is about
+    (``param``, or None): ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error", param: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI's clients parse (``openai.BadRequestError.code`` is ``code``)."""
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
 def _arguments(value: Any) -> Any:
@@ -89,6 +98,8 @@ class Session:
     key: str
     tool_parser: str
     max_tokens: int
+    order: int = 0  # the gateway's start order: a turn's batch holds its requests in this order (reproducible)
+    max_turns: int = 0  # model calls allowed (0: no limit); the next one is refused with code max_turns_exceeded
     turns: list[Turn] = field(default_factory=list)
     history: list[str] = field(default_factory=list)  # message keys of the last request + the returned reply
     messages: list[dict[str, Any]] = field(default_factory=list)  # the conversation so far (template form)
@@ -98,8 +109,20 @@ class Session:
     template_breaks: int = 0
     parse_errors: int = 0
     truncated: bool = False  # a request would have exceeded sequence_length
+    turn_limit_hit: bool = False  # a request past max_turns was refused
     ended: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def check_turn_limit(self) -> None:
+        """Refuse a request past ``max_turns``: a 400 the harness can end on; the episode counts as truncated."""
+        if self.max_turns and len(self.turns) >= self.max_turns:
+            self.turn_limit_hit = True
+            raise GatewayError(
+                400,
+                f"turn limit reached: this episode has made its {self.max_turns} model calls (task.max_turns: "
+                f"custom_envs.<tag>.max_actions_per_traj); end the episode",
+                "max_turns_exceeded",
+            )
 
     def plan(
         self, formatter: Renderer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None

@@ -1,8 +1,10 @@
 """Tool-call parsers: the model's reply text -> OpenAI ``tool_calls``, one registry entry per model family.
 
 A parser takes the reply text (end-of-turn token removed) and returns :class:`ParsedReply`: the text left for
-``content`` and the calls found. A call whose JSON does not parse is left in ``content`` and counted in
-``errors`` (the harness sees what the model wrote; the trajectory keeps the ids either way).
+``content`` and the calls found. A call that does not parse (bad JSON, no name, or a block opened and never closed:
+a reply cut by its token budget) is left in ``content`` and counted in ``errors`` (the harness sees what the model
+wrote; the trajectory keeps the ids either way). The gateway also counts a call of a function the request did not
+offer.
 
 Built in: ``hermes`` (alias ``qwen2_5``, ``qwen3``): ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``,
 one block per call, as Hermes-style and Qwen2.5/Qwen3 chat templates render tool calls. Add a family with
@@ -55,9 +57,13 @@ def parse_hermes(text: str) -> ParsedReply:
 
     >>> parse_hermes('Let me look.<tool_call>\\n{"name": "push", "arguments": {"dir": "up"}}\\n</tool_call>')
     ParsedReply(content='Let me look.', calls=[ToolCall(name='push', arguments={'dir': 'up'})], errors=0)
+    >>> parse_hermes('<tool_call>{"name": "push", "argu')  # cut by the token budget
+    ParsedReply(content='<tool_call>{"name": "push", "argu', calls=[], errors=1)
     """
     calls, kept, errors, last = [], [], 0, 0
+    closed = 0
     for match in _HERMES.finditer(text):
+        closed = match.end()
         try:
             obj = json.loads(match.group(1))
             name, arguments = obj["name"], obj.get("arguments", {})
@@ -72,5 +78,6 @@ def parse_hermes(text: str) -> ParsedReply:
         last = match.end()
         calls.append(ToolCall(name, arguments))
     kept.append(text[last:])
+    errors += "<tool_call>" in text[closed:]  # a call opened after the last closed one and never closed
     content = "".join(kept).strip() if calls else text
     return ParsedReply(content or None, calls, errors)

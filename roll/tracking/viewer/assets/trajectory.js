@@ -62,8 +62,14 @@ V.trajectoryPage = function (phase, step, records, id) {
     el("p", {id: "traj-summary"}, V.outcomeBadge(record),
        ` score ${R.fmt(record.score)} · ${record.turns.length} turn${record.turns.length === 1 ? "" : "s"} · `,
        `${record.tag} · group ${record.group} · ${record.case}`, record.truncated ? " · cut by sequence length" : "",
+       V.harnessOf(record.tag) ? el("span", {class: "badge harness", title: V.harnessOf(record.tag)},
+                                    `agent harness ${V.harnessOf(record.tag)}`) : "",
        record.ground_truth !== undefined ? ` · answer ${record.ground_truth}` : "", metrics ? ` · ${metrics}` : ""),
     record.failure ? el("p", {class: "error"}, record.failure) : null,
+    record.error && record.error.traceback
+      ? el("details", {class: "prompt traceback"}, el("summary", {}, "traceback"), el("pre", {}, record.error.traceback))
+      : null,
+    record.messages ? conversation(record.messages) : null,
     el("div", {class: "controls"}, "color tokens by ",
        V.segmented("color", modes, V.ui.mode, (m) => { V.ui.mode = m; V.render(); }),
        phase === "val" ? el("a", {href: `#/case/${encodeURIComponent(record.case)}`, class: "pill"},
@@ -72,6 +78,13 @@ V.trajectoryPage = function (phase, step, records, id) {
     symbols ? R.boardLegend(record.turns.map((t) => t.observation), symbols) : null,
     el("div", {id: "turns"}, record.turns.map((t, k) => turnCard(record, t, k, scale)), endCard(record))];
 };
+
+function conversation(messages) {
+  const el = R.el;
+  return el("details", {class: "prompt conversation"},
+    el("summary", {}, `the conversation as the harness sent it (${messages.length} messages)`),
+    messages.map((m) => el("div", {class: "message"}, el("div", {class: "label"}, m.role), el("pre", {}, m.content))));
+}
 
 function endCard(record) {
   const el = R.el;

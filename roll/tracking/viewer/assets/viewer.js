@@ -33,6 +33,8 @@ function loadDump(phase, step) {
 
 function dumpsOf(phase) { return RUN.dumps.filter((d) => d.phase === phase); }
 function symbolsOf(tag) { return (RUN.envs[tag] || {}).grid_symbols || null; }
+// the import path of the agent harness that plays ``tag`` through the gateway, or null for an env tag
+function harnessOf(tag) { return (RUN.envs[tag] || {}).agent_runner || null; }
 function stepLink(phase, step) { return `#/step/${phase}/${step}`; }
 function trajLink(phase, step, id) { return `#/traj/${phase}/${step}/${encodeURIComponent(id)}`; }
 
@@ -43,7 +45,7 @@ function crumbs(...parts) {
 }
 
 function outcomeBadge(r) {
-  if (r.failure) return el("span", {class: "badge fail", title: r.failure}, "env error");
+  if (r.failure) return el("span", {class: "badge fail", title: r.failure}, harnessOf(r.tag) ? "harness error" : "env error");
   return r.success ? el("span", {class: "badge ok"}, "✓ success") : el("span", {class: "badge no"}, "✗ failure");
 }
 
@@ -182,7 +184,7 @@ function stepPage(phase, step, records) {
   const rerender = () => render();
   const controls = el("div", {class: "controls"},
     segmented("outcome", [["all", "All"], ["success", "Success"], ["failure", "Failure"],
-                          ["error", `Env error (${records.filter((r) => r.failure).length})`]], ui.outcome,
+                          ["error", `Error (${records.filter((r) => r.failure).length})`]], ui.outcome,
               (v) => { ui.outcome = v; rerender(); }),
     tags.length > 1 ? el("select", {id: "tag-pick", onchange: (e) => { ui.tag = e.target.value; rerender(); }},
       el("option", {value: ""}, "all tags"),
@@ -225,7 +227,7 @@ async function render() {
 }
 
 // shared with trajectory.js
-window.V = Object.assign(window.V || {}, {RUN, ui, loadDump, dumpsOf, symbolsOf, stepLink, trajLink, crumbs,
+window.V = Object.assign(window.V || {}, {RUN, ui, loadDump, dumpsOf, symbolsOf, harnessOf, stepLink, trajLink, crumbs,
                                           outcomeBadge, segmented, mean, render});
 document.getElementById("run-title").textContent = RUN.title || "";
 document.title = `${RUN.title || "run"} · roll view`;
