@@ -39,7 +39,8 @@ def ray_session():
     pythonpath = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
     if ray.is_initialized():  # an in-process pipeline run of an earlier module (Ray mode) left its instance up
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    # address="local": always a new instance, never a cluster another process left running (ray_current_cluster)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()
 

@@ -48,6 +48,15 @@ class WeightsOut:
         rank 0's handle can be another role's argument: :attr:`passes_refs`)."""
         return self.group.call_async(Worker.weights_out, WeightSender.gather, bucket_bytes)
 
+    def adapter(self) -> tuple[NamedTensors, dict]:
+        """The LoRA adapter (tensors as CPU copies, peft config): every rank takes part in gathering, rank 0's is
+        returned."""
+        return self.group.call(Worker.weights_out, WeightSender.adapter)[0]
+
+    def start_adapter(self) -> list[Any]:
+        """:meth:`adapter` started on every rank without waiting; handles in rank order (rank 0's first)."""
+        return self.group.call_async(Worker.weights_out, WeightSender.adapter)
+
     def write_shared(self, path: str, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Layout:
         """Every rank takes part in gathering; rank 0 writes the weights into the new shared-memory file ``path``;
         their layout."""
@@ -96,6 +105,11 @@ class WeightsIn:
     def load(self, named_tensors: Any) -> list[float]:
         """Every worker loads ``(name, tensor)`` pairs (a list, or a Ray object ref of one); seconds per worker."""
         return self.group.call(Worker.weights_in, WeightReceiver.load, named_tensors)
+
+    def load_adapter(self, adapter: Any) -> list[float]:
+        """Every worker serves the LoRA adapter ``(tensors, config)`` (or a Ray object ref of it); seconds per worker
+        (ability ``lora_adapters``)."""
+        return self.group.call(Worker.weights_in, WeightReceiver.load_adapter, adapter)
 
     def load_shared(self, path: str, layout: Layout) -> list[float]:
         """Every worker loads the weights written to the shared-memory file ``path``; seconds per worker."""

@@ -16,10 +16,20 @@ from roll.weights.sync import Receiver, Sender, WeightSync
 
 def weight_sync(cfg: Any, sender: Sender, receiver: Receiver) -> WeightSync:
     """The sync ``cfg`` asks for between ``sender`` (``actor_train.weights_out``) and ``receiver``
-    (``actor_infer.weights_in``). Prints the mode and why."""
+    (``actor_infer.weights_in``). Prints the mode and why. A LoRA run whose engine serves adapters (ability
+    ``lora_adapters``) syncs its adapter alone (mode ``adapter``); an engine without it gets the merged weights."""
+    from roll.config.lora import actor_lora
+
     infer = cfg.actor_infer
     spec = strategy_spec(infer.strategy_args.strategy_name)
     options = strategy_options(infer, "actor_infer.strategy_args.strategy_config")
+    if actor_lora(cfg) is not None and spec.can("lora_adapters"):
+        print(
+            f"[roll] weight sync actor_train -> actor_infer: adapter (LoRA: only the adapter travels; "
+            f"{spec.name} serves it on its base weights)",
+            flush=True,
+        )
+        return WeightSync(sender, receiver, "adapter")
     receives = spec.can("weight_group")
     mappings = role_mappings(cfg)
     requested = options.weight_sync if receives else "auto"  # only a weight-group receiver has the choice

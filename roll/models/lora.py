@@ -174,7 +174,9 @@ def load_adapter(
 
     if not is_peft(model):
         settings = dict(config, inference_mode=True)
-        model = get_peft_model(model, get_peft_config(settings), adapter_name=ADAPTER)
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):  # peft's initialization must not move the engine's sampling RNG
+            model = get_peft_model(model, get_peft_config(settings), adapter_name=ADAPTER)
     state = dict(named_tensors)
     expected = {n.replace(f".{ADAPTER}.", ".") for n in adapter_names(model)}
     missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)

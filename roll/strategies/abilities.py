@@ -63,8 +63,22 @@ class ReceivesIpcBuckets(Protocol):
         """Load one shared bucket (one payload per GPU of this worker, in its GPU order)."""
 
 
+@runtime_checkable
+class ServesAdapters(Protocol):
+    """Ability ``lora_adapters``: serves a LoRA adapter on its base weights, replaced at every sync (the receiving
+    side of the adapter-only sync: :mod:`roll.weights.sync`, mode ``adapter``)."""
+
+    def load_adapter(self, named_tensors: Any, config: dict[str, Any]) -> None:
+        """Serve the adapter ``named_tensors`` (peft's state-dict names) with its peft ``config`` from now on."""
+
+
 #: Abilities a strategy may declare: name -> the Protocol its class must satisfy.
-ABILITIES: dict[str, type] = {"submit": Submits, "weight_group": ReceivesWeightGroup, "ipc_weights": ReceivesIpcBuckets}
+ABILITIES: dict[str, type] = {
+    "submit": Submits,
+    "weight_group": ReceivesWeightGroup,
+    "ipc_weights": ReceivesIpcBuckets,
+    "lora_adapters": ServesAdapters,
+}
 
 
 def protocol_members(protocol: type) -> list[str]:

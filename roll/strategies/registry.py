@@ -7,9 +7,9 @@ A registry entry (:class:`StrategySpec`) is the whole contract of a backend:
   ROLE_BASES`: ``actor_train`` -> ``TrainStrategy``, ``critic`` -> ``CriticStrategy``, ``actor_infer`` ->
   ``InferenceStrategy``, ``reference`` -> ``ScoringStrategy``), which declare every method a caller uses.
 - ``abilities``: what callers may ask beyond the roles, each a ``Protocol`` of :data:`roll.strategies.abilities.
-  ABILITIES` (``submit``, ``weight_group``, ``ipc_weights``). Role bases and abilities are checked against the
-  class when it is registered, if its module is already imported (a backend registering itself), else when the
-  class is first imported (:func:`get_strategy_class`): a TypeError lists what is missing.
+  ABILITIES` (``submit``, ``weight_group``, ``ipc_weights``, ``lora_adapters``). Role bases and abilities are
+  checked against the class when it is registered, if its module is already imported (a backend registering
+  itself), else when the class is first imported (:func:`get_strategy_class`): a TypeError lists what is missing.
 - ``options``: ``"package.module:Class"`` of its typed ``strategy_config`` (:mod:`roll.config.strategies`),
   parsed once, by the launch's preflight (:func:`strategy_options`); the worker hands the object to the strategy.
 - what the doctor and the preflight read: ``packages`` (pip distributions it needs, e.g. ``megatron-core``),
@@ -227,7 +227,7 @@ register_strategy(
     requires="transformers",
     module="transformers",
     packages=("transformers",),
-    abilities={"ipc_weights"},
+    abilities={"ipc_weights", "lora_adapters"},
     options="roll.config.strategies:HFInferOptions",
 )
 register_strategy(
@@ -300,6 +300,6 @@ register_strategy(
     packages=("sglang",),
     needs_gpu=True,
     prefix_sharing="engine",
-    abilities={"submit", "weight_group", "ipc_weights"},
+    abilities={"submit", "weight_group", "ipc_weights", "lora_adapters"},
     options="roll.config.strategies:SGLangOptions",
 )

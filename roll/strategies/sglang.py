@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from roll.config.lora import ALL_LINEAR, LoraSettings, lora_settings
 from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions  # noqa: F401
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
@@ -131,11 +132,15 @@ class RequestTracker:
         self.engine, self.loop = engine, loop
         self.tasks: dict[str, asyncio.Task] = {}
 
-    def submit(self, rid: str, prompt: list[int], params: dict[str, Any]) -> None:
-        """Queue request ``rid``; a duplicate id in flight raises."""
+    def submit(self, rid: str, prompt: list[int], params: dict[str, Any], lora_path: str | None = None) -> None:
+        """Queue request ``rid`` (generated with the LoRA adapter named ``lora_path``, if any); a duplicate id in
+        flight raises."""
         if rid in self.tasks:
             raise ValueError(f"sglang: request id {rid!r} is already in flight; ids must be unique")
-        coro = self.engine.async_generate(input_ids=list(prompt), sampling_params=params, return_logprob=True, rid=rid)
+        extra = {"lora_path": lora_path} if lora_path else {}
+        coro = self.engine.async_generate(
+            input_ids=list(prompt), sampling_params=params, return_logprob=True, rid=rid, **extra
+        )
         self.tasks[rid] = self.loop.create_task(coro)
 
     def poll(self, rids: Iterable[str] | None = None, timeout: float | None = None) -> dict[str, GenerationOutput]:
@@ -217,6 +222,15 @@ class SGLangStrategy(InferenceStrategy):
             kwargs["max_running_requests"] = ctx.max_running_requests
         if ctx.async_rollouts and "disable_radix_cache" not in options.engine_args:
             kwargs["disable_radix_cache"] = True  # updates in flight cannot flush it (module docstring)
+        self.lora = lora_settings(margs, "actor_infer.model_args")
+        if self.lora is not None:
+            kwargs.update({**lora_engine_args(self.lora), **options.engine_args})
+            if self.release_tags is None:  # the base weights never change: only the KV cache and graphs go
+                self.release_tags = list(LORA_RELEASE_TAGS)
+        self.adapter_name: str | None = None  # the LoRA adapter requests are generated with (None: the base)
+        self._adapter_version = 0
+        self._pending_adapter: tuple[list[tuple[str, torch.Tensor]], dict[str, Any]] | None = None
+        self._unloading: list[Any] = []  # unloads of older adapters, waiting for their last requests
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig
@@ -243,7 +257,7 @@ class SGLangStrategy(InferenceStrategy):
         for rid, prompt in requests:
             for k in range(n):
                 sub = rid if n == 1 else f"{rid}{SAMPLE_SEP}{k}"
-                self.tracker.submit(sub, prompt, params)
+                self.tracker.submit(sub, prompt, params, self.adapter_name)
                 sent.append(sub)
         return sent
 
@@ -270,11 +284,13 @@ class SGLangStrategy(InferenceStrategy):
             raise ValueError("sglang: compute_log_probs has no entropy; compute it with the training strategy")
         ids, mask = batch["input_ids"], batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+        extra = {"lora_path": [self.adapter_name] * len(prompts)} if self.adapter_name else {}
         outs = self.engine.generate(
             input_ids=prompts,
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},
             return_logprob=True,
             logprob_start_len=0,
+            **extra,
         )
         out = torch.zeros(ids.shape[0], ids.shape[1] - 1)
         for i, (o, m) in enumerate(zip(outs, mask)):
@@ -315,6 +331,42 @@ class SGLangStrategy(InferenceStrategy):
         if not self.released:
             with self.paused() as in_flight:
                 self._push(self._host_weights, flush=not in_flight)
+
+    def load_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], config: dict[str, Any]) -> None:
+        """Serve a LoRA adapter (peft's state-dict names and config: a trainer's ``adapter_weights`` /
+        ``adapter_config``) from memory with ``load_lora_adapter_from_tensors``, under a new name per sync; requests
+        submitted from now on use it, requests in flight finish with the adapter they started with (their policy
+        version), and the previous adapter is unloaded once they are done. While released (colocated training
+        phase), the adapter waits on the host until :meth:`reload_states`."""
+        if self.lora is None:
+            raise RuntimeError(
+                "sglang: load_adapter needs an engine started with LoRA (actor_infer.model_args.lora_target, "
+                "set from actor_train's by the launch)"
+            )
+        adapter = ([(n, t.detach().cpu()) for n, t in named_tensors], dict(config))
+        if self.released:
+            self._pending_adapter = adapter
+        else:
+            self._serve_adapter(*adapter)
+
+    def _serve_adapter(self, tensors: list[tuple[str, torch.Tensor]], config: dict[str, Any]) -> None:
+        start = time.perf_counter()
+        self._adapter_version += 1
+        name = f"roll-policy-{self._adapter_version}"
+        _check_result(
+            "load_lora_adapter_from_tensors",
+            self.engine.load_lora_adapter_from_tensors(name, dict(tensors), config),
+        )
+        old, self.adapter_name, self._pending_adapter = self.adapter_name, name, None
+        if old is not None:
+            from sglang.srt.managers.io_struct import UnloadLoRAAdapterReqInput
+
+            # SGLang unloads once the adapter's last request is done: a task on the engine's loop, driven by polls
+            unload = self.engine.tokenizer_manager.unload_lora_adapter(UnloadLoRAAdapterReqInput(lora_name=old), None)
+            self._unloading = [t for t in self._unloading if not t.done()] + [self.engine.loop.create_task(unload)]
+            if not len(self.tracker):
+                self.engine.loop.run_until_complete(asyncio.gather(*self._unloading))
+        self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": 1.0}
 
     def _push(self, named: list[tuple[str, torch.Tensor]], flush: bool = True) -> None:
         start, buckets = time.perf_counter(), list(iter_buckets(named, self.bucket_bytes))
@@ -366,6 +418,8 @@ class SGLangStrategy(InferenceStrategy):
         if tags:
             self.engine.resume_memory_occupation(tags=tags)
         self.released = False
+        if self._pending_adapter is not None:
+            self._serve_adapter(*self._pending_adapter)
         if self._weights_released and not self._weights_fresh:
             if self._host_weights is not None:
                 self._push(self._host_weights)
@@ -426,9 +480,39 @@ class SGLangStrategy(InferenceStrategy):
 
 
 def _check_result(call: str, result: Any) -> None:
-    """SGLang's control calls answer ``(success, message)``; a failure raises with SGLang's message."""
+    """SGLang's control calls answer ``(success, message)`` or an output object with ``success`` and
+    ``error_message``; a failure raises with SGLang's message."""
     if isinstance(result, (tuple, list)) and len(result) >= 2 and not result[0]:
         raise RuntimeError(f"sglang: {call} failed: {result[1]}")
+    if getattr(result, "success", True) is False:
+        raise RuntimeError(f"sglang: {call} failed: {getattr(result, 'error_message', result)}")
+
+
+#: What an engine serving LoRA adapters releases between phases by default: the base weights never change.
+LORA_RELEASE_TAGS = ("kv_cache", "cuda_graph")
+#: Adapters an engine holds at once: the current one and the one its last requests still use.
+LORA_SLOTS = 2
+
+
+def lora_engine_args(lora: LoraSettings) -> dict[str, Any]:
+    """``sglang.Engine`` arguments that let it serve adapters of ``lora`` loaded at run time: LoRA on, the rank, the
+    target modules (``all`` for all-linear; a regular expression target cannot be served).
+
+    >>> lora_engine_args(LoraSettings(rank=16, alpha=32.0, dropout=0.0, target=("q_proj", "v_proj")))
+    {'enable_lora': True, 'max_lora_rank': 16, 'lora_target_modules': ['q_proj', 'v_proj'], 'max_loras_per_batch': 2}
+    """
+    if lora.names is None and lora.target != ALL_LINEAR:
+        raise ValueError(
+            f"sglang: lora_target={lora.target!r} is a regular expression; SGLang serves adapters on named modules: "
+            f"write the module names or {ALL_LINEAR}"
+        )
+    modules = ["all"] if lora.names is None else list(lora.names)
+    return {
+        "enable_lora": True,
+        "max_lora_rank": lora.rank,
+        "lora_target_modules": modules,
+        "max_loras_per_batch": LORA_SLOTS,
+    }
 
 
 __all__ = ["SGLangStrategy", "RequestTracker", "engine_kwargs", "sampling_params", "parse_output", "bucket_meta"]

@@ -49,6 +49,17 @@ class WeightReceiver:
             self.sink.load_weights(named_tensors)
         return time.perf_counter() - start
 
+    def load_adapter(self, adapter: tuple[Any, dict[str, Any]]) -> float:
+        """Serve the LoRA adapter ``(tensors, config)`` (a sender's :meth:`~roll.weights.sender.WeightSender.adapter`;
+        on Ray also an object ref of it, resolved by Ray) from the next generation on; seconds (ability
+        ``lora_adapters``)."""
+        self._needs("lora_adapters", "serve LoRA adapters")
+        tensors, config = adapter
+        start = time.perf_counter()
+        with self.turns:
+            self.sink.load_adapter(tensors, config)  # type: ignore[attr-defined]
+        return time.perf_counter() - start
+
     def load_shared(self, path: str, layout: Layout) -> float:
         """Load the weights another worker wrote to the shared-memory file ``path``; seconds."""
         return self.load(read_shared(path, layout))

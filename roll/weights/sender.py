@@ -1,12 +1,13 @@
 """The sending side of the weight sync on one rank of a training role: :class:`WeightSender`, around a training
 strategy (:class:`WeightSource`).
 
-What travels is decided in one place, :meth:`WeightSender.buckets`: the named tensors to send, bucket by bucket
-(the full weights today, from the strategy's ``weight_buckets``). Every mode reads it: the bucket plan receivers
-allocate from (:meth:`~WeightSender.plan`), the copy to CPU (:meth:`~WeightSender.gather`, and
-:meth:`~WeightSender.write_shared` for shared memory), the in-process buckets of ``direct``, the CUDA IPC payloads
-(:meth:`~WeightSender.share_bucket`) and the NCCL broadcast (:meth:`~WeightSender.broadcast`). An adapter-only sync
-(LoRA) changes that method alone.
+What travels is decided in one place per kind of sync. Full weights: :meth:`WeightSender.buckets`, the named
+tensors bucket by bucket (the strategy's ``weight_buckets``; with LoRA the merged weights, for an engine that cannot
+serve adapters), which every full-weight mode reads: the bucket plan receivers allocate from
+(:meth:`~WeightSender.plan`), the copy to CPU (:meth:`~WeightSender.gather`, and :meth:`~WeightSender.write_shared`
+for shared memory), the in-process buckets of ``direct``, the CUDA IPC payloads (:meth:`~WeightSender.share_bucket`)
+and the NCCL broadcast (:meth:`~WeightSender.broadcast`). The adapter-only sync of a LoRA run:
+:meth:`WeightSender.adapter` (the adapter's tensors and peft config; the base weights never travel).
 
 Every rank of the role calls each method in step (ZeRO-3, FSDP2 and Megatron gather each bucket collectively);
 rank 0 is the one that sends. A worker holds one sender and runs its methods for the driver
@@ -51,6 +52,16 @@ class WeightSender:
         """The named tensors to send, in buckets of about ``bucket_bytes`` (full weights: the strategy's
         ``weight_buckets``). Every sync mode reads this method and nothing else of the strategy."""
         return iter(self.source.weight_buckets(bucket_bytes))
+
+    def adapter(self) -> tuple[NamedTensors, dict] | None:
+        """What travels in an adapter-only sync (LoRA, mode ``adapter``): the adapter's tensors as CPU copies under
+        peft's state-dict names and its peft config, ``(tensors, config)`` on rank 0, None on the others. Every
+        rank calls (the gathers are collective). The base weights never travel: they do not change."""
+        tensors = list(self.source.adapter_weights())  # type: ignore[attr-defined]
+        if self.rank != 0:
+            return None
+        config = self.source.adapter_config()  # type: ignore[attr-defined]
+        return [(name, t.detach().to("cpu", copy=True)) for name, t in tensors], config
 
     def plan(self, bucket_bytes: int) -> list[dict[str, list]]:
         """The bucket plan of :meth:`buckets` (``BucketMeta`` as dicts: names, dtypes, full shapes), what receivers

@@ -63,3 +63,38 @@ def test_shared_file_round_trip_keeps_names_dtypes_and_values(tmp_path):
     assert [n for n, _ in got] == ["a", "b", "c", "empty"]
     for (_, want), (_, t) in zip(named, got):
         assert t.dtype == want.dtype and torch.equal(t, want)
+
+
+def test_adapter_sync_between_ray_actors(ray_session, tiny_model_dir):
+    """LoRA: only the adapter travels (object ref from trainer rank 0 to the engine actor), the engine serves it on
+    its own base and then scores exactly as the trainer does; ``sync/gib`` is the adapter's size. Fails when the
+    adapter does not arrive (the engine scores as the base), when the full weights travel (the size), or when a
+    stale adapter is kept (the second sync)."""
+    cfgs = [_config(tiny_model_dir, s) for s in ("deepspeed_train", "hf_infer")]
+    for cfg in cfgs:
+        cfg.model_args.lora_target, cfg.model_args.lora_rank = "all-linear", 4
+    train = ActorProxy(RayWorkerGroup("actor_train", cfgs[0], 300))
+    infer = InferProxy(RayWorkerGroup("actor_infer", cfgs[1], 300))
+    train.initialize(StrategyContext(seed=0))
+    infer.initialize(StrategyContext(seed=0))
+    ids = torch.randint(10, 400, (4, 12), generator=torch.Generator().manual_seed(0))
+    batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+
+    def infer_log_probs() -> torch.Tensor:
+        return torch.cat([p["log_probs"] for p in infer.group.call_dp("compute_log_probs", batch)])
+
+    base = infer_log_probs()
+    sync = WeightSync(train.weights_out, infer.weights_in, "adapter")
+    from roll.ppo.loss_fns import SFT_LOSS
+
+    sft = Batch({**{k: batch[k] for k in ("input_ids", "attention_mask")}, "response_mask": torch.ones_like(ids)})
+    for lr in (1e-2, 3e-2):  # move the adapters away from zero (B = 0 at start: the actor is the base)
+        train.train_step(sft, SFT_LOSS, lr=lr)
+        want = train.compute_log_probs(batch)
+        assert (want - base).abs().max() > 1e-3
+        out = sync()
+        torch.testing.assert_close(infer_log_probs(), want, atol=1e-5, rtol=1e-5)
+    tensors, config = train.weights_out.adapter()
+    assert all(".lora_" in name for name, _ in tensors) and config["r"] == 4
+    nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+    assert out["sync/mode"] == 4.0 and out["sync/gib"] == pytest.approx(nbytes / 2**30)

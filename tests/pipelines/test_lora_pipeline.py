@@ -1,12 +1,13 @@
-"""``sokoban_tiny_lora`` end to end on CPU: RL steps with LoRA adapters on ``deepspeed_train`` and today's
-full-weight sync (the engine, ``hf_infer`` without peft, gets the merged weights), a KL loss whose reference is the
-actor with its adapters off (no reference worker starts although the config has a reference block), then the final
-adapter merged by ``roll merge-lora``.
+"""``sokoban_tiny_lora`` end to end on CPU: RL steps with LoRA adapters on ``deepspeed_train`` and the adapter-only
+sync (the engine, ``hf_infer``, serves the trainer's adapter through peft on its unchanged base weights), a KL loss
+whose reference is the actor with its adapters off (no reference worker starts although the config has a reference
+block), then the final adapter merged by ``roll merge-lora``.
 
 What fails here: adapters without gradients (grad norm 0, the final adapter zero); a reference that is not the base
 model (at step 1 the adapters are still zero, so the actor is the base and the KL must be exactly 0; later it must
-not be); a sync that sends the base instead of the merged weights (the engine's log-probs of a reply then differ from
-the trainer's); a base that trains (its weights leave the pretrained ones).
+not be); a sync that sends nothing, the base or a stale adapter (the engine's log-probs of a reply then differ from the
+trainer's); a sync that sends more than the adapter (``sync/gib`` is the adapter's size); a base that trains (its
+weights leave the pretrained ones).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roll.models.lora import PEFT_PREFIX
+from roll.models.lora import PEFT_PREFIX, is_peft
 from roll.pipelines.agentic_pipeline import AgenticPipeline
 from tests.pipelines.test_resume import STEPS, _config, _metrics_by_step
 from tests.strategies.test_train_step import _batch
@@ -46,6 +47,7 @@ def test_sokoban_tiny_lora_runs_and_keeps_the_base(tiny_model_dir, tmp_path, cap
         assert m["actor/grad_norm"] > 0, (step, m["actor/grad_norm"])
         assert m["critic/advantages_max"] > m["critic/advantages_min"], step  # a learning signal
         assert "time/ref_log_probs" in m
+        assert m["sync/mode"] == 4.0, m["sync/mode"]  # adapter-only
     # step 1's one update starts from zero adapters, where the actor is the base model (to float rounding: the
     # training and the reference pass cut the batch into other micro-batches); after it, the two differ
     assert abs(metrics[1]["actor/ref_kl"]) < 1e-6, metrics[1]["actor/ref_kl"]
@@ -59,7 +61,16 @@ def test_sokoban_tiny_lora_runs_and_keeps_the_base(tiny_model_dir, tmp_path, cap
             if ".lora_" not in name:
                 plain_name = name.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")
                 assert torch.equal(param.detach(), plain[plain_name].detach()), name
+    adapter_bytes = sum(t.numel() * t.element_size() for _, t in strategy.adapter_weights())
+    assert metrics[STEPS]["sync/gib"] == pytest.approx(adapter_bytes / 2**30)
+    full_bytes = sum(t.numel() * t.element_size() for t in plain.values())
+    assert adapter_bytes < full_bytes / 2, (adapter_bytes, full_bytes)
     engine = pipe.roles.actor_infer.group.workers[0].strategy
+    assert is_peft(engine.model)  # the engine serves the adapter; its base is the pretrained model
+    for name, param in engine.model.named_parameters():
+        if ".lora_" not in name:
+            plain_name = name.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")
+            assert torch.equal(param.detach(), plain[plain_name].detach()), name
     batch = _batch(vocab=int(plain["model.embed_tokens.weight"].shape[0]))
     torch.testing.assert_close(
         engine.compute_log_probs(batch)["log_probs"],

@@ -117,9 +117,13 @@ def test_parse_output():
 class FakeTokenizerManager:
     def __init__(self):
         self.aborted: list[str] = []
+        self.unloaded: list[str] = []
 
     def abort_request(self, rid: str = "", abort_all: bool = False):
         self.aborted.append(rid)
+
+    async def unload_lora_adapter(self, obj, request=None):
+        self.unloaded.append(obj.lora_name)
 
 
 class FakeEngine:
@@ -133,10 +137,22 @@ class FakeEngine:
         self.pushed: list[list[str]] = []
         self.events: list[str] = []
         self.waiting_after_retract = False
+        self.adapter_of: dict[str, str | None] = {}  # request -> the LoRA adapter it was generated with
+        self.adapters: dict[str, dict[str, torch.Tensor]] = {}
 
-    async def async_generate(self, input_ids, sampling_params, return_logprob, rid):
+    def load_lora_adapter_from_tensors(self, lora_name, tensors, config_dict, load_format=None):
+        from types import SimpleNamespace
+
+        ok = config_dict.get("r", 0) > 0 and lora_name not in self.adapters
+        if ok:
+            self.adapters[lora_name] = tensors
+        self.events.append(f"adapter:{lora_name}")
+        return SimpleNamespace(success=ok, error_message="" if ok else "bad adapter config or name in use")
+
+    async def async_generate(self, input_ids, sampling_params, return_logprob, rid, lora_path=None):
         assert return_logprob
         self.calls.append((rid, input_ids, sampling_params))
+        self.adapter_of[rid] = lora_path
         await asyncio.sleep(self.delays.get(rid, 0.0))
         return _result(rid, input_ids[::-1])
 
@@ -214,7 +230,68 @@ def _strategy(engine: FakeEngine, bucket_bytes: int = 1 << 30) -> SGLangStrategy
     s.bucket_bytes, s.release_tags, s.model_path = bucket_bytes, None, "/init"
     s.skip_names, s.released, s._host_weights, s.last_sync = frozenset({"lm_head.weight"}), False, None, {}
     s._weights_released, s._weights_fresh, s._synced = False, True, False
+    s.lora, s.adapter_name, s._adapter_version, s._pending_adapter, s._unloading = None, None, 0, None, []
     return s
+
+
+def _lora_strategy(engine: FakeEngine) -> SGLangStrategy:
+    from roll.config.lora import LoraSettings
+
+    s = _strategy(engine)
+    s.lora, s.release_tags = LoraSettings(rank=4, alpha=8.0, dropout=0.0, target="all-linear"), ["kv_cache"]
+    return s
+
+
+def test_adapters_are_served_under_a_new_name_each_sync_and_the_old_one_unloaded(monkeypatch):
+    """An adapter sync loads the adapter from memory under a new name; requests from then on use it, requests of
+    the old one keep theirs, and the old adapter is unloaded; one that arrives while released waits for the resume.
+    A failure of SGLang's load raises with its message."""
+    import sys
+    import types
+
+    io_struct = types.SimpleNamespace(
+        UnloadLoRAAdapterReqInput=lambda lora_name: types.SimpleNamespace(lora_name=lora_name)
+    )
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", io_struct)
+    eng = FakeEngine({"r1": 0.3})
+    s = _lora_strategy(eng)
+    config = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}
+    s.generate([[1, 2]], GeneratingArgs())
+    assert list(eng.adapter_of.values()) == [None]  # before the first sync: the base model (B = 0 adapters)
+    s.load_adapter([("a.lora_A.weight", torch.ones(4, 2))], config)
+    s.submit([("r1", [1, 2])], GeneratingArgs())
+    assert s.poll(["r1"], timeout=0.01) == {}  # r1 started, still in flight
+    assert eng.adapter_of["r1"] == "roll-policy-1" and eng.tokenizer_manager.unloaded == []
+    s.load_adapter([("a.lora_A.weight", torch.full((4, 2), 2.0))], config)  # r1 still in flight
+    s.submit([("r2", [3])], GeneratingArgs())
+    s.tracker.wait_all(["r1", "r2"])
+    assert eng.adapter_of == {next(iter(eng.adapter_of)): None, "r1": "roll-policy-1", "r2": "roll-policy-2"}
+    assert eng.tokenizer_manager.unloaded == ["roll-policy-1"]  # once its last request was done
+    assert float(eng.adapters["roll-policy-2"]["a.lora_A.weight"][0, 0]) == 2.0
+    s.offload_states()
+    s.load_adapter([("a.lora_A.weight", torch.full((4, 2), 3.0))], config)
+    assert "adapter:roll-policy-3" not in eng.events and s.adapter_name == "roll-policy-2"
+    s.reload_states()
+    assert eng.events[-3:] == ["release['kv_cache']", "resume['kv_cache']", "adapter:roll-policy-3"]
+    assert s.adapter_name == "roll-policy-3" and eng.tokenizer_manager.unloaded[-1] == "roll-policy-2"
+    with pytest.raises(RuntimeError, match="load_lora_adapter_from_tensors failed: bad adapter config"):
+        s.load_adapter([("a.lora_A.weight", torch.ones(4, 2))], {"r": 0})
+
+
+def test_an_engine_without_lora_refuses_an_adapter():
+    s = _strategy(FakeEngine())
+    with pytest.raises(RuntimeError, match="needs an engine started with LoRA"):
+        s.load_adapter([], {"r": 4})
+
+
+def test_lora_engine_args():
+    from roll.config.lora import LoraSettings
+    from roll.strategies.sglang import lora_engine_args
+
+    args = lora_engine_args(LoraSettings(rank=32, alpha=32.0, dropout=0.0, target="all-linear"))
+    assert args == {"enable_lora": True, "max_lora_rank": 32, "lora_target_modules": ["all"], "max_loras_per_batch": 2}
+    with pytest.raises(ValueError, match="regular expression"):
+        lora_engine_args(LoraSettings(rank=8, alpha=16.0, dropout=0.0, target=".*proj$"))
 
 
 def test_submit_fans_out_n_and_generate_keeps_prompt_order():
