@@ -49,9 +49,10 @@ def test_watch_warns_once_and_stops_after_patience(capsys):
     watch = SignalWatch(patience=3)
     dead = _batch([0.0] * 4, [0, 0, 1, 1], [0, 0, 0, 0])
     alive = _batch([1.0, -1.0, 0.0, 0.0], [0, 0, 1, 1], [1, 0, 0, 0])
-    assert watch(1, dead) == {"rollout/zero_signal_groups": 2.0}
+    assert watch(1, dead) == {"rollout/zero_signal_groups": 2.0, "rollout/zero_signal_frac": 1.0}
     assert watch(2, dead)["rollout/zero_signal_groups"] == 2.0
-    assert watch(3, alive) == {"rollout/zero_signal_groups": 1.0}  # the count of dead steps starts again
+    # the count of dead steps starts again; one of the two groups teaches nothing
+    assert watch(3, alive) == {"rollout/zero_signal_groups": 1.0, "rollout/zero_signal_frac": 0.5}
     watch(4, dead)
     watch(5, dead)
     err = capsys.readouterr().err
