@@ -232,8 +232,8 @@ class RuleState:
 
 
 class RunHealth:
-    """Reads each step's metrics against :data:`HEALTH_RULES` (see the module docstring); its state goes into
-    checkpoints (:meth:`state_dict`).
+    """Reads each step's metrics against :data:`HEALTH_RULES` (see the module docstring): ``health(step, metrics)``
+    returns ``health/<rule>`` and ``health/alerts``; its state goes into checkpoints (:meth:`state_dict`).
 
     Args:
         cfg: the ``run_health`` block.
@@ -302,7 +302,7 @@ class RunHealth:
         return read_events(self.path)
 
     def summary(self) -> str:
-        """One line for the end of a run: the alerts it had (each rule's first step and whether it recovered) and
+        """One line for the end of a run: the rules that fired and at which steps (and which still fire), and
         validation success at the start, its best and at the end."""
         if not self.cfg.enabled:
             return "[roll] health: run_health.enabled=false, not checked"
