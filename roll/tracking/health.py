@@ -79,9 +79,9 @@ def _above(value: float, bound: float) -> str | None:
 def approx_kl(value: float, bound: float, seen: Seen) -> str | None:
     """Healthy: ``actor/approx_kl`` (k3 estimate of KL(old || new) over one step's update) <= ``approx_kl_max``.
 
-    Default 0.05: PPO's usual target KL per update is 0.01-0.05 (Spinning Up's PPO stops an update at 1.5 x
-    ``target_kl`` = 0.01); on roll's embedded default one step at 0.1 collapsed the policy (docs/verified.md,
-    Adam beta2 0.999), where healthy steps stay near 1e-3."""
+    Default 0.05: PPO's usual target KL per update is 0.01-0.05 (Spinning Up's PPO stops an update at 1.5 x its
+    ``target_kl`` 0.01); on roll's embedded default one step at 0.1 collapsed the policy (docs/verified.md, Adam
+    beta2 0.999), where healthy steps stay at 1e-4-1e-2 (0.0001-0.011 over 15 RL steps, docs/tracking.md)."""
     return _above(value, bound)
 
 
@@ -111,9 +111,10 @@ def ref_kl(value: float, bound: float, seen: Seen) -> str | None:
 def grad_norm(value: float, bound: float, seen: Seen) -> str | None:
     """Healthy: ``actor/grad_norm`` (the global norm before clipping) <= ``grad_norm_max``.
 
-    Default 10: 10 x the clip norm of verl's and roll's defaults (``grad_clip`` / ``max_grad_norm`` 1.0); measured
-    pre-clip norms are 0.2-1.2 on the embedded default and the GPU configs (docs/verified.md). A non-finite norm is
-    not read here: ``max_skipped_updates`` handles it."""
+    Default 10: 10 x the clip norm of verl's and roll's defaults (``grad_clip`` / ``max_grad_norm`` 1.0); healthy
+    pre-clip norms were 0.4-1.8 over 15 RL steps of the embedded default (docs/tracking.md, "Run health") and
+    0.2-0.9 on the GPU configs (docs/verified.md). A non-finite norm is not read here: ``max_skipped_updates``
+    handles it."""
     return _above(value, bound)
 
 
@@ -129,7 +130,8 @@ def clip_frac(value: float, bound: float, seen: Seen) -> str | None:
 
     Default 0.3 (roll's choice): with the usual clip range 0.2 (roll's ``pg_clip``; verl's ``clip_ratio``, whose
     parameter guide gives [0.1, 0.3] as its typical range) an update that clips most tokens has left the trust
-    region; with one PPO epoch of one mini-batch (the embedded default) the fraction is 0."""
+    region; the embedded default (4 optimizer steps per rollout) clipped 0.0005-0.025 of its tokens over 15 RL
+    steps (docs/tracking.md, "Run health")."""
     return _above(value, bound)
 
 
