@@ -14,7 +14,9 @@ Per seed (one run at a time, as in ``benchmarks/seeds.py``, whose per-seed overr
    either side.
 
 The table gives validation success after the warm start (the RL run's step 0), after RL, and of the control, the
-paired differences, and their mean over seeds with the standard error (sd / sqrt(n)). Validation uses the config's
+paired differences, and their mean over seeds with the standard error (sd / sqrt(n)). Once a seed's control ran, the
+RL run's ``metrics.png`` is drawn again with the control's level beside the warm start's (``roll view`` of the RL
+run shows both too). Validation uses the config's
 sampling (temperature 1). ``--greedy`` also re-validates both final models with greedy decoding.
 
     python benchmarks/rl_vs_sft.py --seeds 1 2 3 4 5 --out output/rl_vs_sft
@@ -80,6 +82,18 @@ def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int, secon
     ]
 
 
+def replot(rl_dir: Path) -> None:
+    """Draw the RL run's metrics.png again now that its control ran beside it: the success panel gets the control's
+    level (``roll.tracking.plot.control_level``; ``roll view`` shows it too)."""
+    from roll.tracking.plot import plot_metrics
+
+    metrics = rl_dir / "logs" / "metrics.jsonl"
+    try:
+        plot_metrics(str(metrics), str(metrics.with_name("metrics.png")))
+    except (OSError, ValueError) as exc:  # a plot never fails the study
+        print(f"[rl_vs_sft] could not plot {metrics}: {exc}", flush=True)
+
+
 def greedy_overrides(model: Path, run_dir: Path) -> list[str]:
     """Validate a saved model with greedy decoding: no warm start, no RL."""
     return [
@@ -122,6 +136,7 @@ def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) ->
         extra = [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in own]
         wall = run(base + seed_overrides(seed, ctl_dir) + extra + control, ctl_dir / "run.log")
         (ctl_dir / "wall_s").write_text(f"{wall:.1f}")
+        replot(rl_dir)
     if args.greedy:
         for name, model in (("rl", rl_dir / "final"), ("control", ctl_dir / "final")):
             out = args.out.resolve() / f"seed{seed}" / f"greedy_{name}"

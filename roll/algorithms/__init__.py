@@ -30,9 +30,11 @@ from roll.algorithms.masking import masked_mean, masked_sum, masked_var, masked_
 from roll.algorithms.policy_losses import get_policy_loss_fn, gspo_policy_loss, ppo_policy_loss, register_policy_loss
 from roll.algorithms.reward_norm import (
     RunningMeanStd,
+    normalize_episode_scores,
     normalize_scores,
     postprocess_rlvr_rewards,
     register_score_norm,
+    scoped_norm,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "normalize_episode_scores",
     "normalize_scores",
     "postprocess_rlvr_rewards",
     "ppo_policy_loss",
@@ -67,6 +70,7 @@ __all__ = [
     "register_kl",
     "register_policy_loss",
     "register_score_norm",
+    "scoped_norm",
     "step_level_advantages",
     "value_loss",
     "whiten_and_clip_advantages",

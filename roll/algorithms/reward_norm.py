@@ -2,7 +2,12 @@
 
 Standard deviations here are sample (unbiased, ``n - 1``) standard deviations, as ``torch.std`` and the GRPO code of
 verl and ROLL use; a group of one has no spread and counts as std 0. A group whose std is below
-``STD_ZERO_TOL`` (1e-6) is treated as constant: standardizing it gives all zeros, scaling it leaves it unchanged.
+``STD_ZERO_TOL`` (1e-6) is treated as constant: standardizing it gives all zeros; RLVR's ``reward_scale`` alone
+leaves it unchanged.
+
+Agentic episodes: :func:`normalize_episode_scores` (``reward_normalization``: a mean and a std each from the batch or
+the sample's group, :func:`scoped_norm`; ``method`` derives them when unset, as ROLL's). RLVR responses:
+:func:`postprocess_rlvr_rewards` (``reward_norm`` scope, ``reward_shift`` / ``reward_scale``).
 """
 
 from __future__ import annotations
@@ -26,12 +31,21 @@ class ScoreNormFn(Protocol):
     def __call__(self, scores: Tensor, group_ids: Tensor | None) -> Tensor: ...
 
 
-SCORE_NORMS: Registry[ScoreNormFn] = Registry("score normalization method", "register_score_norm")
+#: Where a mean or a standard deviation comes from: the whole batch, or each sample's group (ROLL's
+#: ``norm_mean_type`` / ``norm_std_type``); None = no mean subtracted / no division.
+NORM_SCOPES: tuple[str, ...] = ("batch", "group")
+
+#: Capabilities: ``norm_types`` = (subtracts a mean, divides by a std), what ROLL derives ``norm_mean_type`` /
+#: ``norm_std_type`` from when they are unset (None: a method with a formula of its own, which the norm types cannot
+#: replace); ``clamp`` = (low, high) applied after the normalization, or None.
+SCORE_NORMS: Registry[ScoreNormFn] = Registry(
+    "score normalization method", "register_score_norm", {"norm_types": None, "clamp": None}
+)
 register_score_norm = SCORE_NORMS.register
 
 
 def _standardize(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: bool) -> Tensor:
-    """``(s - mean_g) / (std_g + 1e-6)`` with shift/scale switchable; constant groups: 0 if shifted, else s."""
+    """RLVR's ``(s - mean_g) / (std_g + 1e-6)`` with shift/scale switchable; constant groups: 0 if shifted, else s."""
     stats = group_stats(scores, group_ids, unbiased=True)
     out = scores - stats.mean if shift else scores
     if scale:
@@ -42,25 +56,64 @@ def _standardize(scores: Tensor, group_ids: Tensor | None, shift: bool, scale: b
     return out
 
 
-@register_score_norm("identity")
+def scoped_norm(scores: Tensor, group_ids: Tensor | None, mean: str | None, std: str | None) -> Tensor:
+    """Normalize scores with a mean and a standard deviation each taken from the batch or from the sample's group,
+    chosen independently (ROLL's ``agentic_reward_norm``).
+
+    Formula, for sample i of group g (``group_ids``; None = one group, the batch) with n_g members::
+
+        m_i  = mean over the batch | mean over g | 0          (mean = "batch" | "group" | None)
+        sd_i = std over the batch  | std over g               (std  = "batch" | "group"), sample std (n - 1)
+        out_i = s_i - m_i                                       when std is None
+              = (s_i - m_i) / (sd_i + 1e-6)                     when n_g > 1 and sd_i >= 1e-6
+              = 0                                               otherwise
+
+    Edge cases, as ROLL: whenever a std is used, a sample whose group has one member gets 0 (even with the batch's
+    std: it has no peer to be compared with), and so does every sample when the std is ~0 (``STD_ZERO_TOL``); without
+    a std a group of one gets ``s - m`` (0 for the group's own mean, ``s - mean_batch`` for the batch's).
+
+    Args:
+        scores: (B,) float scores.
+        group_ids: (B,) integer group ids, or None for one group (the whole batch).
+        mean: ``"batch"``, ``"group"`` or None.
+        std: ``"batch"``, ``"group"`` or None.
+    Returns:
+        (B,) normalized scores.
+    """
+    for name, scope in (("mean", mean), ("std", std)):
+        if scope is not None and scope not in NORM_SCOPES:
+            raise ValueError(f"{name} scope {scope!r}: use one of {NORM_SCOPES} or None")
+    if mean is None and std is None:
+        return scores.clone()
+    group = group_stats(scores, group_ids, unbiased=True)
+    stats = {"group": group, "batch": group_stats(scores, None, unbiased=True) if "batch" in (mean, std) else group}
+    out = scores - stats[mean].mean if mean is not None else scores.clone()
+    if std is None:
+        return out
+    sd = stats[std].std
+    flat = (sd < STD_ZERO_TOL) | (group.count < 2)  # (B,): no spread, or no peer in the group
+    return torch.where(flat, torch.zeros_like(out), out / (sd + NORM_EPS))
+
+
+@register_score_norm("identity", norm_types=(False, False))
 def identity_norm(scores: Tensor, group_ids: Tensor | None) -> Tensor:
     """``s`` unchanged. Shapes: (B,) -> (B,)."""
     return scores.clone()
 
 
-@register_score_norm("mean")
+@register_score_norm("mean", norm_types=(True, False))
 def mean_norm(scores: Tensor, group_ids: Tensor | None) -> Tensor:
     """``s_i - mean_g``: subtract the group mean (a group of one gives 0). Shapes: (B,) -> (B,)."""
-    return _standardize(scores, group_ids, shift=True, scale=False)
+    return scoped_norm(scores, group_ids, "group", None)
 
 
-@register_score_norm("mean_std")
+@register_score_norm("mean_std", norm_types=(True, True))
 def mean_std_norm(scores: Tensor, group_ids: Tensor | None) -> Tensor:
     """``(s_i - mean_g) / (std_g + 1e-6)``, sample std; 0 for a group of one or with std ~ 0. (B,) -> (B,)."""
-    return _standardize(scores, group_ids, shift=True, scale=True)
+    return scoped_norm(scores, group_ids, "group", "group")
 
 
-@register_score_norm("asym_clip")
+@register_score_norm("asym_clip", norm_types=(True, True), clamp=(ASYM_CLIP_LOW, ASYM_CLIP_HIGH))
 def asym_clip_norm(scores: Tensor, group_ids: Tensor | None) -> Tensor:
     """``clamp(mean_std(s), -1, 3)``: standardize, then clip losses harder than wins. (B,) -> (B,)."""
     return mean_std_norm(scores, group_ids).clamp(ASYM_CLIP_LOW, ASYM_CLIP_HIGH)
@@ -79,6 +132,58 @@ def normalize_scores(scores: Tensor, group_ids: Tensor | None, method: str) -> T
         (B,) normalized scores.
     """
     return SCORE_NORMS.get(method)(scores, group_ids)
+
+
+def resolve_norm_types(
+    method: str, norm_mean_type: str | None, norm_std_type: str | None, whole_batch: bool
+) -> tuple[str | None, str | None] | None:
+    """The (mean, std) scopes of an episode normalization, as ROLL resolves ``reward_normalization``: a type that is
+    set is used as is; a type left None is derived from ``method`` (its ``norm_types`` capability: ``identity`` ->
+    neither, ``mean`` -> a mean, ``mean_std`` and ``asym_clip`` -> both) over the grouping's scope (``"batch"`` when
+    the grouping is the whole batch, else ``"group"``). Returns None for a method with a formula of its own (a user's
+    registered method) when no type is set.
+
+    Raises:
+        ValueError: a type is set together with a method that has a formula of its own.
+    """
+    derives = SCORE_NORMS.capabilities(method)["norm_types"]
+    if derives is None:
+        if norm_mean_type is not None or norm_std_type is not None:
+            raise ValueError(
+                f"method {method!r} has a formula of its own and cannot be combined with norm_mean_type="
+                f"{norm_mean_type!r} / norm_std_type={norm_std_type!r}; unset them, or use a built-in method"
+            )
+        return None
+    scope = "batch" if whole_batch else "group"
+    mean = norm_mean_type if norm_mean_type is not None else (scope if derives[0] else None)
+    std = norm_std_type if norm_std_type is not None else (scope if derives[1] else None)
+    return mean, std
+
+
+def normalize_episode_scores(
+    scores: Tensor,
+    group_ids: Tensor | None,
+    method: str,
+    norm_mean_type: str | None = None,
+    norm_std_type: str | None = None,
+) -> Tensor:
+    """The agentic ``reward_normalization``: :func:`scoped_norm` with the scopes :func:`resolve_norm_types` gives,
+    then the method's ``clamp`` (``asym_clip``: [-1, 3]); a method with a formula of its own runs that instead.
+
+    Args:
+        scores: (B,) episode scores.
+        group_ids: (B,) the grouping's group ids, or None for ``grouping: batch``.
+        method: a name of :data:`SCORE_NORMS`.
+        norm_mean_type, norm_std_type: ``"batch"``, ``"group"`` or None (derived from ``method``).
+    Returns:
+        (B,) normalized scores.
+    """
+    types = resolve_norm_types(method, norm_mean_type, norm_std_type, whole_batch=group_ids is None)
+    if types is None:
+        return SCORE_NORMS.get(method)(scores, group_ids)
+    out = scoped_norm(scores, group_ids, *types)
+    clamp = SCORE_NORMS.capabilities(method)["clamp"]
+    return out if clamp is None else out.clamp(*clamp)
 
 
 class RunningMeanStd:

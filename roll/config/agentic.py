@@ -285,8 +285,22 @@ class RewardNormalizationConfig:
     )
     method: str = fld(
         "mean_std",
-        "Normalization method: a name registered with @register_score_norm (built in: "
-        "identity, mean, mean_std, asym_clip).",
+        "Normalization method: a name registered with @register_score_norm (built in: identity, mean, mean_std, "
+        "asym_clip = mean_std clamped to [-1, 3]). For the built-ins it only derives norm_mean_type / norm_std_type "
+        "where they are null, as in ROLL (mean: a mean; mean_std, asym_clip: both; over the batch with grouping "
+        "batch, else the group); a block that sets a norm type and not method gets ROLL's default, identity.",
+    )
+    norm_mean_type: str | None = fld(
+        None,
+        "Mean subtracted from each score: the whole batch's, or its group's (the grouping's groups); null: "
+        "derived from method (identity: none).",
+        choices=[None, "batch", "group"],
+    )
+    norm_std_type: str | None = fld(
+        None,
+        "Standard deviation each score is divided by (+1e-6): the whole batch's, or its group's; 0 for a sample "
+        "in a group of one or when the std is ~0; null: derived from method (identity, mean: none).",
+        choices=[None, "batch", "group"],
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import fld
+from roll.config.health import RunHealthConfig
 from roll.config.worker import WorkerConfig
 
 AGGREGATIONS = ["token", "segment", "geometric", "sequence"]  # roll.algorithms.offpolicy.AGGREGATIONS
@@ -293,6 +294,13 @@ class BaseConfig(PPOConfig):
         "(no learning signal: groups solved alike, constant rewards); the first such "
         "step warns with the likely cause; 0 = never stop.",
         allowed=">= 0",
+    )
+    run_health: RunHealthConfig = field(
+        default_factory=RunHealthConfig,
+        metadata={
+            "help": "Whether the run is learning: each step's metrics read against healthy ranges, one line per "
+            'rule that leaves its range (docs/tracking.md, "Run health").'
+        },
     )
     save_steps: int = fld(
         10,

@@ -134,7 +134,8 @@ def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list
             _env_block(env, f"custom_envs.{name}")
     _train_sampling(tree, given if given is not None else tree)
     _block_envs(tree)
-    _norm_types(tree.get("reward_normalization"))
+    written = given if given is not None else tree
+    _norm_types(tree.get("reward_normalization"), written.get("reward_normalization"))
     _walk(tree, "", ignored, tree if given is None else given)
     for name, env in (tree.get("custom_envs") or {}).items():
         if isinstance(env, dict):
@@ -301,31 +302,20 @@ def _block_envs(tree: dict[str, Any]) -> None:
         tree["system_envs"] = merged
 
 
-#: ROLL's (norm_mean_type, norm_std_type) -> roll's reward_normalization.method. ROLL's "batch" statistics with
-#: a group grouping mix two scopes, which roll does not do.
-NORM_TYPES = {("group", "group"): "mean_std", ("group", None): "mean", (None, None): "identity"}
+#: ROLL's default ``reward_normalization.method`` (roll's is ``mean_std``): what a block that sets ROLL's norm types
+#: and no method derives its unset type from.
+ROLL_DEFAULT_NORM_METHOD = "identity"
 
 
-def _norm_types(block: Any) -> None:
-    """ROLL's ``norm_mean_type`` / ``norm_std_type`` as roll's ``method`` (``group`` = the grouping's groups;
-    ``batch`` = the whole batch, i.e. ``grouping: batch``)."""
-    if not isinstance(block, dict) or ("norm_mean_type" not in block and "norm_std_type" not in block):
+def _norm_types(block: Any, written: Any) -> None:
+    """ROLL's ``norm_mean_type`` / ``norm_std_type`` are roll's keys too; ROLL derives a type left null from
+    ``method``, whose default there is ``identity``: a block that sets a norm type and no ``method`` (``written``,
+    the block as the config wrote it) gets ROLL's default, so its null type means "none", as in ROLL."""
+    if not isinstance(block, dict) or not isinstance(written, dict):
         return
-    mean, std = block.pop("norm_mean_type", None), block.pop("norm_std_type", None)
-    if "group" not in (mean, std) and "batch" in (mean, std):
-        block["grouping"] = "batch"  # batch statistics only: the whole batch is the group
-    if block.get("grouping") == "batch":
-        mean, std = ("group" if v == "batch" else v for v in (mean, std))
-    pair = (mean, std)
-    if pair not in NORM_TYPES:
-        raise ConfigError(
-            "reward_normalization.norm_mean_type",
-            mean,
-            f"with norm_std_type={std!r} (mean and std over different scopes) is not supported; use "
-            f"reward_normalization.method (mean_std, mean, identity, asym_clip) with grouping "
-            f"(state, batch, inductive)",
-        )
-    block["method"] = NORM_TYPES[pair]
+    sets_type = written.get("norm_mean_type") is not None or written.get("norm_std_type") is not None
+    if sets_type and "method" not in written:
+        block["method"] = ROLL_DEFAULT_NORM_METHOD
 
 
 def is_alias_key(dotted: str) -> bool:

@@ -300,7 +300,7 @@ def check_algorithms(cfg: Any) -> None:
     from roll.algorithms.aggregation import AGG_MODES
     from roll.algorithms.kl import KL_TYPES
     from roll.algorithms.policy_losses import POLICY_LOSSES
-    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES, SCORE_NORMS
+    from roll.algorithms.reward_norm import REWARD_NORM_SCOPES, SCORE_NORMS, resolve_norm_types
 
     if cfg.reward_norm is not None:
         _lookup(REWARD_NORM_SCOPES, "reward_norm", cfg.reward_norm)
@@ -352,13 +352,21 @@ def check_algorithms(cfg: Any) -> None:
     _lookup(POLICY_LOSSES, "policy_loss", cfg.policy_loss)
     _lookup(AGG_MODES, "loss_agg_mode", cfg.loss_agg_mode)
     if isinstance(cfg, AgenticConfig):
-        _lookup(SCORE_NORMS, "reward_normalization.method", cfg.reward_normalization.method)
-        check_group_signal(cfg, needs)
+        norm = cfg.reward_normalization
+        _lookup(SCORE_NORMS, "reward_normalization.method", norm.method)
+        try:
+            types = resolve_norm_types(norm.method, norm.norm_mean_type, norm.norm_std_type, norm.grouping == "batch")
+        except ValueError as exc:
+            key = "norm_mean_type" if norm.norm_mean_type is not None else "norm_std_type"
+            raise ConfigError(f"reward_normalization.{key}", getattr(norm, key), str(exc)) from None
+        check_group_signal(cfg, needs, types)
 
 
-def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool]) -> None:
+def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool], types: tuple[str | None, str | None] | None) -> None:
     """Groups of one env can never give a group-normalized signal: refuse what would train on zeros only (a
-    turn-level estimator such as gigpo keeps its same-state term, so it is allowed)."""
+    turn-level estimator such as gigpo keeps its same-state term, so it is allowed). ``types``: the normalization's
+    (mean, std) scopes (:func:`~roll.algorithms.reward_norm.resolve_norm_types`; None = a user's method): with
+    ``grouping: state`` a group's mean, or any std (ROLL's rule), gives a group of one 0."""
     norm, size = cfg.reward_normalization, cfg.train_env_manager.group_size
     if size != 1 or needs["needs_turns"]:
         return
@@ -370,14 +378,14 @@ def check_group_signal(cfg: AgenticConfig, needs: dict[str, bool]) -> None:
             f"episodes of a group, and a group of one gives "
             f"advantage 0 on every step: use >= 2 (e.g. 8)",
         )
-    if norm.grouping == "state" and norm.method != "identity":
+    zeroes_singletons = types is None or types[0] == "group" or types[1] is not None
+    if norm.grouping == "state" and zeroes_singletons:
+        what = f"method {norm.method}" if types is None else f"mean {types[0]}, std {types[1]}"
         raise ConfigError(
             "train_env_manager.group_size",
             size,
-            f"reward_normalization (grouping state, method "
-            f"{norm.method}) normalizes within groups, and a group "
-            f"of one becomes 0 on every step: use >= 2, or grouping "
-            f"batch / method identity",
+            f"reward_normalization (grouping state, {what}) normalizes within groups, and a group of one becomes 0 "
+            f"on every step: use >= 2, or grouping batch / method identity",
         )
 
 

@@ -26,6 +26,7 @@ from roll.pipelines import checkpoint as ckpt
 from roll.ppo.loss_fns import SFT_LOSS
 from roll.ppo.trainer import PPOTrainer
 from roll.rollout.buffer import Group, Producers
+from roll.tracking.health import RunHealth
 from roll.tracking.rewind import prune_step_dumps
 from roll.weights.sync import WeightSync
 
@@ -69,6 +70,7 @@ class Pipeline(ABC):
         self.phase = "setup"  # what the run is doing, for the stop line: setup, the warm start, validation, training
         self.producers: Producers | None = None  # async_generation_ratio >= 1 (roll.rollout.buffer)
         self.async_state: dict[str, Any] | None = None  # the producers' checkpointed state, until they start
+        self.health = RunHealth(cfg.run_health, self.log_dir)  # is the run learning? (checkpointed)
         self.roles: Roles
         self.trainer: PPOTrainer
 
@@ -246,7 +248,8 @@ class Pipeline(ABC):
         validating = self.can_validate() and cfg.eval_steps > 0
         if resume is None and validating:
             self.phase = "validation"
-            self.tracker.log(self.validate(0), step=0)
+            start = self.validate(0)  # the level RL starts from: the health check's first validation reading
+            self.tracker.log({**start, **self.health(0, start)}, step=0)
         return first, last_step, validating
 
     def stopped(self, step: int, exc: BaseException) -> None:
@@ -281,6 +284,7 @@ class Pipeline(ABC):
                     final_step = step == cfg.max_steps or out_of_time
                     if validating and (step % cfg.eval_steps == 0 or final_step) and not stop:
                         metrics.update(self.validate(step))
+                    metrics.update(self.health(step, metrics))
                     if step % cfg.logging_steps == 0 or final_step or stop:
                         self.tracker.log(metrics, step=step)
                     if cfg.save_steps and step % cfg.save_steps == 0 and not stop:
@@ -305,6 +309,7 @@ class Pipeline(ABC):
         self.stop_producers()
         self.finish()
         self.plot()
+        print(self.health.summary(), flush=True)
         print(f"[roll] final actor saved to {final}", flush=True)
         return last
 
@@ -377,6 +382,7 @@ class Pipeline(ABC):
             "tracker_run_id": self.tracker.run_id,
             "train_seconds": self.train_seconds,
             "policy_version": self.policy_version,
+            "health": self.health.state_dict(),
             **self.driver_state(),
         }
         try:
@@ -404,6 +410,7 @@ class Pipeline(ABC):
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.train_seconds = float(state.get("train_seconds", 0.0))  # older checkpoints: counted from the resume
         self.policy_version = int(state.get("policy_version", 0))
+        self.health.load_state_dict(state.get("health", {}))
         self.load_driver_state(state)
         self.push_weights()
         self.roles.actor_infer.set_policy_version(self.policy_version)
@@ -411,9 +418,11 @@ class Pipeline(ABC):
         return int(state["step"])
 
     def prune_dumps(self, step: int) -> None:
-        """Remove the per-step dumps (trajectories, rollouts, validation renders) of steps after ``step``."""
+        """Remove the per-step dumps (trajectories, rollouts, validation renders) and run-health events of steps
+        after ``step``."""
         renders = getattr(self.cfg, "render_save_dir", None)  # agentic only
         prune_step_dumps(self.log_dir, step, [renders] if renders else [])
+        self.health.rewind(step)
 
     def plot(self) -> None:
         """``metrics.png`` next to ``metrics.jsonl``; a plot never fails a finished run."""

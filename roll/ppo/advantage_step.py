@@ -17,7 +17,7 @@ from roll.algorithms.advantages import (
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import explained_variance
 from roll.algorithms.masking import masked_mean, masked_whiten
-from roll.algorithms.reward_norm import RunningMeanStd, normalize_scores, postprocess_rlvr_rewards
+from roll.algorithms.reward_norm import RunningMeanStd, normalize_episode_scores, postprocess_rlvr_rewards
 from roll.config.agentic import AgenticConfig
 from roll.config.base import BaseConfig
 from roll.data.batch import Batch
@@ -47,15 +47,17 @@ register_score_normalizer = SCORE_NORMALIZERS.register
 
 @register_score_normalizer("episode")
 class EpisodeScoreNorm:
-    """Agentic: ``reward_normalization`` (grouping by same-seed group, batch or env tag; method from the score-norm
-    registry), then ``reward_clip``."""
+    """Agentic: ``reward_normalization`` (grouping by same-seed group, batch or env tag; a mean and a std each from the
+    batch or the group, ``norm_mean_type`` / ``norm_std_type``, derived from ``method`` where unset:
+    :func:`~roll.algorithms.reward_norm.normalize_episode_scores`), then ``reward_clip``."""
 
     def __init__(self, cfg: AgenticConfig):
         self.cfg = cfg
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         norm = self.cfg.reward_normalization
-        scores = normalize_scores(batch["scores"], group_keys(norm.grouping, batch), norm.method)
+        ids = group_keys(norm.grouping, batch)
+        scores = normalize_episode_scores(batch["scores"], ids, norm.method, norm.norm_mean_type, norm.norm_std_type)
         clip = self.cfg.reward_clip
         return scores if clip is None else scores.clamp(-clip, clip)
 

@@ -44,18 +44,20 @@ def dead_signal_cause(batch: Batch) -> str:
 
 
 class SignalWatch:
-    """Counts steps whose advantages are all zero: ``rollout/zero_signal_groups`` every step, a warning with the
-    likely cause on the first dead step, and :class:`NoLearningSignal` after ``patience`` dead steps in a row
-    (0 = never)."""
+    """Counts steps whose advantages are all zero: ``rollout/zero_signal_groups`` (and their share of the step's
+    groups, ``rollout/zero_signal_frac``, which the run-health check reads) every step, a warning with the likely
+    cause on the first dead step, and :class:`NoLearningSignal` after ``patience`` dead steps in a row (0 =
+    never)."""
 
     def __init__(self, patience: int):
         self.patience, self.dead_in_row, self.warned = patience, 0, False
 
     def __call__(self, step: int, batch: Batch) -> dict[str, float]:
         zero, groups = zero_signal_groups(batch)
+        metrics = {"rollout/zero_signal_groups": float(zero), "rollout/zero_signal_frac": zero / max(1, groups)}
         if zero < groups or not groups:
             self.dead_in_row = 0
-            return {"rollout/zero_signal_groups": float(zero)}
+            return metrics
         self.dead_in_row += 1
         cause = dead_signal_cause(batch)
         if not self.warned:
@@ -73,7 +75,7 @@ class SignalWatch:
                 f"advantages, so nothing was trained: {cause}; zero_signal_patience="
                 f"{self.patience} (0 = never stop)"
             )
-        return {"rollout/zero_signal_groups": float(zero)}
+        return metrics
 
 
 # ---------------------------------------------------------------------------- the update

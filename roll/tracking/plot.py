@@ -6,10 +6,13 @@ Command line::
     python -m roll.tracking.plot output/logs/metrics.jsonl -o curves.png --keys rollout/success_rate "val/*"
 
 Without keys the figure is a dashboard (:data:`DASHBOARD`): success (training, smoothed, with validation points on
-top), reward, invalid actions, episode length, entropy, approximate KL and the step time stacked by phase. Panels
-whose metrics a run does not log are absent; panels whose series never change are left out and their series named
-in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel per key. The figure is
-drawn with
+top, and the levels to beat as horizontal lines: the step-0 validation, the warm start's level, and the same-time
+SFT control's final validation when ``benchmarks/rl_vs_sft.py`` ran one beside the run, :func:`reference_levels`),
+reward, invalid actions, episode length, entropy, approximate KL, the step time stacked by phase and the run-health
+alerts (which rule fired at which steps, :mod:`roll.tracking.health`; every line panel also marks those steps on its
+step axis). Panels whose metrics a run does not log are absent; panels whose series never change are left out and
+their series named in a note under the figure. With keys (shell-style patterns such as ``val/*``) there is one panel
+per key. The figure is drawn with
 matplotlib's Agg canvas directly (no pyplot, no global backend change), so it works on headless machines and inside
 a notebook session alike.
 """
@@ -25,6 +28,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -33,18 +37,23 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 RECORD_FIELDS = ("step", "timestamp")
+HEALTH_PREFIX, HEALTH_ALERTS = "health/", "health/alerts"  # roll.tracking.health's metrics
 
 
 @dataclass(frozen=True)
 class Panel:
     """One dashboard panel: a training series and its validation counterpart (the first key of each tuple that a
-    run logs), or, with ``stacked``, the step time split into the phases listed there."""
+    run logs), with ``references`` the levels its validation series is to beat (:func:`reference_levels`); with
+    ``stacked``, the step time split into the phases listed there; with ``events``, the 0/1 flag columns of that
+    prefix (one row each) drawn as markers at the steps where they are 1."""
 
     title: str
     train: tuple[str, ...] = ()
     val: tuple[str, ...] = ()
     percent: bool = False
     stacked: tuple[tuple[str, str], ...] = ()
+    references: bool = False
+    events: str = ""
 
 
 #: Phases of ``time/step`` (key, label), bottom to top; the rest of ``time/step`` is drawn as "other".
@@ -63,7 +72,11 @@ STEP_PHASES: tuple[tuple[str, str], ...] = (
 #: The default figure, in panel order (agentic and RLVR keys side by side: a run has one or the other).
 DASHBOARD: tuple[Panel, ...] = (
     Panel(
-        "success rate", ("rollout/success_rate", "rollout/accuracy"), ("val/success_rate", "val/accuracy"), percent=True
+        "success rate",
+        ("rollout/success_rate", "rollout/accuracy"),
+        ("val/success_rate", "val/accuracy"),
+        percent=True,
+        references=True,
     ),
     Panel("mean reward", ("rollout/mean_reward",), ("val/mean_reward",)),
     Panel("invalid-action rate", ("rollout/invalid_action_rate",), ("val/invalid_action_rate",), percent=True),
@@ -74,9 +87,16 @@ DASHBOARD: tuple[Panel, ...] = (
     Panel("approx KL", ("actor/approx_kl",)),
     Panel("groups filtered (dynamic sampling)", ("dynamic_sampling/groups_filtered",)),
     Panel("step time (s)", stacked=STEP_PHASES),
+    Panel("run health: rules firing", events=HEALTH_PREFIX),
 )
 
-TRAIN_COLOR, VAL_COLOR = "#1f77b4", "#d62728"
+TRAIN_COLOR, VAL_COLOR, ALERT_COLOR = "#1f77b4", "#d62728", "#e4572e"
+REFERENCE_COLORS = ("#555555", "#2ca02c")  # the warm start's level, the SFT control's
+
+#: ``benchmarks/rl_vs_sft.py`` writes a seed's RL run to ``<out>/seed<N>/rl/`` and its same-time SFT control to
+#: ``<out>/seed<N>/control/`` (each with ``logs/metrics.jsonl``): a run with a ``control/`` sibling is compared with
+#: that control's final validation.
+CONTROL_DIR = "control"
 
 
 def load_metrics(metrics_jsonl: str) -> pd.DataFrame:
@@ -164,6 +184,11 @@ def plan_dashboard(frame: pd.DataFrame, panels: Sequence[Panel] = DASHBOARD) -> 
     plans: list[PanelPlan] = []
     notes: list[str] = []
     for panel in panels:
+        if panel.events:
+            fired = fired_flags(frame, panel.events)
+            if fired:
+                plans.append(PanelPlan(panel, fired))
+            continue
         if panel.stacked:
             present = [k for k, _ in panel.stacked if _first(frame, [k])]
             keys = [k for k in present if frame[k].max() > 0]
@@ -177,6 +202,102 @@ def plan_dashboard(frame: pd.DataFrame, panels: Sequence[Panel] = DASHBOARD) -> 
         else:
             notes += [_constant_note(frame, k) for k in present]
     return plans, notes
+
+
+def fired_flags(frame: pd.DataFrame, prefix: str = HEALTH_PREFIX) -> list[str]:
+    """The flag columns of ``prefix`` (``health/<rule>``, not the ``health/alerts`` count) that are 1 at some step."""
+    return [c for c in sorted(frame.columns) if c.startswith(prefix) and c != HEALTH_ALERTS and (frame[c] >= 1).any()]
+
+
+def _spans(steps: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"`` (runs of consecutive logged steps)."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def health_note(frame: pd.DataFrame) -> str | None:
+    """One line on the run's health: the rules that fired and at which steps, that none did, or None for a run
+    without the health check (no ``health/alerts``)."""
+    if HEALTH_ALERTS not in frame.columns:
+        return None
+    fired = fired_flags(frame)
+    if not fired:
+        return "run health: no rule left its healthy range"
+    parts = [
+        f"{k[len(HEALTH_PREFIX) :]} at steps {_spans([int(s) for s in frame.index[frame[k] >= 1]])}" for k in fired
+    ]
+    return "run health: " + "; ".join(parts)
+
+
+def control_level(metrics_jsonl: str | os.PathLike[str] | None, key: str) -> float | None:
+    """The final ``key`` (a validation success) of the same-time SFT control that ``benchmarks/rl_vs_sft.py`` ran
+    beside this run (:data:`CONTROL_DIR`), or None."""
+    if metrics_jsonl is None:
+        return None
+    log_dir = Path(metrics_jsonl).resolve().parent
+    run_dir = log_dir.parent
+    if run_dir.name == CONTROL_DIR:
+        return None
+    path = run_dir.parent / CONTROL_DIR / log_dir.name / Path(metrics_jsonl).name
+    if not path.is_file():
+        return None
+    values = load_metrics(str(path)).get(key, pd.Series(dtype=float)).dropna()
+    return float(values.iloc[-1]) if len(values) else None
+
+
+def reference_levels(frame: pd.DataFrame, key: str, control: float | None = None) -> list[tuple[str, float]]:
+    """The levels validation series ``key`` is to beat, as ``(label, value)``: its step-0 value (the warm start's
+    level when the run warm-started, which logs ``sft/*`` at step 0) and ``control`` (the SFT control's final value,
+    :func:`control_level`)."""
+    out = []
+    if 0 in frame.index and key in frame.columns and not math.isnan(frame.loc[0, key]):
+        warm = any(c.startswith("sft/") and not math.isnan(frame.loc[0, c]) for c in frame.columns)
+        out.append(("warm start (step 0)" if warm else "step 0", float(frame.loc[0, key])))
+    if control is not None:
+        out.append(("SFT control, same time", control))
+    return out
+
+
+def _draw_references(ax: Axes, levels: list[tuple[str, float]]) -> None:
+    for (label, value), color in zip(levels, REFERENCE_COLORS):
+        ax.axhline(value, color=color, linestyle="--", linewidth=1.2, label=f"{label}: {_format(value, ax)}", zorder=2)
+        ax.update_datalim([(ax.get_xlim()[0], value)], updatex=False)
+    ax.autoscale_view()
+
+
+def _draw_alert_marks(ax: Axes, frame: pd.DataFrame, label: str | None) -> None:
+    """Triangles on the step axis at the steps where a health rule fired (``label``: their legend entry)."""
+    if HEALTH_ALERTS not in frame.columns:
+        return
+    steps = frame.index[frame[HEALTH_ALERTS] >= 1]
+    if len(steps):
+        ax.plot(
+            steps,
+            [0.0] * len(steps),
+            transform=ax.get_xaxis_transform(),
+            linestyle="none",
+            marker="^",
+            markersize=6,
+            color=ALERT_COLOR,
+            clip_on=False,
+            zorder=4,
+            label=label,
+        )
+
+
+def _draw_events(ax: Axes, frame: pd.DataFrame, plan: PanelPlan) -> None:
+    """One row per flag column, a marker at each step where it is 1."""
+    for row, key in enumerate(plan.keys):
+        steps = frame.index[frame[key] >= 1]
+        ax.plot(steps, [row] * len(steps), linestyle="none", marker="s", markersize=5, color=ALERT_COLOR)
+    ax.set_yticks(range(len(plan.keys)), [k[len(plan.panel.events) :] for k in plan.keys], fontsize=8)
+    ax.set_ylim(-0.7, len(plan.keys) - 0.3)
+    ax.set_xlim(float(frame.index.min()) - 0.5, float(frame.index.max()) + 0.5)
 
 
 def _draw_series(ax: Axes, frame: pd.DataFrame, key: str, val: bool, label: str = "training") -> None:
@@ -266,32 +387,41 @@ def _style(ax: Axes, title: str, percent: bool) -> None:
 
 
 def draw_dashboard(
-    frame: pd.DataFrame, title: str = "", panels: Sequence[Panel] = DASHBOARD
+    frame: pd.DataFrame, title: str = "", panels: Sequence[Panel] = DASHBOARD, control: float | None = None
 ) -> tuple[Figure, list[str]]:
-    """The dashboard figure of a metrics frame (see :func:`load_metrics`) and the metric keys it draws.
+    """The dashboard figure of a metrics frame (see :func:`load_metrics`) and the metric keys it draws;
+    ``control``: the SFT control's final validation success (:func:`control_level`), drawn as a reference line.
 
     Raises:
         ValueError: no panel has a series that varies; the message lists the available keys.
     """
     plans, notes = plan_dashboard(frame, panels)
-    if not plans:
+    if not any(not plan.panel.events for plan in plans):
         raise ValueError(f"no dashboard metric varies in this run; pass keys (--keys) from: {sorted(frame.columns)}.")
     cols = 4 if len(plans) >= 7 else 3
-    fig = Figure(figsize=(3.7 * min(cols, len(plans)), 2.9 * math.ceil(len(plans) / cols) + 0.4), layout="constrained")
+    fig = Figure(figsize=(3.7 * min(cols, len(plans)), 2.9 * math.ceil(len(plans) / cols) + 0.6), layout="constrained")
     drawn: list[str] = []
     for ax, plan in zip(_axes_grid(fig, len(plans), cols), plans):
         _style(ax, plan.panel.title, plan.panel.percent)
         if plan.panel.stacked:
             _draw_stacked(ax, frame, plan)
+        elif plan.panel.events:
+            _draw_events(ax, frame, plan)
         else:
             for key in plan.keys:
                 _draw_series(ax, frame, key, val=key in plan.panel.val)
+            val = next((k for k in plan.keys if k in plan.panel.val), None)
+            if plan.panel.references and val:
+                _draw_references(ax, reference_levels(frame, val, control))
+            _draw_alert_marks(ax, frame, "health alert" if plan.panel.references else None)
             ax.legend(fontsize=7, framealpha=0.8)
         drawn += plan.keys
     if title:
         fig.suptitle(title, fontsize=11)
-    if notes:
-        fig.supxlabel("constant, not drawn: " + ", ".join(notes), fontsize=8, color="#555555", wrap=True)
+    lines = ["constant, not drawn: " + ", ".join(notes)] if notes else []
+    lines += [note for note in [health_note(frame)] if note]
+    if lines:
+        fig.supxlabel("\n".join(lines), fontsize=8, color="#555555", wrap=True)
     return fig, drawn
 
 
@@ -322,7 +452,9 @@ def plot_metrics(metrics_jsonl: str, out_png: str, keys: list[str] | None = None
     """
     frame = load_metrics(metrics_jsonl)
     if keys is None:
-        fig, chosen = draw_dashboard(frame, metrics_jsonl)
+        val = next((k for p in DASHBOARD if p.references for k in p.val if k in frame.columns), None)
+        control = control_level(metrics_jsonl, val) if val else None
+        fig, chosen = draw_dashboard(frame, metrics_jsonl, control=control)
     else:
         chosen = select_keys(list(frame.columns), keys, strict=True)
         fig = draw_keys(frame, chosen, metrics_jsonl)

@@ -96,8 +96,8 @@ def test_alias_on_the_command_line():
             r"^train_env_manager.generating_args.temperature=0.5: differs from actor_infer.generating_args.temperature",
         ),
         (
-            ["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"],
-            r"^reward_normalization.norm_mean_type='group': with norm_std_type='batch' .* not supported",
+            ["+reward_normalization.norm_mean_type=running"],
+            r"^reward_normalization.norm_mean_type='running': must be one of None, batch, group",
         ),
         (
             ["+actor_train.model_args.freeze_module_prefix=embed"],
@@ -178,18 +178,33 @@ def test_per_manager_sampling():
 
 
 @pytest.mark.parametrize(
-    "mean, std, grouping, method, grouping_after",
-    [
-        ("group", "group", "traj_group_id", "mean_std", "state"),
-        ("group", None, "tags", "mean", "inductive"),
-        ("batch", "batch", "traj_group_id", "mean_std", "batch"),
-        (None, None, "traj_group_id", "identity", "state"),
-    ],
+    "mean, std, grouping_after",
+    [("group", "batch", "state"), ("group", None, "state"), (None, "batch", "state"), ("batch", "batch", "state")],
 )
-def test_roll_norm_types_become_a_method(mean, std, grouping, method, grouping_after):
-    tree = {"reward_normalization": {"grouping": grouping, "norm_mean_type": mean, "norm_std_type": std}}
+def test_roll_norm_types_are_kept_with_rolls_default_method(mean, std, grouping_after):
+    """ROLL's norm types are roll's keys; a block that sets one and no method gets ROLL's default method (identity),
+    so a type left null means none, as in ROLL (roll's own default, mean_std, would derive a group std)."""
+    block = {"grouping": "traj_group_id", "norm_mean_type": mean, "norm_std_type": std}
+    tree = {"reward_normalization": dict(block)}
     translate(tree)
-    assert tree["reward_normalization"] == {"grouping": grouping_after, "method": method}
+    assert tree["reward_normalization"] == {**block, "grouping": grouping_after, "method": "identity"}
+
+
+def test_a_written_method_stays_and_no_norm_type_leaves_the_block_alone():
+    with_method = {"reward_normalization": {"grouping": "tags", "method": "mean", "norm_std_type": "batch"}}
+    translate(with_method)
+    assert with_method["reward_normalization"] == {"grouping": "inductive", "method": "mean", "norm_std_type": "batch"}
+    untouched = {"reward_normalization": {"grouping": "batch", "norm_mean_type": None, "norm_std_type": None}}
+    translate(untouched)
+    assert "method" not in untouched["reward_normalization"]  # roll's default method (mean_std) applies
+
+
+def test_rolls_native_example_scopes_load():
+    """ROLL's agentic_val_sokoban_native sets a group mean with a batch std: roll loads it as written."""
+    cfg = _load(extra=["+reward_normalization.norm_mean_type=group", "+reward_normalization.norm_std_type=batch"])
+    norm = cfg.reward_normalization
+    assert (norm.grouping, norm.norm_mean_type, norm.norm_std_type) == ("state", "group", "batch")
+    assert norm.method == "mean_std"  # written in the file: it derives nothing here, both types are set
 
 
 def test_step_variant_keys_are_named_once():

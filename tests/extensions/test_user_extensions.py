@@ -128,6 +128,9 @@ def test_score_normalization_through_registries():
 
     assert SCORE_NORMALIZERS.names() == ["episode", "response"]
     assert isinstance(score_normalizer(agentic()), EpisodeScoreNorm)
+    episode = score_normalizer(agentic(f"reward_normalization.method='{PLUGINS}:median_norm'"))
+    batch = Batch(tensors={"scores": torch.tensor([1.0, 2.0, 4.0])}, meta={"group_id": [0, 0, 1]})
+    torch.testing.assert_close(episode(batch), torch.tensor([-1.0, 0.0, 2.0]))  # the user's formula: minus 2
     cfg = load_checked("rlvr_tiny", overrides=[f"reward_norm='{PLUGINS}:median_scope'"], schema=RLVRConfig)
     norm = score_normalizer(cfg)
     assert isinstance(norm, RLVRScoreNorm)

@@ -17,7 +17,7 @@ import torch
 from roll.algorithms.advantages import AdvantageInputs, AdvantageOutputs, register_advantage
 from roll.algorithms.aggregation import agg_loss
 from roll.algorithms.policy_losses import register_policy_loss
-from roll.algorithms.reward_norm import register_reward_norm_scope
+from roll.algorithms.reward_norm import register_reward_norm_scope, register_score_norm
 from roll.envs.base import TextEnv, Transition
 from roll.envs.registry import register_env
 from roll.rewards.registry import RewardResult, register_reward
@@ -84,6 +84,13 @@ def exact_text(response: str, ground_truth: str, *, bonus: float = 1.0) -> Rewar
 @register_reward_norm_scope("median_scope")
 def median_scope(scores: torch.Tensor, group_ids, shift: bool, scale: bool, running) -> torch.Tensor:
     """RLVR ``reward_norm``: subtract the batch median (``shift``/``scale`` are ignored). (B,) -> (B,)."""
+    return scores - scores.median()
+
+
+@register_score_norm("median_norm")
+def median_norm(scores: torch.Tensor, group_ids) -> torch.Tensor:
+    """Agentic ``reward_normalization.method``: subtract the batch median (a formula of its own: it declares no
+    ``norm_types``, so norm_mean_type / norm_std_type cannot be set with it). (B,) -> (B,)."""
     return scores - scores.median()
 
 

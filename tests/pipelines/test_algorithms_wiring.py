@@ -20,7 +20,7 @@ from roll.algorithms.advantages import AdvantageInputs, compute_advantage, white
 from roll.algorithms.kl import apply_kl_penalty
 from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
 from roll.algorithms.masking import masked_whiten
-from roll.algorithms.reward_norm import normalize_scores
+from roll.algorithms.reward_norm import normalize_episode_scores
 from roll.config.errors import ConfigError
 from roll.config.loader import load_config
 from roll.config.validation import validate
@@ -166,7 +166,8 @@ def direct_advantages(cfg, batch, kl_coef):
     mask = loss_mask(batch)
     grouping = {"state": batch["group_id"], "batch": None, "inductive": batch["tag"]}[cfg.reward_normalization.grouping]
     ids = None if grouping is None else torch.tensor([sorted(set(grouping)).index(g) for g in grouping])
-    scores = normalize_scores(batch["scores"], ids, cfg.reward_normalization.method)
+    norm = cfg.reward_normalization
+    scores = normalize_episode_scores(batch["scores"], ids, norm.method, norm.norm_mean_type, norm.norm_std_type)
     if cfg.reward_clip is not None:
         scores = scores.clamp(-cfg.reward_clip, cfg.reward_clip)
     rewards = torch.zeros_like(mask)
@@ -227,6 +228,14 @@ ADV_CASES = [
             "adv_estimator": "reinforce",
         },
     ),
+    (
+        "grpo",
+        {
+            "reward_normalization.norm_mean_type": "group",
+            "reward_normalization.norm_std_type": "batch",
+            "adv_estimator": "reinforce",
+        },
+    ),
 ]
 
 
@@ -268,6 +277,32 @@ def test_grpo_and_reward_clip_hand_computed():
     )
     for i, want in enumerate([0.5, -0.5, -0.5, -0.5]):
         torch.testing.assert_close(batch["advantages"][i][mask[i] > 0], torch.full((4,), want), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "mean, std, want",
+    [
+        # ROLL's agentic_val_sokoban_native: group means {0.5, 0}, the batch's sample std of {1, 0, 0, 0} is 0.5
+        ("group", "batch", [1.0, -1.0, 0.0, 0.0]),
+        ("batch", None, [0.75, -0.25, -0.25, -0.25]),  # minus the batch mean 0.25, no division
+        ("group", "group", [R, -R, 0.0, 0.0]),  # GRPO's: group 1 {0, 0} has no spread
+    ],
+)
+def test_norm_types_reach_the_advantages_hand_computed(mean, std, want):
+    """reward_normalization's two scopes set in the config (method identity derives nothing) reach the advantages:
+    reinforce with gamma 1 puts each normalized score on every response token."""
+    _, batch, _ = pipeline_advantages(
+        "grpo",
+        {
+            "reward_normalization.norm_mean_type": mean,
+            "reward_normalization.norm_std_type": std,
+            "adv_estimator": "reinforce",
+            "gamma": 1.0,
+        },
+    )
+    mask = loss_mask(batch)
+    for i, value in enumerate(want):
+        torch.testing.assert_close(batch["advantages"][i][mask[i] > 0], torch.full((4,), value), atol=1e-5, rtol=0)
 
 
 def test_gigpo_hand_computed():

@@ -1,7 +1,7 @@
 """Exact resume: N steps straight == N/2 steps, an interruption, then a resume for N/2 (CPU, local mode).
 
-Also: a checkpoint holds everything listed in ``roll.pipelines.checkpoint``, an interrupted save (no ``COMPLETE``)
-is never picked, and ``resume_from_checkpoint`` accepts a path.
+Also: a checkpoint holds everything listed in ``roll.pipelines.checkpoint`` (the run-health state included), an
+interrupted save (no ``COMPLETE``) is never picked, and ``resume_from_checkpoint`` accepts a path.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from roll.config.agentic import AgenticConfig
 from roll.config.loader import load_config
 from roll.pipelines import checkpoint as ckpt
 from roll.pipelines.agentic_pipeline import AgenticPipeline
+from roll.tracking.health import HEALTH_FILE, read_events
 
 STEPS = 4
 
@@ -51,6 +52,9 @@ def _config(tiny_model_dir: str, out: Path, *extra: str, name: str = "sokoban_ti
         "reward_normalization.grouping=batch",
         "reward_normalization.method=identity",
         "entropy_loss_coef=0.01",
+        # every gradient is above this bound: the health rule's streak (steps 1-2 before the checkpoint) fires at
+        # step 3 only if the resume restores it (without its state it would fire at step 5)
+        "run_health.grad_norm_max=1e-9",
         *extra,
     ]
     return load_config(name, overrides=overrides)
@@ -100,6 +104,12 @@ def _straight_and_resumed(tiny_model_dir: str, tmp_path: Path, monkeypatch, *ext
     AgenticPipeline(_config(tiny_model_dir, resumed, *extra, "resume_from_checkpoint=true", name=name)).run()
 
     a, b = _metrics_by_step(straight), _metrics_by_step(resumed)
+    assert [a[s]["health/grad_norm"] for s in range(1, STEPS + 1)] == [0.0, 0.0, 1.0, 1.0]
+    events = [read_events(out / "logs" / HEALTH_FILE) for out in (straight, resumed)]
+    assert [(e["step"], e["rule"]) for e in events[0] if e["rule"] == "grad_norm"] == [(3, "grad_norm")]
+    assert [(e["step"], e["rule"], e["event"]) for e in events[1]] == [
+        (e["step"], e["rule"], e["event"]) for e in events[0]
+    ]
     for step in range(STEPS // 2 + 1, STEPS + 1):
         keys = [
             k

@@ -49,9 +49,10 @@ def test_watch_warns_once_and_stops_after_patience(capsys):
     watch = SignalWatch(patience=3)
     dead = _batch([0.0] * 4, [0, 0, 1, 1], [0, 0, 0, 0])
     alive = _batch([1.0, -1.0, 0.0, 0.0], [0, 0, 1, 1], [1, 0, 0, 0])
-    assert watch(1, dead) == {"rollout/zero_signal_groups": 2.0}
+    assert watch(1, dead) == {"rollout/zero_signal_groups": 2.0, "rollout/zero_signal_frac": 1.0}
     assert watch(2, dead)["rollout/zero_signal_groups"] == 2.0
-    assert watch(3, alive) == {"rollout/zero_signal_groups": 1.0}  # the count of dead steps starts again
+    # the count of dead steps starts again; one of the two groups teaches nothing
+    assert watch(3, alive) == {"rollout/zero_signal_groups": 1.0, "rollout/zero_signal_frac": 0.5}
     watch(4, dead)
     watch(5, dead)
     err = capsys.readouterr().err
@@ -90,7 +91,18 @@ def test_launch_turns_the_stop_into_one_line_and_exit_1(capsys, monkeypatch):
         (["adv_estimator=grpo", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"], "grpo compares"),
         (
             ["adv_estimator=reinforce", "train_env_manager.group_size=1", "train_env_manager.env_groups=64"],
-            "reward_normalization",
+            r"reward_normalization \(grouping state, mean group, std group\)",
+        ),
+        (  # ROLL's rule: a std zeroes a group of one, even the batch's
+            [
+                "adv_estimator=reinforce",
+                "train_env_manager.group_size=1",
+                "train_env_manager.env_groups=64",
+                "reward_normalization.method=identity",
+                "reward_normalization.norm_mean_type=batch",
+                "reward_normalization.norm_std_type=batch",
+            ],
+            r"reward_normalization \(grouping state, mean batch, std batch\)",
         ),
     ],
 )
@@ -117,3 +129,36 @@ def test_groups_of_one_with_a_batch_normalization_are_allowed():
         ],
         schema=AgenticConfig,
     )
+
+
+def test_groups_of_one_with_the_batch_mean_only_are_allowed():
+    """Without a std a group of one keeps s - mean_batch: a signal."""
+    from roll.config.agentic import AgenticConfig
+    from roll.launch.command import load_checked
+
+    load_checked(
+        "sokoban_tiny",
+        overrides=[
+            "adv_estimator=reinforce",
+            "train_env_manager.group_size=1",
+            "train_env_manager.env_groups=64",
+            "reward_normalization.method=identity",
+            "reward_normalization.norm_mean_type=batch",
+        ],
+        schema=AgenticConfig,
+    )
+
+
+def test_a_users_method_with_norm_types_is_a_config_error():
+    from roll.config.agentic import AgenticConfig
+    from roll.launch.command import load_checked
+
+    with pytest.raises(ConfigError, match=r"^reward_normalization.norm_std_type='group': method .*formula of its own"):
+        load_checked(
+            "sokoban_tiny",
+            overrides=[
+                "reward_normalization.method='tests.extensions.user_plugins:median_norm'",
+                "reward_normalization.norm_std_type=group",
+            ],
+            schema=AgenticConfig,
+        )

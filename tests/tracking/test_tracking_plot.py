@@ -3,6 +3,7 @@ plot output and the plot CLI."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -11,7 +12,18 @@ import pandas as pd
 import pytest
 
 from roll.tracking import make_tracker
-from roll.tracking.plot import load_metrics, main, plan_dashboard, plot_metrics, select_keys, smooth
+from roll.tracking.plot import (
+    control_level,
+    draw_dashboard,
+    health_note,
+    load_metrics,
+    main,
+    plan_dashboard,
+    plot_metrics,
+    reference_levels,
+    select_keys,
+    smooth,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -159,3 +171,65 @@ def test_cli_default_output_next_to_input(tracked_run, capsys) -> None:
 def test_cli_bad_input_exit_status_2(tmp_path, capsys) -> None:
     assert main([str(tmp_path / "missing.jsonl")]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def health_run(root) -> str:
+    """A run laid out as benchmarks/rl_vs_sft.py lays out a seed (``<root>/seed1/rl`` and its ``control``): a warm
+    start and a first validation at step 0, 12 RL steps with the real run-health check, where the approx KL of steps
+    4-7 is out of range (the rule fires at step 6, recovers at step 8)."""
+    from roll.config.health import RunHealthConfig
+    from roll.tracking.health import RunHealth
+
+    logs = root / "seed1" / "rl" / "logs"
+    health = RunHealth(RunHealthConfig(), logs, stream=io.StringIO())
+    with make_tracker("stdout", exp_name="rl", log_dir=str(logs)) as tracker:
+        tracker.log({"sft/final_loss": 0.4, "sft/steps": 600.0}, 0)
+        tracker.log({"val/success_rate": 0.5, **health(0, {"val/success_rate": 0.5})}, 0)
+        for step in range(1, 13):
+            metrics = {"rollout/success_rate": 0.4 + step / 100, "actor/approx_kl": 0.1 if 4 <= step <= 7 else 0.001}
+            if step % 6 == 0:
+                metrics["val/success_rate"] = 0.5 + step / 100
+            tracker.log({**metrics, **health(step, metrics)}, step)
+    with make_tracker("stdout", exp_name="control", log_dir=str(root / "seed1" / "control" / "logs")) as tracker:
+        tracker.log({"sft/steps": 900.0}, 0)
+        tracker.log({"val/success_rate": 0.45}, 0)
+        tracker.log({"val/success_rate": 0.52}, 1)
+    return str(logs / "metrics.jsonl")
+
+
+def test_levels_to_beat_the_warm_start_and_the_sft_control(tmp_path) -> None:
+    path = health_run(tmp_path)
+    frame = load_metrics(path)
+    assert control_level(path, "val/success_rate") == 0.52  # the control's final validation
+    assert reference_levels(frame, "val/success_rate", 0.52) == [
+        ("warm start (step 0)", 0.5),
+        ("SFT control, same time", 0.52),
+    ]
+    # the control's own plot has no control beside it; a run without one, no control level; no warm start: "step 0"
+    assert control_level(str(tmp_path / "seed1" / "control" / "logs" / "metrics.jsonl"), "val/success_rate") is None
+    lone = write_jsonl(tmp_path / "m.jsonl", [json.dumps({"step": 0, "val/accuracy": 0.1})])
+    assert control_level(lone, "val/accuracy") is None
+    assert reference_levels(load_metrics(lone), "val/accuracy") == [("step 0", 0.1)]
+
+
+def test_the_dashboard_draws_the_levels_and_the_health_alerts(tmp_path) -> None:
+    path = health_run(tmp_path)
+    frame = load_metrics(path)
+    plans, _ = plan_dashboard(frame)
+    assert [(p.panel.title, p.keys) for p in plans][-1] == ("run health: rules firing", ["health/approx_kl"])
+    assert health_note(frame) == "run health: approx_kl at steps 6-7"
+    fig, drawn = draw_dashboard(frame, control=0.52)
+    success = fig.axes[0]
+    levels = sorted(round(line.get_ydata()[0], 4) for line in success.get_lines() if line.get_linestyle() == "--")
+    assert levels == [0.5, 0.52]
+    assert success.get_ylim()[1] > 0.56 and success.get_ylim()[0] < 0.41  # every level and point in view
+    marks = [line for line in success.get_lines() if line.get_marker() == "^"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [6, 7]
+    assert "run health: approx_kl at steps 6-7" in fig.get_supxlabel()
+    assert "health/approx_kl" in drawn
+    assert plot_metrics(path, str(tmp_path / "m.png"))[-1] == "health/approx_kl"
+    quiet = load_metrics(
+        write_jsonl(tmp_path / "q.jsonl", [json.dumps({"step": s, "a/b": s, "health/alerts": 0}) for s in range(3)])
+    )
+    assert health_note(quiet) == "run health: no rule left its healthy range"
+    assert health_note(load_metrics(path).drop(columns=["health/alerts"])) is None  # a run without the check

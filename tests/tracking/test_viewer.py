@@ -164,3 +164,32 @@ def test_cli(tmp_path, capsys) -> None:
     ]
     assert roll_main(["view", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith(f"roll view: {tmp_path / 'nowhere'}: no such file or directory")
+
+
+def test_health_and_the_levels_to_beat_reach_the_viewer(tmp_path) -> None:
+    """The run-health events (health.jsonl, written by the real check), the alert steps on every chart, the health
+    column, and the warm start's and the SFT control's levels on the success chart."""
+    from tests.tracking.test_tracking_plot import health_run
+
+    logs = Path(health_run(tmp_path)).parent
+    build_viewer(logs.parent)
+    run = read_script(logs / "viewer" / "data" / "run.js")
+    health = run["health"]
+    assert health["checked"] and health["note"] == "run health: approx_kl at steps 6-7"
+    assert [(e["step"], e["rule"], e["event"]) for e in health["events"]] == [
+        (6, "approx_kl", "fired"),
+        (8, "approx_kl", "recovered"),
+    ]
+    assert health["events"][0]["line"].startswith("[roll] health: step 6: actor/approx_kl 0.1 > 0.05 for 3 steps")
+    success = run["charts"][0]
+    assert success["refs"] == [
+        {"label": "warm start (step 0)", "value": 0.5},
+        {"label": "SFT control, same time", "value": 0.52},
+    ]
+    assert all(chart["alerts"] == [[6, ["approx_kl"]], [7, ["approx_kl"]]] for chart in run["charts"])
+    assert run["columns"][-1]["key"] == "health/alerts"
+    assert [s["values"]["health/alerts"] for s in run["steps"]] == [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]
+    # a run from before the health check: no card, no alerts
+    old = read_script(build_viewer(write_run(tmp_path / "old" / "logs")).parent / "data" / "run.js")
+    assert old["health"] == {"checked": False, "note": None, "events": []}
+    assert "alerts" not in old["charts"][0] and old["charts"][0]["refs"] == [{"label": "step 0", "value": 0.2}]

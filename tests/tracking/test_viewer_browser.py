@@ -112,7 +112,14 @@ def test_sokoban_run_in_browser(sokoban_logs, capsys, open_page, screenshot) -> 
     assert [t.split("\t")[0] for t in texts(page, "#steps-table tbody tr")] == ["0", "1", "2"]
     assert page.eval_on_selector("#dashboard", "img => img.complete && img.naturalWidth > 600")
     assert page.locator("svg.chart polyline.val").count() == 1
+    # run health: two steps are too few for any rule to fire
+    assert page.locator("#health-note").inner_text() == "run health: no rule left its healthy range"
     screenshot(page, "viewer-overview")
+    charts = page.eval_on_selector("#chart-pick", "s => [...s.options].map(o => o.text)")
+    if "success rate" in charts:  # drawn when success varied (test_health_alerts_and_levels_in_browser always has it)
+        page.select_option("#chart-pick", label="success rate")
+        assert page.locator("svg.chart line.ref").count() == 1  # the warm start's level
+        assert "warm start (step 0): " in page.locator(".chart-legend").inner_text()
 
     # a training step: groups and trajectories as in the dump file
     records = read_dump(sokoban_logs, "train", 1)
@@ -189,3 +196,28 @@ def test_rlvr_run_in_browser(rlvr_logs, capsys, open_page, screenshot) -> None:
     page.wait_for_selector("#val-matrix")
     assert page.locator("#val-matrix tbody tr").count() == 4
     assert texts(page, "#val-matrix thead tr:first-child th")[2:] == ["step 0", "step 1"]
+
+
+def test_health_alerts_and_levels_in_browser(tmp_path, capsys, open_page, screenshot) -> None:
+    """A run where a health rule fired (the real check on a synthetic metric stream) with an SFT control beside it:
+    the events table, the triangles on the step axis of each chart, the two levels on the success chart."""
+    from tests.tracking.test_tracking_plot import health_run
+
+    logs = Path(health_run(tmp_path)).parent
+    capsys.readouterr()  # the trackers' lines
+    page = open_page(build(logs, capsys))
+    page.wait_for_selector("#health-events")
+    assert page.locator("#health-note").inner_text() == "run health: approx_kl at steps 6-7"
+    rows = page.locator("#health-events tbody tr")
+    assert rows.evaluate_all("rs => rs.map(r => [r.dataset.step, r.dataset.rule, r.className])") == [
+        ["6", "approx_kl", "fired"],
+        ["8", "approx_kl", "recovered"],
+    ]
+    assert "the policy moves too far in one update" in rows.first.inner_text()
+    assert page.locator("svg.chart line.ref").count() == 2
+    legend = page.locator(".chart-legend").inner_text()
+    assert "warm start (step 0): 50.0%" in legend and "SFT control, same time: 52.0%" in legend
+    assert page.locator("svg.chart polygon.alert").evaluate_all("ps => ps.map(p => p.dataset.step)") == ["6", "7"]
+    screenshot(page, "viewer-health")
+    page.select_option("#chart-pick", label="approx KL")  # every chart marks the alerts; only success has levels
+    assert page.locator("svg.chart polygon.alert").count() == 2 and page.locator("svg.chart line.ref").count() == 0

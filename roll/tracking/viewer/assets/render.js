@@ -139,16 +139,19 @@ R.advScale = function (records) {
 };
 
 // ------------------------------------------------------------------------------------------------- chart
-/** An SVG line chart of ``chart`` ({train, smooth, val: [[step, value]], percent}); ``onPick(step)`` on click. */
+/** An SVG line chart of ``chart`` ({train, smooth, val: [[step, value]], percent, refs: [{label, value}],
+ *  alerts: [[step, [rule]]]}): refs are dashed levels with their label, alerts triangles on the step axis;
+ *  ``onPick(step)`` on a click on a point or an alert. */
 R.chart = function (chart, onPick, width, height) {
   const W = width || 640, H = height || 220, P = {l: 52, r: 12, t: 12, b: 28};
-  const all = [...(chart.train || []), ...(chart.val || [])];
+  const refs = chart.refs || [];
+  const all = [...(chart.train || []), ...(chart.val || []), ...refs.map((r) => [null, r.value])];
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("class", "chart");
   if (!all.length) return svg;
-  const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
+  const xs = all.filter((p) => p[0] !== null).map((p) => p[0]), ys = all.map((p) => p[1]);
   let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
   if (x0 === x1) x1 = x0 + 1;
   if (y0 === y1) { y0 -= 0.5; y1 += 0.5; }
@@ -177,6 +180,22 @@ R.chart = function (chart, onPick, width, height) {
   if (chart.train) line(chart.train, chart.smooth ? "train faint" : "train");
   if (chart.smooth) line(chart.smooth, "train");
   if (chart.val) line(chart.val, "val");
+  refs.forEach((ref, i) => {
+    const level = add("line", {x1: P.l, x2: W - P.r, y1: Y(ref.value), y2: Y(ref.value), class: `ref ref-${i}`});
+    const tip = document.createElementNS(ns, "title");
+    tip.textContent = `${ref.label}: ${R.fmt(ref.value, chart.percent)}`;
+    level.append(tip);
+  });
+  for (const [x, rules] of chart.alerts || []) {
+    if (x < x0 || x > x1) continue;
+    const y = H - P.b;
+    const mark = add("polygon", {class: "alert", points: `${X(x)},${y - 7} ${X(x) - 4},${y} ${X(x) + 4},${y}`,
+                                 "data-step": x});
+    const tip = document.createElementNS(ns, "title");
+    tip.textContent = `step ${x}: health alert (${rules.join(", ")})`;
+    mark.append(tip);
+    if (onPick) mark.addEventListener("click", () => onPick(x));
+  }
   for (const [cls, points] of [["train", chart.smooth ? [] : chart.train || []], ["val", chart.val || []]]) {
     for (const [x, y] of points) {
       const dot = add("circle", {cx: X(x), cy: Y(y), r: cls === "val" ? 4 : 2.5, class: "dot " + cls});
@@ -187,6 +206,16 @@ R.chart = function (chart, onPick, width, height) {
     }
   }
   return svg;
+};
+
+/** The legend of ``chart``: its series, the levels to beat with their values, and the alert marker if any. */
+R.chartLegend = function (chart) {
+  const items = [R.el("span", {class: "key train"}, "training")];
+  if (chart.val) items.push(R.el("span", {class: "key val"}, "validation"));
+  (chart.refs || []).forEach((ref, i) => items.push(
+    R.el("span", {class: `key ref ref-${i}`}, `${ref.label}: ${R.fmt(ref.value, chart.percent)}`)));
+  if ((chart.alerts || []).length) items.push(R.el("span", {class: "key alert"}, "health alert"));
+  return R.el("p", {class: "legend chart-legend"}, items, "click a point to open that step's rollouts");
 };
 
 window.R = R;

@@ -1,5 +1,5 @@
 // The roll trajectory viewer: pages chosen by the location hash, data from data/run.js and one script per dump.
-//   #/                          overview: chart, dashboard, metrics per step
+//   #/                          overview: run health, chart, dashboard, metrics per step
 //   #/steps                     the dumped steps
 //   #/step/<phase>/<step>       a step's trajectories by env group (filter, sort)
 //   #/traj/<phase>/<step>/<id>  one trajectory, turn by turn, reply tokens colored by advantage
@@ -7,7 +7,8 @@
 //   #/case/<case>               one room (prompt) across validation steps, side by side
 "use strict";
 
-const RUN = window.ROLL_RUN || {dumps: [], steps: [], columns: [], charts: [], notes: [], envs: {}};
+const RUN = window.ROLL_RUN || {dumps: [], steps: [], columns: [], charts: [], notes: [], envs: {},
+                                health: {checked: false, note: null, events: []}};
 const el = R.el;
 const app = document.getElementById("app");
 const ui = {outcome: "all", tag: "", sort: "group", mode: "adv", chart: 0, valSort: "room"};
@@ -69,22 +70,20 @@ function overview() {
   if (RUN.charts.length) {
     const holder = el("div", {class: "chart-holder"});
     const draw = () => {
-      holder.replaceChildren(R.chart(RUN.charts[ui.chart], (step) => {
+      const chart = RUN.charts[ui.chart];
+      holder.replaceChildren(R.chart(chart, (step) => {
         const dump = RUN.dumps.find((d) => d.step === step && d.phase === "train")
                      || RUN.dumps.find((d) => d.step === step);
         if (dump) location.hash = stepLink(dump.phase, dump.step);
-      }, 560, 200));
+      }, 560, 200), R.chartLegend(chart));
     };
     const pick = el("select", {id: "chart-pick", onchange: (e) => { ui.chart = Number(e.target.value); draw(); }},
                     RUN.charts.map((c, i) => el("option", {value: i, selected: i === ui.chart ? "" : null}, c.title)));
     draw();
-    top.append(el("section", {class: "card"}, el("h2", {}, "Over steps ", pick), holder,
-      el("p", {class: "legend"}, el("span", {class: "key train"}, "training"),
-         el("span", {class: "key val"}, "validation"),
-         "click a point to open that step's rollouts")));
+    top.append(el("section", {class: "card"}, el("h2", {}, "Over steps ", pick), holder));
   }
   top.append(el("section", {class: "card"}, el("h2", {}, "Rollouts"), el("div", {class: "scroll"}, dumpsTable())));
-  const parts = [el("h1", {}, RUN.title), info, top,
+  const parts = [el("h1", {}, RUN.title), info, healthCard(), top,
                  el("section", {class: "card"}, el("h2", {}, "Metrics per step"), stepsTable())];
   if (RUN.dashboard) {
     parts.push(el("section", {class: "card"}, el("h2", {}, "Dashboard ", el("span", {class: "muted"}, "(metrics.png)")),
@@ -92,6 +91,23 @@ function overview() {
       RUN.notes.length ? el("p", {class: "muted"}, "constant, not drawn: " + RUN.notes.join(", ")) : null));
   }
   return parts;
+}
+
+/** The run-health summary and its events (health.jsonl), or null for a run without the health check. */
+function healthCard() {
+  const health = RUN.health || {checked: false, events: []};
+  if (!health.checked) return null;
+  const fired = health.events.some((e) => e.event === "fired");
+  const note = el("p", {id: "health-note", class: "health-note " + (fired ? "alert" : "ok")},
+                  health.note || "run health: no rule left its healthy range");
+  if (!health.events.length) return el("section", {class: "card", id: "health"}, el("h2", {}, "Run health"), note);
+  const rows = health.events.map((e) => el("tr", {class: e.event, dataset: {rule: e.rule, step: e.step}},
+    el("td", {class: "num"}, e.step), el("td", {}, e.rule), el("td", {}, e.event),
+    el("td", {}, e.line.replace(/^\[roll\] health: step \d+: /, ""))));
+  return el("section", {class: "card", id: "health"}, el("h2", {}, "Run health"), note,
+    el("div", {class: "scroll"}, el("table", {id: "health-events", class: "grid-table"},
+      el("thead", {}, el("tr", {}, ["step", "rule", "event", "what and what to do"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows))));
 }
 
 function stepsTable() {
