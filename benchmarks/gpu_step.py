@@ -8,7 +8,9 @@ on the same workers:
 - one training step alone on the step's number of tokens (random ids, the same sample count and lengths),
 
 and prints per step and as medians (steps after ``--skip``): the breakdown, generated tokens/s, trained tokens/s,
-MFU (6 x parameters x trained tokens / time/train / the GPU's dense bf16 peak, from the device name), the fraction
+MFU (training FLOPs per trained token x trained tokens / time/train / the GPU's dense bf16 peak, from the device
+name; 6 x parameters with full weights, 4 x parameters + 6 x adapter parameters with LoRA: the frozen base gets no
+weight gradients, only activation gradients), the fraction
 (generate + train) / step, sync GiB/s, and pipeline step / (bare generate + bare train). Results go to
 ``benchmarks/results/<config>_<gpu>.json``.
 
@@ -73,8 +75,24 @@ def step_rows(metrics_path: Path) -> list[dict]:
     return [r for r in rows if "time/step" in r]
 
 
-def summarize(row: dict, params: int, peak: float | None) -> dict[str, float]:
-    """One step's figures (see the module docstring)."""
+def train_flops_per_token(model_path: str, lora: tuple[int, tuple[str, ...]] | None) -> tuple[float, str]:
+    """Training FLOPs per trained token and the formula: ``6 P`` for full weights; with LoRA of rank ``r`` on its
+    target modules, ``4 P + 6 P_a`` (forward 2 P, activation gradients 2 P through the frozen base, the adapters'
+    forward, backward and weight gradients 6 P_a)."""
+    params = count_parameters(model_path)
+    if not lora or not lora[0]:
+        return 6.0 * params, "6 P"
+    import json
+
+    from roll.launch.memory import ModelShape
+
+    shape = ModelShape.from_config(json.loads((Path(model_path) / "config.json").read_text()))
+    adapter = shape.lora_params(*lora)
+    return 4.0 * params + 6.0 * adapter, f"4 P + 6 P_a (P_a = {adapter} adapter parameters)"
+
+
+def summarize(row: dict, params: int, peak: float | None, flops_per_token: float | None = None) -> dict[str, float]:
+    """One step's figures (see the module docstring); ``flops_per_token`` defaults to ``6 x params``."""
     step, train = row["time/step"], max(row.get("time/train", 0.0), 1e-9)
     generate = row.get("time/rollout_generate", row.get("time/rollout", 0.0))
     tokens = row.get("perf/tokens", 0.0)
@@ -92,17 +110,38 @@ def summarize(row: dict, params: int, peak: float | None) -> dict[str, float]:
         "train_tokens_per_s": trained_per_s,
         "gen_train_fraction": (generate + train) / step,
         "sync_gib_per_s": row.get("sync/gib", 0.0) / max(row.get("time/sync", 0.0), 1e-9),
+        "sync_gib": row.get("sync/gib", float("nan")),
+        "grad_norm": row.get("actor/grad_norm", float("nan")),
+        "advantages_max": row.get("critic/advantages_max", float("nan")),
+        "advantages_min": row.get("critic/advantages_min", float("nan")),
         "logprob_mismatch": row.get("rollout/logprob_mismatch", float("nan")),
         "sync_mode": row.get("sync/mode", float("nan")),
         "tokens": tokens,
         "generated_tokens": generated,
         "samples": row.get("perf/samples", 0.0),
     }
-    out["mfu"] = 6 * params * trained_per_s / peak if peak else float("nan")
+    out["mfu"] = (flops_per_token or 6.0 * params) * trained_per_s / peak if peak else float("nan")
     for key in ("perf/actor_train_peak_allocated_gib", "perf/actor_train_peak_reserved_gib", "perf/gpu_used_gib"):
         if key in row:
             out[key.removeprefix("perf/")] = row[key]
     return out
+
+
+def memory_estimate(cfg) -> dict:
+    """The preflight's memory estimate of the run (:mod:`roll.launch.memory_plan`), per GPU and phase, in GiB: to
+    compare with the measured peaks (``actor_train_peak_reserved_gib``, ``gpu_used_gib``)."""
+    from roll.launch import memory_plan
+
+    gpu_gib = cfg.gpu_memory_gib or memory_plan.detected_gpu_gib() or 80.0
+    try:
+        plan = memory_plan.plan_memory(cfg, gpu_gib)
+    except Exception as exc:  # a config the planner cannot estimate still gets its timings
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    columns = {
+        f"{c.where} {c.phase}": {"total": c.total, **{f"{t.role} {t.what}": t.gib for t in c.terms}}
+        for c in plan.columns
+    }
+    return {"gpu_gib": gpu_gib, "peak_gib": plan.peak().total if plan.columns else None, "columns": columns}
 
 
 def bare_components(pipeline, row: dict, repeats: int = 2, profile: bool = False) -> dict[str, float]:
@@ -215,9 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.run()
         rows = step_rows(Path(cfg.logging_dir) / "metrics.jsonl")
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        params = count_parameters(cfg.actor_train.model_args.model_name_or_path or cfg.pretrain)
+        model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
+        params = count_parameters(model_path)
+    lora = None
+    if pipeline is not None:
+        from roll.launch.memory import lora_of
+
+        lora = lora_of(pipeline.cfg.actor_train.model_args)
+        flops, formula = train_flops_per_token(model_path, lora)
+    else:
+        flops, formula = 6.0 * params, "6 P"
     peak = peak_flops(device)
-    per_step = [{"step": r.get("step"), **summarize(r, params, peak)} for r in rows]
+    per_step = [{"step": r.get("step"), **summarize(r, params, peak, flops)} for r in rows]
     kept = per_step[args.skip :] or per_step
     medians = {k: statistics.median(s[k] for s in kept) for k in kept[0] if k != "step"}
     bare = {} if args.no_bare or pipeline is None else bare_components(pipeline, rows[-1], profile=args.profile)
@@ -233,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "median_of_steps": [s["step"] for s in kept],
         "parameters": params,
+        "lora": {"rank": lora[0], "targets": list(lora[1])} if lora and lora[0] else None,
+        "train_flops_per_token": flops,
+        "mfu_formula": formula,
+        **({"memory_estimate": memory_estimate(pipeline.cfg)} if pipeline is not None else {}),
         "peak_bf16_flops": peak,
         **medians,
         **bare,

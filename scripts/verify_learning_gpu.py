@@ -5,7 +5,8 @@
 
 1. Runs the config's pipeline for ``--steps`` RL steps (warm start included) and keeps every step's metrics. Before
    the update of the first step whose advantages are not all zero, it saves that batch and the actor's weights.
-2. Then, in fresh processes, each backend of ``--backends`` starts from those weights and makes one PPO step on
+2. Then, in fresh processes, each backend of ``--backends`` starts from those weights (a LoRA run's adapter merged
+   into its base; the probe then trains fresh adapters on that, as the run would) and makes one PPO step on
    that batch through the pipeline's loss (:mod:`roll.ppo.learning_probe`, with an offload / reload cycle as
    between colocated phases; learning rate ``--probe-lr``, large enough for a bf16 weight to move).
 
@@ -92,6 +93,11 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
 
                 if not (work / "batch.pt").exists() and (batch["advantages"] * loss_mask(batch)).abs().sum() > 0:
                     self.roles.actor_train.save_pretrained(str(work / "actor"))
+                    if (work / "actor" / "adapter_config.json").is_file():  # LoRA: the probes start from the merge
+                        from roll.models.lora import merge_adapter_dir
+
+                        (work / "actor").rename(work / "adapter")
+                        merge_adapter_dir(work / "adapter", work / "actor")
                     torch.save(batch.to("cpu"), work / "batch.pt")
                     (work / "captured.json").write_text(json.dumps({"step": step}))
                 return update(step, batch, *args, **kwargs)

@@ -99,6 +99,19 @@ def wants_reference(cfg: Any) -> bool:
     return bool(cfg.add_token_level_kl or cfg.use_kl_loss or getattr(cfg, "reference", None) is not None)
 
 
+def share_engine_lora(cfg: Any) -> None:
+    """With LoRA, actor_infer serves actor_train's adapter: its ``model_args`` get actor_train's LoRA keys where it
+    sets none (ROLL's configs repeat them there; differing keys are refused by :func:`check_lora`), so that an
+    engine that needs them at start (SGLang: ``max_lora_rank``, ``lora_target_modules``), the memory planner and
+    the doctor see them. Run once when the config loads (:func:`roll.config.validation.normalize`)."""
+    train, infer = getattr(cfg, "actor_train", None), getattr(cfg, "actor_infer", None)
+    if train is None or infer is None or train.model_args.lora_target in (None, "", []):
+        return
+    if infer.model_args.lora_target in (None, "", []):
+        for key in LORA_KEYS:
+            setattr(infer.model_args, key, getattr(train.model_args, key))
+
+
 def check_lora(cfg: Any) -> None:
     """The LoRA rules across blocks (the module docstring); each a one-line :class:`ConfigError`."""
     train = actor_lora(cfg)

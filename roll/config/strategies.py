@@ -253,6 +253,17 @@ class SGLangOptions:
 
     #: What ``release_memory_occupation`` can release.
     RELEASE_TAGS = ("weights", "kv_cache", "cuda_graph")
+    #: What an engine that serves LoRA adapters releases by default: its base weights never change, so they stay.
+    LORA_RELEASE_TAGS = ("kv_cache", "cuda_graph")
+
+    def released(self, serves_adapters: bool) -> list[str] | None:
+        """The tags released between phases (None: all, SGLang's own default): ``release_tags`` when set, else all,
+        or with LoRA adapters (``serves_adapters``) all but the weights (reloading unchanged base weights would
+        only cost time)."""
+        if self.release_tags is not None:
+            return list(self.release_tags)
+        return list(self.LORA_RELEASE_TAGS) if serves_adapters else None
+
     #: Engine arguments roll sets itself (model_path from model_args, random_seed from seed).
     RESERVED = ("model_path", "skip_tokenizer_init", "random_seed")
     #: Where an engine argument without a typed field goes (named in the unknown-key error).

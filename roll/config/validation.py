@@ -18,7 +18,7 @@ from typing import Any
 
 from roll.config.errors import ConfigError
 from roll.config.fields import check_field
-from roll.config.lora import check_lora, reference_from_actor
+from roll.config.lora import check_lora, reference_from_actor, share_engine_lora
 from roll.config.megatron import MEGATRON_STRATEGIES, parse_megatron_options
 from roll.config.worker import MASKLESS_ATTENTION
 
@@ -81,7 +81,8 @@ def parse_device_mapping(value: Any, key: str = "device_mapping") -> list[int]:
 
 def normalize(cfg: Any) -> None:
     """Canonical forms, set once when the config loads: each role's ``device_mapping`` as a list of GPU ids and, on
-    GPU, its ``world_size`` = ``len(device_mapping) / num_gpus_per_worker``; ``data_args.file_name`` as a list."""
+    GPU, its ``world_size`` = ``len(device_mapping) / num_gpus_per_worker``; ``data_args.file_name`` as a list;
+    actor_infer's LoRA keys from actor_train's (:func:`roll.config.lora.share_engine_lora`)."""
     for role, worker in worker_blocks(cfg).items():
         worker.device_mapping = parse_device_mapping(worker.device_mapping, f"{role}.device_mapping")
         if (
@@ -91,6 +92,7 @@ def normalize(cfg: Any) -> None:
         ):
             worker.world_size = len(worker.device_mapping) // worker.num_gpus_per_worker
         worker.data_args.file_name = _file_list(worker.data_args.file_name, f"{role}.data_args.file_name")
+    share_engine_lora(cfg)
 
 
 def check_workers(cfg: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.config.lora import lora_settings
 from roll.launch.memory import (
     ADAM_BYTES,
     DEEPSPEED_REDUCE_BUCKET,
@@ -261,7 +262,8 @@ def sglang(x: RoleInputs) -> RoleMemory:
         x.term("engine", "weights", min(weights, pool)),
         x.term("engine", "KV cache and CUDA graphs", max(0.0, pool - weights)),
     )
-    released = opts.RELEASE_TAGS if opts.release_tags is None else opts.release_tags
+    released = opts.released(lora_settings(x.worker.model_args, f"{x.role}.model_args") is not None)
+    released = opts.RELEASE_TAGS if released is None else released
     offloaded = tuple(t for t, tag in zip(resident, ("weights", "kv_cache")) if tag not in released)
     return RoleMemory(
         x.role,

@@ -23,7 +23,6 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
     """Start (Ray or local) the worker groups of every configured role, wrap them in their typed proxies (each
     role's strategy checked against the registry) and initialise their strategies. ``extra_cpus``: what the
     pipeline's other actors (env managers, reward workers) will reserve, counted when sizing a Ray it starts."""
-    engine_serves_adapter(cfg)
     workers = started_workers(cfg)
     if cfg.reference is not None and "reference" not in workers:
         print(
@@ -83,18 +82,6 @@ def start_roles(cfg: BaseConfig, extra_cpus: float = 0.0) -> Roles:
             flush=True,
         )
     return roles
-
-
-def engine_serves_adapter(cfg: BaseConfig) -> None:
-    """With LoRA, actor_infer serves actor_train's adapter: its ``model_args`` get actor_train's LoRA keys where it
-    sets none (ROLL's configs repeat them there; a difference is refused by :func:`roll.config.lora.check_lora`),
-    so an engine that needs them at start (SGLang: ``max_lora_rank``, ``lora_target_modules``) has them."""
-    from roll.config.lora import LORA_KEYS, actor_lora
-
-    if actor_lora(cfg) is None or cfg.actor_infer.model_args.lora_target not in (None, "", []):
-        return
-    for key in LORA_KEYS:
-        setattr(cfg.actor_infer.model_args, key, getattr(cfg.actor_train.model_args, key))
 
 
 def started_workers(cfg: BaseConfig) -> dict[str, Any]:

@@ -209,7 +209,6 @@ class SGLangStrategy(InferenceStrategy):
         options = self.options
         margs = self.config.model_args
         self.bucket_bytes = options.weight_bucket_bytes
-        self.release_tags = options.release_tags
         self.model_path = margs.model_name_or_path
         kwargs = engine_kwargs(
             self.model_path,
@@ -225,8 +224,7 @@ class SGLangStrategy(InferenceStrategy):
         self.lora = lora_settings(margs, "actor_infer.model_args")
         if self.lora is not None:
             kwargs.update({**lora_engine_args(self.lora), **options.engine_args})
-            if self.release_tags is None:  # the base weights never change: only the KV cache and graphs go
-                self.release_tags = list(LORA_RELEASE_TAGS)
+        self.release_tags = options.released(self.lora is not None)
         self.adapter_name: str | None = None  # the LoRA adapter requests are generated with (None: the base)
         self._adapter_version = 0
         self._pending_adapter: tuple[list[tuple[str, torch.Tensor]], dict[str, Any]] | None = None
@@ -488,8 +486,6 @@ def _check_result(call: str, result: Any) -> None:
         raise RuntimeError(f"sglang: {call} failed: {getattr(result, 'error_message', result)}")
 
 
-#: What an engine serving LoRA adapters releases between phases by default: the base weights never change.
-LORA_RELEASE_TAGS = ("kv_cache", "cuda_graph")
 #: Adapters an engine holds at once: the current one and the one its last requests still use.
 LORA_SLOTS = 2
 
