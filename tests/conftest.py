@@ -33,13 +33,14 @@ TINY = dict(
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray instance (2 CPUs, no dashboard) whose workers import this repository; shut down after the
-    module."""
+    """A new local Ray instance (2 CPUs, no dashboard) whose workers import this repository, shut down after the
+    module; ``address="local"``: never another run's Ray that is up on this machine (without it, ``ray.init`` joins
+    the newest one and refuses ``num_cpus``)."""
     ray = pytest.importorskip("ray")
     pythonpath = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
     if ray.is_initialized():  # an in-process pipeline run of an earlier module (Ray mode) left its instance up
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()
 
