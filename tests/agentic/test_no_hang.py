@@ -195,6 +195,7 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
         )
 
 
+@pytest.mark.slow
 def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
     """An env manager actor that Ray cannot place (the cluster is short of CPUs) stops the run at startup with what
     it needs; before, the first rollout waited on it forever."""

@@ -181,6 +181,7 @@ def test_visible_devices_count_the_gpus_the_node_exposes():
         visible_devices("2", "3,5")
 
 
+@pytest.mark.slow
 def test_gpu_worker_on_a_raylet_started_with_cuda_visible_devices(monkeypatch, tiny_model_dir):
     """A real Worker actor in a GPU slot (Ray told the raylet it has 2 GPUs; none exist here): its CUDA_VISIBLE_DEVICES
     is the slot's node-local index counted in the raylet's own list, not the physical index (the old behaviour gave

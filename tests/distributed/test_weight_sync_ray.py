@@ -35,6 +35,7 @@ def roles(ray_session, tiny_model_dir) -> tuple[ActorProxy, InferProxy]:
     return train, infer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_copy_sync_between_ray_actors(roles, tmp_path, shared):
     train, infer = roles

@@ -42,6 +42,7 @@ def test_pool_in_process_debug_mode():
     assert [r.correct for r in pool.compute(RESPONSES, TRUTHS, ["math"] * 6)] == CORRECT
 
 
+@pytest.mark.slow
 def test_pool_on_ray_shards_and_keeps_order(ray_session):
     pool = RewardWorkerPool(num_workers=2, num_cpus_per_worker=1, reward_options={"math": {"format_reward": 0.25}})
     try:
