@@ -1,5 +1,5 @@
-"""Shared test setup: offline, quiet environment variables, one tiny model per test session, and a headless
-browser for the viewer's tests."""
+"""Shared test setup: offline, quiet environment variables, one torch thread, one tiny model per test session, a
+Ray instance per module that asks for it, and a headless browser for the viewer's tests."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+# One intra-op thread for torch, here and in the processes the tests start (they inherit it): the tests' models are
+# tiny, where a second thread costs more than it gives (tests/models ran 4x slower with 2 on a loaded 2-core machine),
+# and a fixed count makes a run independent of the machine's cores. Workers still set their own (num_cpus_per_worker);
+# OMP_NUM_THREADS=n python -m pytest runs the suite with n.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if importlib.util.find_spec("torch") is not None:
+    __import__("torch").set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also if a plugin imported torch first
 if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # on a GPU machine DeepSpeed picks CUDA (GPU-only tests)
 
