@@ -1,5 +1,5 @@
-"""Shared test setup: offline, quiet environment variables, one tiny model per test session, and a headless
-browser for the viewer's tests."""
+"""Shared test setup: offline, quiet environment variables, one torch thread, one tiny model per test session, a
+Ray instance per module that asks for it, and a headless browser for the viewer's tests."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+# One intra-op thread for torch, here and in the processes the tests start (they inherit it): the tests' models are
+# tiny, where a second thread costs more than it gives (tests/models ran 4x slower with 2 on a loaded 2-core machine),
+# and a fixed count makes a run independent of the machine's cores. Workers still set their own (num_cpus_per_worker);
+# OMP_NUM_THREADS=n python -m pytest runs the suite with n.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if importlib.util.find_spec("torch") is not None:
+    __import__("torch").set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also if a plugin imported torch first
 if importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # on a GPU machine DeepSpeed picks CUDA (GPU-only tests)
 
@@ -33,13 +40,13 @@ TINY = dict(
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray instance (2 CPUs, no dashboard) whose workers import this repository; shut down after the
-    module."""
+    """A new local Ray instance (2 CPUs, no dashboard) whose workers import this repository, shut down after the
+    module; ``address="local"``: never another run's Ray that is up on this machine (without it, ``ray.init`` joins
+    the newest one and refuses ``num_cpus``)."""
     ray = pytest.importorskip("ray")
     pythonpath = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
     if ray.is_initialized():  # an in-process pipeline run of an earlier module (Ray mode) left its instance up
         ray.shutdown()
-    # address="local": always a new instance, never a cluster another process left running (ray_current_cluster)
     ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()

@@ -15,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 
 from roll.launch import cli, doctor
 from roll.launch.doctor import CheckResult, GpuInfo, RollRequirements, Status
+from tests.config_cache import cached_config
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SUCH = "roll-doctor-no-such-package"
@@ -411,7 +412,7 @@ def test_module_entry_points_print_the_table(module):
 
 def test_real_loader_on_example_configs():
     from roll.config.agentic import AgenticConfig
-    from roll.config.loader import is_fragment, load_config
+    from roll.config.loader import is_fragment
     from roll.config.rlvr import RLVRConfig
 
     paths = sorted(p for p in (REPO / "examples" / "config").glob("*.yaml") if not is_fragment(p))
@@ -420,7 +421,7 @@ def test_real_loader_on_example_configs():
         schema = RLVRConfig if path.stem.startswith("rlvr") else AgenticConfig
         if "gpu" in path.stem or "strategy_name: sglang" in path.read_text():
             continue  # GPU configs name backends (sglang) that this CPU machine does not have
-        results = doctor.check_config_requirements(load_config(config_name=path.stem, schema=schema))
+        results = doctor.check_config_requirements(cached_config(path.stem, schema=schema))
         assert all(r.status is not Status.ERROR for r in results), (path.stem, results)
 
 

@@ -11,6 +11,7 @@ dataclass is validated (choices and cross-field rules). Before the merge, ROLL's
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -34,8 +35,10 @@ _REF = re.compile(r"\$\{([A-Za-z_][\w-]*)(?=[.}\[])")
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "examples" / "config"
 
 
+@functools.cache
 def register_schemas() -> None:
-    """Register the pipeline schemas with Hydra's ConfigStore (``roll_agentic``, ``roll_rlvr``)."""
+    """Register the pipeline schemas with Hydra's ConfigStore (``roll_agentic``, ``roll_rlvr``); once per process,
+    the store keeps them."""
     from roll.config.agentic import AgenticConfig
 
     cs = ConfigStore.instance()
@@ -137,10 +140,13 @@ def _fragment_blocks(config_dir: Path, name: str) -> set[str]:
     return blocks
 
 
+@functools.cache
 def schema_skeleton(schema: type) -> DictConfig:
     """The schema's defaults with every optional block (``critic: None``) filled with its own defaults, so an
-    override like ``critic.world_size=2`` is recognised as a key of the schema."""
-    return OmegaConf.structured(_filled(schema))
+    override like ``critic.world_size=2`` is recognised as a key of the schema (built once per schema, read-only)."""
+    node = OmegaConf.structured(_filled(schema))
+    OmegaConf.set_readonly(node, True)
+    return node
 
 
 def _filled(cls: type) -> Any:

@@ -195,6 +195,7 @@ def test_an_env_constructor_that_never_returns(qwen_tokenizer_dir):
         )
 
 
+@pytest.mark.slow
 def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
     """An env manager actor that Ray cannot place (the cluster is short of CPUs) stops the run at startup with what
     it needs; before, the first rollout waited on it forever."""
@@ -214,9 +215,10 @@ def test_env_managers_without_room_on_the_cluster_fail_fast(ray_session):
         ray_session.kill(actor)
 
 
+@pytest.mark.slow
 def test_a_ray_started_by_roll_counts_the_env_managers(tmp_path, tiny_model_dir):
-    """sokoban_tiny with 4 env managers on Ray on this 2-core machine: Ray is sized for the managers too (they used
-    to be left pending, and the rollout waited forever)."""
+    """A sokoban_tiny step with 4 env managers on a Ray that roll starts: Ray is sized for the managers too, whatever
+    the machine's cores (they used to be left pending, and the rollout waited forever)."""
     from roll.config.loader import load_config
     from roll.pipelines.agentic_pipeline import AgenticPipeline
 

@@ -44,6 +44,7 @@ def _agent_cfg(runner: str = "tests.agentic.proxy_runners.harness", timeout: flo
     return cfg
 
 
+@pytest.mark.slow
 def test_runners_play_in_groups_and_failures_are_counted(infer_group, tiny_model_dir):
     proxy_runners.LATE.clear()
     cfg = _agent_cfg(timeout=8.0, crash=[[0, 1]], hang=[[2, 3]])

@@ -154,6 +154,7 @@ def test_requests_of_many_env_managers_land_in_one_generate_call(infer_group, ti
     assert metrics["time/rollout_generate"] > 0.0 and metrics["time/rollout_env"] > 0.0
 
 
+@pytest.mark.slow
 def test_failing_and_hanging_envs_are_isolated_and_counted(infer_group, tiny_model_dir):
     FlakyEnv.reset_log()
     cfg = make_cfg(

@@ -10,10 +10,11 @@ import pytest
 
 from roll.config.agentic import AgenticConfig
 from roll.config.errors import ConfigError
-from roll.config.loader import is_fragment, load_config
+from roll.config.loader import is_fragment
 from roll.config.rlvr import RLVRConfig
 from roll.config.validation import ROLES
 from roll.strategies.registry import strategy_options
+from tests.config_cache import cached_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "examples" / "config"
 CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if not is_fragment(p))
@@ -21,7 +22,7 @@ CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if not is_fragment(p)
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_strategy_options_of_example_config_parse(name):
-    cfg = load_config(name, str(CONFIG_DIR), [], RLVRConfig if name.startswith("rlvr") else AgenticConfig)
+    cfg = cached_config(name, schema=RLVRConfig if name.startswith("rlvr") else AgenticConfig)
     roles = [r for r in ROLES if getattr(cfg, r, None) is not None]
     assert roles
     for role in roles:
@@ -29,7 +30,7 @@ def test_strategy_options_of_example_config_parse(name):
 
 
 def test_unknown_sglang_key_points_to_engine_args():
-    cfg = load_config("sokoban_qwen05b_sglang", str(CONFIG_DIR), [], AgenticConfig)
+    cfg = cached_config("sokoban_qwen05b_sglang", schema=AgenticConfig)
     cfg.actor_infer.strategy_args.strategy_config["cuda_graph_max_bs_decode"] = 512
     with pytest.raises(
         ConfigError,

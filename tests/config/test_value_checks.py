@@ -5,8 +5,6 @@ start scripts turn it into one stderr line with exit code 2."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from roll.config.errors import ConfigError
 from roll.config.fields import in_range
 from roll.config.rlvr import RLVRConfig
 from roll.launch.command import load_checked
+from tests.start_scripts import run_start_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 AGENTIC, RLVR = "sokoban_tiny", "rlvr_tiny"
@@ -252,48 +251,51 @@ def test_rlvr_warns_for_shared_keys_it_does_not_read(capsys):
     assert "is not used by" not in capsys.readouterr().err  # the defaults warn about nothing
 
 
-@pytest.mark.parametrize(
-    "script, case, line",
-    [
-        (
-            "start_agentic_pipeline.py",
-            f"{AGENTIC} actor_infer.generating_args.temperature=-1",
-            "roll: config error: actor_infer.generating_args.temperature=-1.0: must be >= 0",
-        ),
-        (
-            "start_agentic_pipeline.py",
-            f"{AGENTIC} {DS}.zero_stage=7",
-            f"roll: config error: {DS}.zero_stage=7: must be one",
-        ),
-        (
-            "start_agentic_pipeline.py",
-            f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
-            "roll: config error: actor_train.training_args.learning_rate=-1e-05: must be > 0",
-        ),
-        (
-            "start_agentic_pipeline.py",
-            f"{AGENTIC} actor_train.device_mapping=[0] actor_infer.device_mapping=[0] "
-            "num_gpus_per_node=1 actor_train.training_args.per_device_train_batch_size=8",
-            "roll: config error: actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)",
-        ),
-        (
-            "start_rlvr_pipeline.py",
-            f"{RLVR} actor_infer.generating_args.top_p=1.7",
-            "roll: config error: actor_infer.generating_args.top_p=1.7: must be in (0, 1]",
-        ),
-    ],
-)
-def test_start_script_exits_2_with_one_line(tmp_path, script, case, line):
-    name, *overrides = case.split()
+# (start script, config and overrides, the one stderr line's start)
+SCRIPT_CASES = [
+    (
+        "start_agentic_pipeline.py",
+        f"{AGENTIC} actor_infer.generating_args.temperature=-1",
+        "roll: config error: actor_infer.generating_args.temperature=-1.0: must be >= 0",
+    ),
+    (
+        "start_agentic_pipeline.py",
+        f"{AGENTIC} {DS}.zero_stage=7",
+        f"roll: config error: {DS}.zero_stage=7: must be one",
+    ),
+    (
+        "start_agentic_pipeline.py",
+        f"{AGENTIC} actor_train.training_args.learning_rate=-1e-5",
+        "roll: config error: actor_train.training_args.learning_rate=-1e-05: must be > 0",
+    ),
+    (
+        "start_agentic_pipeline.py",
+        f"{AGENTIC} actor_train.device_mapping=[0] actor_infer.device_mapping=[0] "
+        "num_gpus_per_node=1 actor_train.training_args.per_device_train_batch_size=8",
+        "roll: config error: actor_train.device_mapping=[0]: this machine has 0 visible GPU(s)",
+    ),
+    (
+        "start_rlvr_pipeline.py",
+        f"{RLVR} actor_infer.generating_args.top_p=1.7",
+        "roll: config error: actor_infer.generating_args.top_p=1.7: must be in (0, 1]",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def script_exits(tmp_path_factory):
+    """Every SCRIPT_CASES' exit code and stderr (one interpreter runs them all: tests/start_scripts.py)."""
+    runs = []
+    for script, case, _ in SCRIPT_CASES:
+        name, *overrides = case.split()
+        runs.append((REPO / "examples" / script, ["--config-name", name, *overrides]))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, whatever the machine has
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "examples" / script), "--config-name", name, *overrides],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    return run_start_scripts(runs, tmp_path_factory.mktemp("scripts"), env)
+
+
+@pytest.mark.parametrize("case", range(len(SCRIPT_CASES)), ids=[c for _, c, _ in SCRIPT_CASES])
+def test_start_script_exits_2_with_one_line(script_exits, case):
+    line, proc = SCRIPT_CASES[case][2], script_exits[case]
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [x for x in proc.stderr.splitlines() if x.strip() and not x.startswith("roll: config warning")]
     assert len(lines) == 1 and lines[0].startswith(line), proc.stderr[-2000:]

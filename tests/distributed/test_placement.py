@@ -181,6 +181,7 @@ def test_visible_devices_count_the_gpus_the_node_exposes():
         visible_devices("2", "3,5")
 
 
+@pytest.mark.slow
 def test_gpu_worker_on_a_raylet_started_with_cuda_visible_devices(monkeypatch, tiny_model_dir):
     """A real Worker actor in a GPU slot (Ray told the raylet it has 2 GPUs; none exist here): its CUDA_VISIBLE_DEVICES
     is the slot's node-local index counted in the raylet's own list, not the physical index (the old behaviour gave
@@ -194,7 +195,13 @@ def test_gpu_worker_on_a_raylet_started_with_cuda_visible_devices(monkeypatch, t
         ray.shutdown()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # the raylet started below inherits it
     root = str(Path(__file__).resolve().parents[2])
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    ray.init(
+        address="local",  # a new instance, also where another run's Ray is up on this machine
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": root}},
+    )
     try:
         config = load_config("sokoban_tiny", overrides=[f"pretrain={tiny_model_dir}", "tiny_model=null"]).actor_infer
         config.device_mapping, config.world_size, config.num_cpus_per_worker = [1], 1, 1

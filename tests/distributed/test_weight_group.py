@@ -117,6 +117,7 @@ def test_deepspeed_weight_buckets_follow_the_plan():
     strategy = DeepSpeedTrainStrategy.__new__(DeepSpeedTrainStrategy)
     strategy.engine = SimpleNamespace(module=module)
     strategy.ds_config = {"zero_optimization": {"stage": 0}}
+    strategy.export = None  # full weights (a LoRA actor exports merged weights through its plan)
     metas = strategy.weight_bucket_metas(bucket_bytes=1000)
     buckets = list(strategy.weight_buckets(bucket_bytes=1000))
     assert metas == [bucket_meta(b) for b in buckets]

@@ -27,6 +27,7 @@ from roll.weights.group import WeightGroup
 from roll.weights.receiver import WeightReceiver
 from roll.weights.sender import WeightSender
 from roll.weights.sync import GROUP_NAME, WeightSync
+from tests.config_cache import cached_config
 
 
 # ---------------------------------------------------------------------------- mode decision
@@ -107,7 +108,7 @@ def test_requested_mode_overrides_or_fails():
 def _cfg(infer_strategy: str = "sglang", train_gpus=(0,), infer_gpus=(1,), distributed: str = "ray", **sc):
     """sokoban_tiny (loaded on CPU, with hf_infer), then turned into a GPU config (validation of the GPU keys
     runs below on its own: the full load would need SGLang installed)."""
-    cfg = load_config("sokoban_tiny", overrides=["distributed=local", "tiny_model=null", "pretrain=/nonexistent"])
+    cfg = cached_config("sokoban_tiny", ("distributed=local", "tiny_model=null", "pretrain=/nonexistent"))
     cfg.distributed, cfg.num_gpus_per_node = distributed, 2
     cfg.actor_train.device_mapping, cfg.actor_infer.device_mapping = list(train_gpus), list(infer_gpus)
     cfg.actor_infer.strategy_args.strategy_name = infer_strategy

@@ -25,12 +25,21 @@ def _config(model_dir: str, strategy: str) -> WorkerConfig:
     return cfg
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_copy_sync_between_ray_actors(ray_session, tiny_model_dir, tmp_path, shared):
+@pytest.fixture(scope="module")
+def roles(ray_session, tiny_model_dir) -> tuple[ActorProxy, InferProxy]:
+    """A DeepSpeed trainer and an hf_infer engine, each a Ray actor (started once: each case first gives the engine
+    other weights)."""
     train = ActorProxy(RayWorkerGroup("actor_train", _config(tiny_model_dir, "deepspeed_train"), 300))
     infer = InferProxy(RayWorkerGroup("actor_infer", _config(tiny_model_dir, "hf_infer"), 300))
     train.initialize(StrategyContext(seed=0))
     infer.initialize(StrategyContext(seed=0))
+    return train, infer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shared", [False, True])
+def test_copy_sync_between_ray_actors(roles, tmp_path, shared):
+    train, infer = roles
     ids = torch.randint(10, 400, (4, 12), generator=torch.Generator().manual_seed(0))
     batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
 

@@ -69,7 +69,9 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue: A
             "HF_HUB_OFFLINE": "1",
         }
     )
-    torch.set_num_threads(1 if shim else 4)
+    # one thread on CPU (tiny models; the ranks of a CPU run share the cores, 4 threads each spun on 2), a few for
+    # a GPU rank's host-side work
+    torch.set_num_threads(4 if torch.cuda.is_available() and not shim else 1)
     try:
         if shim:
             apply_cpu_shim()

@@ -52,23 +52,31 @@ def _strategy(rank, model_dir, tp, cls="MegatronTrainStrategy", **options):
     return strategy
 
 
-def _score_and_step(rank, model_dir, tp, sequence_parallel=False):
+def _score_and_step(rank, model_dir, tp, sequence_parallel=False, export_dir=None):
+    """Log-probs and weights before and after one step; with ``export_dir`` (TP=1), also ``save_pretrained`` there
+    and the log-probs after the step."""
     s = _strategy(rank, model_dir, tp, sequence_parallel=sequence_parallel)
     before = s.compute_log_probs(_batch(), with_entropy=True)
     weights0 = dict(s.named_weights())
     metrics = s.train_step(_batch(), loss_fn, with_entropy=True)
-    return {
+    out = {
         "before": before,
         "weights0": weights0,
         "metrics": metrics,
         "weights1": dict(s.named_weights()),
         "info": s.data_parallel_info(),
     }
+    if export_dir is not None:
+        s.save_pretrained(export_dir)
+        out["after"] = s.compute_log_probs(_batch())["log_probs"]
+    return out
 
 
 @pytest.fixture(scope="module")
-def tp1(tiny_model_dir):
-    return run_ranks(_score_and_step, 1, tiny_model_dir, 1)[0]
+def tp1(tiny_model_dir, tmp_path_factory):
+    """TP=1, one process (megatron-core's start is seconds): scored, stepped and exported to ``tp1["export"]``."""
+    export = tmp_path_factory.mktemp("megatron") / "hf"
+    return {**run_ranks(_score_and_step, 1, tiny_model_dir, 1, False, str(export))[0], "export": export}
 
 
 def test_log_probs_entropy_and_weights_equal_transformers(tiny_model_dir, tp1):
@@ -125,20 +133,13 @@ def test_distributed_checkpoint_resumes_exactly(tiny_model_dir, tmp_path):
     assert all(torch.equal(w_straight[n], w_resumed[n]) for n in w_straight)
 
 
-def _export(rank, model_dir, out):
-    s = _strategy(rank, model_dir, 1)
-    s.train_step(_batch(), loss_fn, with_entropy=True)
-    s.save_pretrained(out)
-    return dict(s.named_weights()), s.compute_log_probs(_batch())["log_probs"]
-
-
-def test_save_pretrained_loads_in_transformers_with_the_trained_weights(tiny_model_dir, tmp_path):
+def test_save_pretrained_loads_in_transformers_with_the_trained_weights(tp1):
     from transformers import AutoModelForCausalLM
 
     from roll.models.logprobs import token_log_probs
 
-    weights, log_probs = run_ranks(_export, 1, tiny_model_dir, str(tmp_path / "hf"))[0]
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    weights, log_probs = tp1["weights1"], tp1["after"]
+    model = AutoModelForCausalLM.from_pretrained(tp1["export"])
     assert all(torch.equal(p.detach(), weights[n]) for n, p in model.named_parameters())
     batch = _batch()
     ref, _ = token_log_probs(model, batch["input_ids"], batch["attention_mask"])

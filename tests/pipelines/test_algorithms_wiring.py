@@ -4,8 +4,6 @@ and 2 local-mode steps of algo_ppo end to end."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import math
 import os
@@ -22,7 +20,6 @@ from roll.algorithms.losses import ActorLossConfig, actor_loss, value_loss
 from roll.algorithms.masking import masked_whiten
 from roll.algorithms.reward_norm import normalize_episode_scores
 from roll.config.errors import ConfigError
-from roll.config.loader import load_config
 from roll.config.validation import validate
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
@@ -31,6 +28,7 @@ from roll.launch.preflight import check_algorithms, preflight
 from roll.ppo.advantage_step import advantage_step
 from roll.ppo.epochs import actor_loss_config
 from roll.ppo.loss_fns import critic_value_loss, loss_mask, ppo_actor_loss
+from tests.config_cache import cached_config
 
 REPO = Path(__file__).resolve().parents[2]
 ALGOS = ["ppo", "grpo", "dr_grpo", "dapo", "reinforce_plus_plus", "rloo", "gigpo"]
@@ -38,14 +36,9 @@ R = 1 / math.sqrt(2)  # 0.7071...: a two-sample group {1, 0} standardized with t
 
 
 # ---------------------------------------------------------------- example configs and config errors
-@functools.cache
-def _loaded(name: str):
-    return load_config(f"algo_{name}")
-
-
 def algo_cfg(name: str, overrides: dict | None = None):
     """``examples/config/algo_<name>.yaml`` (loaded once) with ``overrides`` (dotted keys) set, re-validated."""
-    cfg = copy.deepcopy(_loaded(name))
+    cfg = cached_config(f"algo_{name}")
     for dotted, value in (overrides or {}).items():
         *parents, leaf = dotted.split(".")
         obj = cfg
@@ -59,7 +52,7 @@ def algo_cfg(name: str, overrides: dict | None = None):
 
 @pytest.mark.parametrize("name", ALGOS)
 def test_every_algo_config_loads_with_its_recipe(name):
-    cfg = _loaded(name)
+    cfg = cached_config(f"algo_{name}")
     assert cfg.adv_estimator == {"ppo": "gae", "dapo": "grpo"}.get(name, name)
     assert (cfg.critic is not None) == (name == "ppo")
     assert cfg.exp_name == f"algo_{name}" and cfg.train_env_manager.tags == ["SimpleSokoban"]  # from sokoban_tiny

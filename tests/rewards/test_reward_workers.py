@@ -1,6 +1,5 @@
 """Tests for roll.rewards.workers: registry, in-process worker, and the Ray-actor pool (one Ray session)."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -43,18 +42,7 @@ def test_pool_in_process_debug_mode():
     assert [r.correct for r in pool.compute(RESPONSES, TRUTHS, ["math"] * 6)] == CORRECT
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    repo_root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(filter(None, [repo_root, os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    yield ray
-    ray.shutdown()
-
-
+@pytest.mark.slow
 def test_pool_on_ray_shards_and_keeps_order(ray_session):
     pool = RewardWorkerPool(num_workers=2, num_cpus_per_worker=1, reward_options={"math": {"format_reward": 0.25}})
     try:

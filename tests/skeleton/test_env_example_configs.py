@@ -8,6 +8,7 @@ import pytest
 from roll.config.agentic import AgenticConfig
 from roll.config.loader import load_config
 from roll.pipelines.agentic_pipeline import AgenticPipeline
+from tests.config_cache import cached_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = ["sokoban_tiny", "frozen_lake_tiny", "countdown_tiny", "gsm8k_env_tiny", "tool_use_tiny", "guess_number_tiny"]
@@ -20,7 +21,7 @@ def repo_on_path(monkeypatch):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_example_config_loads(name):
-    cfg = load_config(name, None, [], AgenticConfig)
+    cfg = cached_config(name, schema=AgenticConfig)
     assert cfg.train_env_manager.tags[0] in cfg.custom_envs
     assert cfg.rollout_batch_size % cfg.train_env_manager.group_size == 0
 

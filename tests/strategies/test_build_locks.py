@@ -108,6 +108,7 @@ def test_doctor_reports_a_stale_lock_with_its_fix_and_passes_without_one(tmp_pat
     assert doctor.exit_code([row]) == 1
 
 
+@pytest.mark.slow  # two DeepSpeed starts and train steps in a fresh interpreter
 def test_deepspeed_start_on_cpu_proceeds_past_a_stale_lock_and_builds_nothing(tmp_path, tiny_model_dir):
     """The hang of issue 19: a stale ``deepspeed_shm_comm/lock`` made every later DeepSpeed start wait forever.
     Now a full DeepSpeedTrainStrategy start and train step (ZeRO 0 and 3) finish, with one warning line naming the

@@ -133,7 +133,7 @@ def test_sokoban_run_in_browser(sokoban_logs, capsys, open_page, screenshot) -> 
         shown = page.locator("tr.traj-row").evaluate_all("rows => rows.map(r => r.dataset.id)")
         assert sorted(shown) == sorted(r["id"] for r in records if r["success"] == wanted)
     failed = [r["id"] for r in records if r.get("failure")]  # episodes whose env raised or timed out
-    page.get_by_role("button", name=f"Env error ({len(failed)})").click()
+    page.get_by_role("button", name=f"Error ({len(failed)})", exact=True).click()
     assert page.locator("tr.traj-row").evaluate_all("rows => rows.map(r => r.dataset.id)") == failed
     page.get_by_role("button", name="All").click()
     page.select_option("#sort-pick", "score-desc")
