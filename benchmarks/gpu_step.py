@@ -302,13 +302,13 @@ def smoke_run(config_name: str, config_path: str | None, overrides: list[str], w
     """The tiny config standing in for ``config_name`` and the overrides of a CPU smoke run (``scripts/cpu_smoke.py``;
     output under ``work`` unless the overrides name it)."""
     sys.path.insert(0, str(ROOT))
-    from scripts.cpu_smoke import merge, smoke_config, smoke_overrides
+    from scripts.cpu_smoke import smoke_config, stand_in
 
-    tiny = smoke_config(config_name, config_path)
-    out = Path(work) / tiny
+    out = Path(work) / smoke_config(config_name, config_path)
     defaults = [f"output_dir={out}", f"logging_dir={out / 'logs'}"]
+    tiny, merged = stand_in(config_name, config_path, [*defaults, *overrides], work)
     print(f"[gpu_step] smoke: {tiny} on CPU in place of {config_name}", flush=True)
-    return tiny, merge([*defaults, *overrides], smoke_overrides(tiny, work))
+    return tiny, merged
 
 
 def _pipeline_kind(config_name: str, config_path: str | None):

@@ -16,6 +16,7 @@ prints the smoke run's launcher arguments, one a line (the shell scripts' ``smok
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def config_kind(config_name: str, config_path: str | None = None) -> str:
 
     raw = OmegaConf.load(resolve_config_dir(config_path) / f"{config_name}.yaml")  # the keys that tell, not merged
     if "custom_envs" not in raw and "train_env_manager" not in raw:
-        return "rlvr"
+        parents = [d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_" and "@" not in d]
+        return config_kind(parents[0], config_path) if parents else "rlvr"  # a config that extends another
     envs = raw.get("custom_envs") or {}
     return "agent" if any((env or {}).get("env_manager_cls") == "proxy" for env in envs.values()) else "agentic"
 
@@ -136,6 +138,35 @@ def merge(overrides: list[str], smoke: list[str]) -> list[str]:
     return [o for o in overrides if _key(o) not in keys and _key(o).rsplit(".", 1)[-1] not in GPU_ONLY] + smoke
 
 
+#: Keys of the GPU config a smoke run keeps (what the run is about, not its size): LoRA on the trainer.
+CARRIED = tuple(f"actor_train.model_args.lora_{key}" for key in ("target", "rank", "alpha", "dropout"))
+
+
+def carried(config_name: str, config_path: str | None = None) -> list[str]:
+    """Overrides giving the tiny config the :data:`CARRIED` keys that ``config_name`` (its own file) sets."""
+    from omegaconf import OmegaConf
+
+    from roll.config.loader import resolve_config_dir
+
+    raw = OmegaConf.load(resolve_config_dir(config_path) / f"{config_name}.yaml")
+    found = {key: OmegaConf.select(raw, key) for key in CARRIED}
+    return [
+        f"++{key}={json.dumps(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v)}"
+        for key, v in found.items()
+        if v is not None
+    ]
+
+
+def stand_in(
+    config_name: str, config_path: str | None, overrides: list[str], work: str | Path
+) -> tuple[str, list[str]]:
+    """The tiny config standing in for ``config_name`` and the smoke run's overrides: the GPU config's
+    :data:`CARRIED` keys, ``overrides`` and :func:`smoke_overrides`, merged (:func:`merge`)."""
+    tiny = smoke_config(config_name, config_path)
+    kept = carried(config_name, config_path) if tiny != config_name else []
+    return tiny, merge([*kept, *overrides], smoke_overrides(tiny, work))
+
+
 def smoke_command(launcher_args: list[str], work: str | Path) -> list[str]:
     """A launcher's arguments (``--config-name``, ``--config-path``, overrides) turned into the smoke run's: the tiny
     config (from the repository's examples) and the overrides merged with :func:`smoke_overrides`."""
@@ -150,8 +181,8 @@ def smoke_command(launcher_args: list[str], work: str | Path) -> list[str]:
             overrides.append(arg)
     if name is None:
         raise SystemExit("cpu_smoke: --config-name is required")
-    tiny = smoke_config(name, path)
-    return ["--config-name", tiny, *merge(overrides, smoke_overrides(tiny, work))]
+    tiny, merged = stand_in(name, path, overrides, work)
+    return ["--config-name", tiny, *merged]
 
 
 def main(argv: list[str]) -> int:

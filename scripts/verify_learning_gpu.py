@@ -74,10 +74,9 @@ def run_pipeline(args: argparse.Namespace, work: Path) -> None:
         *args.overrides,
     ]
     if args.smoke:
-        from scripts.cpu_smoke import merge, smoke_config, smoke_overrides
+        from scripts.cpu_smoke import stand_in
 
-        config_name = smoke_config(args.config_name, args.config_path)
-        overrides = merge(overrides, smoke_overrides(config_name, args.smoke))
+        config_name, overrides = stand_in(args.config_name, args.config_path, overrides, args.smoke)
         print(f"[learn] smoke: {config_name} on CPU in place of {args.config_name}", flush=True)
     schema, pipeline_cls = _pipeline_kind(config_name, args.config_path)
     cfg = load_checked(config_name, args.config_path, overrides, schema=schema, gpus=visible_gpus())
