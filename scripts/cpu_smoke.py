@@ -151,7 +151,7 @@ def carried(config_name: str, config_path: str | None = None) -> list[str]:
     raw = OmegaConf.load(resolve_config_dir(config_path) / f"{config_name}.yaml")
     found = {key: OmegaConf.select(raw, key) for key in CARRIED}
     return [
-        f"++{key}={json.dumps(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v)}"
+        f"{key}={json.dumps(OmegaConf.to_object(v) if OmegaConf.is_config(v) else v)}"
         for key, v in found.items()
         if v is not None
     ]
@@ -163,7 +163,8 @@ def stand_in(
     """The tiny config standing in for ``config_name`` and the smoke run's overrides: the GPU config's
     :data:`CARRIED` keys, ``overrides`` and :func:`smoke_overrides`, merged (:func:`merge`)."""
     tiny = smoke_config(config_name, config_path)
-    kept = carried(config_name, config_path) if tiny != config_name else []
+    given = {_key(o) for o in overrides}  # an override of the same key wins
+    kept = [o for o in carried(config_name, config_path) if _key(o) not in given] if tiny != config_name else []
     return tiny, merge([*kept, *overrides], smoke_overrides(tiny, work))
 
 

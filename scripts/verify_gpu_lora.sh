@@ -9,12 +9,12 @@
 #   bash scripts/verify_gpu_lora.sh refuse    # the 7B config without its LoRA keys: refused before any worker
 #   bash scripts/verify_gpu_lora.sh probe     # scripts/verify_learning_gpu.py on the LoRA 0.5B run (DeepSpeed, FSDP2)
 # Several modes in one call: bash scripts/verify_gpu_lora.sh full05 lora05. Logs, metrics and result JSONs land in
-# $OUT (and benchmarks/results/); each run has its own timeout (TIMEOUT seconds). Each run must carry a learning
+# $OUT (and benchmarks/results/); EXTRA adds overrides to every benchmark run; each run has its own timeout (TIMEOUT seconds). Each run must carry a learning
 # signal (scripts/signal_check.py); a LoRA run must sync in adapter mode (sync/mode 4) with sync/gib below 1/20 of
 # the full-weight size; `refuse` must exit 2 with a one-line memory error that names LoRA.
 # CPU smoke mode (CI runs it): SMOKE=1 STEPS=2 bash scripts/verify_gpu_lora.sh lora05 refuse: every run goes through
 # benchmarks/gpu_step.py --smoke on the tiny config of the same kind (the LoRA keys kept), `refuse` asks
-# `roll doctor --gpu-memory-gib 80` (no GPU to refuse on), OUT and WORK default to output/smoke/.
+# `python3 -m roll doctor --gpu-memory-gib 80` (no GPU to refuse on), OUT and WORK default to output/smoke/.
 set -uo pipefail
 . "$(dirname "$0")/smoke_mode.sh"
 OUT=${OUT:-$SCRATCH/roll-verify-lora}
@@ -33,10 +33,11 @@ LORA_KEYS=("~actor_train.model_args.lora_target" "~actor_train.model_args.lora_r
 bench() {  # name, config, model, extra args...
     local name=$1 config=$2 model=$3; shift 3
     stop_ray
+    rm -rf "${WORK:?}/$name"  # no metrics of an earlier run checked in place of this one's
     local t0=$(date +%s)
-    # shellcheck disable=SC2046  # smoke_flag: no word or one
+    # shellcheck disable=SC2046,SC2086  # smoke_flag: no word or one; EXTRA: several
     timeout "$TIMEOUT" python3 benchmarks/gpu_step.py --config-name "$config" $(smoke_flag) --tag "$name" "$@" \
-        pretrain="$model" output_dir="$WORK/$name" logging_dir="$WORK/$name/logs" 2>&1 | tee "$OUT/$name.log"
+        pretrain="$model" ${EXTRA:-} output_dir="$WORK/$name" logging_dir="$WORK/$name/logs" 2>&1 | tee "$OUT/$name.log"
     local rc=${PIPESTATUS[0]}
     echo "[verify] $name: exit $rc after $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
     cp -f "$RESULTS"/"${config}"_"${name}"*.json "$OUT/" 2>/dev/null
@@ -47,14 +48,16 @@ bench() {  # name, config, model, extra args...
 }
 
 adapter_sync() {  # name: every sync of the run in adapter mode, its size a small part of the model's
-    python3 - "$WORK/$1/logs/metrics.jsonl" <<'PY' | tee -a "$OUT/summary.txt"
+    python3 - "$WORK/$1/logs/metrics.jsonl" "$1" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 syncs = [r for r in rows if "sync/mode" in r]
 modes = sorted({r["sync/mode"] for r in syncs})
 gib = max((r.get("sync/gib", 0.0) for r in syncs), default=0.0)
 ok = bool(syncs) and modes == [4.0] and 0.0 < gib
-print(f"[verify] adapter sync: {'PASS' if ok else 'FAIL'}: {len(syncs)} syncs, modes {modes}, sync/gib max {gib:.4f}")
+name = sys.argv[2]
+print(f"[verify] {name}: {'PASS' if ok else 'FAIL'} adapter sync: {len(syncs)} syncs, modes {modes} (4: adapter), "
+      f"sync/gib max {gib:.4f}")
 sys.exit(0 if ok else 1)
 PY
     return "${PIPESTATUS[0]}"
@@ -75,7 +78,7 @@ for mode in "$@"; do
                 || rc=1;;
         refuse)
             if [ "$SMOKE" = 1 ]; then  # no GPU here: the planner's verdict for an 80 GiB one, through roll doctor
-                roll doctor --gpu-memory-gib 80 --config-name sokoban_qwen7b_lora "${LORA_KEYS[@]}" \
+                python3 -m roll doctor --gpu-memory-gib 80 --config-name sokoban_qwen7b_lora "${LORA_KEYS[@]}" \
                     > "$OUT/refuse.log" 2>&1
                 got=$? want=1
                 grep -q "does not fit" "$OUT/refuse.log" || got="$got (no 'does not fit')"
@@ -87,9 +90,9 @@ for mode in "$@"; do
             fi
             cat "$OUT/refuse.log"
             if [ "$got" = "$want" ] && grep -q "LoRA (actor_train.model_args.lora_target=" "$OUT/refuse.log"; then
-                echo "[verify] refuse: PASS: exit $got, the full-weight 7B config refused naming LoRA" | tee -a "$OUT/summary.txt"
+                echo "[verify] refuse: PASS exit $got, the full-weight 7B config refused naming LoRA" | tee -a "$OUT/summary.txt"
             else
-                echo "[verify] refuse: FAIL: exit $got (want $want) or no LoRA in the message" | tee -a "$OUT/summary.txt"
+                echo "[verify] refuse: FAIL exit $got (want $want) or no LoRA in the message" | tee -a "$OUT/summary.txt"
                 rc=1
             fi;;
         probe)

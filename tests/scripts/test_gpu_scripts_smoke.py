@@ -378,3 +378,22 @@ def test_vs_verl_gpu_smoke_bench(tmp_path):
     result = json.loads((tmp_path / "out" / "vs_verl_smoke.json").read_text())
     assert result["roll"]["steps_logged"] == 3 and result["roll"]["generated_tokens"] == 16 * 8
     assert result["roll_gpu_config"] == "loaded"
+
+
+@pytest.mark.slow
+def test_verify_gpu_lora_smoke_and_a_run_that_syncs_full_weights(tmp_path):
+    proc = _run(tmp_path, ["bash", "scripts/verify_gpu_lora.sh", "prepare", "lora05", "refuse"], STEPS=2)
+    lines = _all_pass(proc, at_least=4)
+    assert any(line.startswith("[verify] lora05: PASS adapter sync: 2 syncs, modes [4.0]") for line in lines), lines
+    assert "[verify] refuse: PASS exit 1, the full-weight 7B config refused naming LoRA" in lines
+    result = json.loads((tmp_path / "work" / "results" / "sokoban_qwen05b_sglang_lora_lora05_cpu.json").read_text())
+    assert result["smoke_config"] == "sokoban_tiny" and len(result["per_step"]) == 2
+    # the same run with LoRA off syncs full weights: the adapter check must say so
+    proc = _run(
+        tmp_path,
+        ["bash", "scripts/verify_gpu_lora.sh", "lora05"],
+        STEPS=2,
+        EXTRA=" ".join(f"actor_train.model_args.lora_{k}=null" for k in ("target", "rank", "alpha")),
+    )
+    failed = [line for v, line in _verdicts(proc) if v == "FAIL"]
+    assert proc.returncode == 1 and len(failed) == 1 and "modes [3.0]" in failed[0], _tail(proc)
