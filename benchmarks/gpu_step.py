@@ -312,13 +312,12 @@ def smoke_run(config_name: str, config_path: str | None, overrides: list[str], w
 
 
 def _pipeline_kind(config_name: str, config_path: str | None):
-    """(schema, pipeline class): RLVR when the YAML has RLVR-only keys, else agentic."""
-    from omegaconf import OmegaConf
+    """(schema, pipeline class): agentic when the config or one it extends has env keys, else RLVR
+    (``scripts/cpu_smoke.py``'s :func:`config_kind`)."""
+    sys.path.insert(0, str(ROOT))
+    from scripts.cpu_smoke import config_kind
 
-    from roll.config.loader import resolve_config_dir
-
-    raw = OmegaConf.load(resolve_config_dir(config_path) / f"{config_name}.yaml")
-    if "custom_envs" in raw or "train_env_manager" in raw:
+    if config_kind(config_name, config_path) != "rlvr":
         from roll.config.agentic import AgenticConfig
         from roll.pipelines.agentic_pipeline import AgenticPipeline
 

@@ -99,6 +99,14 @@ def test_signal_checks_fail_a_run_without_signal_or_gradient(tmp_path):
     assert list(sig.signal_checks(sig.step_rows(no_signal)).values()) == [False, True]
     assert list(sig.signal_checks(sig.step_rows(no_grad)).values()) == [True, False]
     assert not any(sig.signal_checks(sig.step_rows(tmp_path / "missing.jsonl")).values())
+    # a step without signal may have a zero norm (nothing to learn from), but --every-step fails the run on it
+    mixed = tmp_path / "mixed.jsonl"
+    rows = sig.step_rows(good)
+    rows[0].update({"critic/advantages_max": 0.0, "critic/advantages_min": 0.0, "actor/grad_norm": 0.0})
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert list(sig.signal_checks(sig.step_rows(mixed)).values()) == [True, True]
+    assert list(sig.signal_checks(sig.step_rows(mixed), every_step=True).values()) == [True, True, False]
+    assert sig.main(["--every-step", str(good)]) == 0 and sig.main(["--every-step", str(mixed)]) == 1
     assert sig.main([str(good)]) == 0 and sig.main([str(good), str(no_grad)]) == 1
 
 
