@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         **({"smoke_config": config_name} if args.smoke and not args.from_metrics else {}),
         "source": args.from_metrics or "this run",
         "overrides": args.overrides,
-        "steps": args.steps,
+        "num_steps": args.steps,
         "median_of_steps": [s["step"] for s in kept],
         "parameters": params,
         "lora": {"rank": lora[0], "targets": list(lora[1])} if lora and lora[0] else None,
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_bf16_flops": peak,
         **medians,
         **bare,
-        "per_step": per_step,
+        "steps": per_step,  # one row per logged step
     }
     _print(per_step, medians, bare)
     name = f"{args.config_name}{'_' + args.tag if args.tag else ''}_{_slug(device)}.json"

@@ -293,7 +293,7 @@ def test_verify_gpu_step_smoke_rlvr_and_kernels(tmp_path):
     _all_pass(proc, at_least=2)
     results = tmp_path / "work" / "results"
     step = json.loads((results / "rlvr_qwen05b_gpu_cpu.json").read_text())
-    assert step["smoke_config"] == "rlvr_tiny" and len(step["per_step"]) == 2 and step["bare_train_s"] > 0
+    assert step["smoke_config"] == "rlvr_tiny" and len(step["steps"]) == 2 and step["bare_train_s"] > 0
     kernels = json.loads((results / "gpu_train_step_rlvr_qwen05b_gpu_cpu.json").read_text())
     assert set(kernels["variants"]) == {"shipped", "eager_head"}
     assert all(v["step_s"] > 0 for v in kernels["variants"].values())
@@ -395,7 +395,7 @@ def test_verify_gpu_lora_smoke_and_a_run_that_syncs_full_weights(tmp_path):
     assert any(line.startswith("[verify] lora05: PASS adapter sync: 2 syncs, modes [4.0]") for line in lines), lines
     assert "[verify] refuse: PASS exit 1, the full-weight 7B config refused naming LoRA" in lines
     result = json.loads((tmp_path / "work" / "results" / "sokoban_qwen05b_sglang_lora_lora05_cpu.json").read_text())
-    assert result["smoke_config"] == "sokoban_tiny" and len(result["per_step"]) == 2
+    assert result["smoke_config"] == "sokoban_tiny" and len(result["steps"]) == 2
     # the same run with LoRA off syncs full weights: the adapter check must say so
     proc = _run(
         tmp_path,
