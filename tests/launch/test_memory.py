@@ -257,6 +257,24 @@ def test_colocated_sglang_phases(tmp_path, models):
     assert training.total == pytest.approx(trainer * (1 + FRAGMENTATION) + contexts)
 
 
+def test_deepspeed_lora_keeps_its_frozen_base_on_the_gpu_while_offloaded(tmp_path, models):
+    """DeepSpeed's offload_states moves what its optimizer holds (the adapters), not the frozen base: the rollout
+    column holds it beside the engine's pool (an H200 run measured it there); FSDP2 moves the whole module."""
+    cfg = load(tmp_path, "lora-sgl", sglang_config(models["7b"]))
+    cfg.actor_train.model_args.lora_target, cfg.actor_train.model_args.lora_rank = "all-linear", 32
+    plan = plan_memory(cfg, GPU)
+    base = (P_7B + ADAPTERS_7B) * 2 / GIB
+    assert [(t.what, t.gib) for t in plan.roles["actor_train"].offloaded] == [
+        ("frozen base weights (not offloaded)", pytest.approx(base))
+    ]
+    rollout = column(plan, "rollout")
+    assert rollout.row("weights") == pytest.approx(base)
+    # the trainer's context (SGLang's pool includes its own); torch memory (the base) fragments, the pool does not
+    assert rollout.total == pytest.approx(0.35 * GPU + base * (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB)
+    cfg.actor_train.model_args.lora_target = cfg.actor_train.model_args.lora_rank = None  # full weights: all moves
+    assert plan_memory(cfg, GPU).roles["actor_train"].offloaded == ()
+
+
 def test_colocated_offload_never_keeps_everything(tmp_path, models):
     plan = plan_memory(load(tmp_path, "never", {**sglang_config(models["0.5b"]), "colocated_offload": "never"}), GPU)
     resident = sum(t.gib for t in plan.roles["actor_train"].resident)
