@@ -197,6 +197,7 @@ class WeightSync:
         self.engine_tp_size, self.backend, self.count_buckets = engine_tp_size, backend, count_buckets
         self.ipc_routes, self.shared_dir = ipc_routes, shared_dir
         self.metas: list[dict[str, list]] | None = None  # the trainer's bucket plan (copy, nccl, cuda_ipc), asked once
+        self.adapter_bytes: int | None = None  # the adapter's size (adapter mode): its shapes never change
 
     def __call__(self) -> dict[str, float]:
         """Sync once; returns ``time/sync`` and ``sync/*`` metrics (see the module docstring)."""
@@ -255,13 +256,18 @@ class WeightSync:
         serves it; on Ray it goes from worker to worker through the object store. The base weights never travel."""
         if self.sender.passes_refs:
             handles = self.sender.start_adapter()
-            seconds = self.receiver.load_adapter(handles[0])
-            tensors = self.sender.wait(handles)[0][0]
+            seconds = self.receiver.load_adapter(handles[0])  # the engines resolve rank 0's ref: it is done
+            # the other ranks' calls (gathers) must be done too; rank 0's result comes to the driver only to size the
+            # first sync (pulling the adapter here every step cost a second copy through the object store)
+            done = self.sender.wait(handles if self.adapter_bytes is None else handles[1:])
+            tensors = done[0][0] if self.adapter_bytes is None else None
         else:
             tensors, config = self.sender.adapter()
             seconds = self.receiver.load_adapter((tensors, config))
-        nbytes = sum(tensor_nbytes(t) for _, t in tensors)
-        return {"time/sync_push": max(seconds, default=0.0), "sync/buckets": 1.0, "sync/gib": nbytes / 2**30}
+        if tensors is not None:
+            self.adapter_bytes = sum(tensor_nbytes(t) for _, t in tensors)
+        stats = {"time/sync_push": max(seconds, default=0.0), "sync/buckets": 1.0}
+        return {**stats, "sync/gib": (self.adapter_bytes or 0) / 2**30}
 
     def _through_shared_memory(self) -> list[float]:
         """The trainer writes its weights into a new file in ``shared_dir``, the engines load them from it; the
