@@ -238,9 +238,20 @@ def main(argv: list[str] | None = None) -> int:
     from roll.launch.command import load_checked
     from roll.launch.preflight import visible_gpus
 
-    if args.from_metrics:
+    if args.from_metrics:  # the config (with the run's overrides) tells the model and its LoRA, nothing runs
+        from roll.config.loader import load_config
+
         pipeline, rows = None, step_rows(Path(args.from_metrics))
-        device, params = args.gpu or "unknown", args.parameters or 0
+        cfg = load_config(
+            args.config_name,
+            args.config_path,
+            args.overrides,
+            schema=_pipeline_kind(args.config_name, args.config_path)[0],
+        )
+        model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
+        has_model = (Path(model_path) / "config.json").is_file()
+        device = args.gpu or "unknown"
+        params = args.parameters or (count_parameters(model_path) if has_model else 0)
     else:
         config_name, overrides = args.config_name, [f"max_steps={args.steps}", "eval_steps=0", "save_steps=0"]
         overrides += args.overrides
@@ -255,12 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = step_rows(Path(cfg.logging_dir) / "metrics.jsonl")
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
-        params = count_parameters(model_path)
-    lora = None
-    if pipeline is not None:
-        from roll.launch.memory import lora_of
+        params, has_model = count_parameters(model_path), True
+    from roll.launch.memory import lora_of
 
-        lora = lora_of(pipeline.cfg.actor_train.model_args)
+    lora = lora_of(cfg.actor_train.model_args)
+    if pipeline is not None or has_model:
         flops, formula = train_flops_per_token(model_path, lora)
     else:
         flops, formula = 6.0 * params, "6 P"
@@ -284,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "lora": {"rank": lora[0], "targets": list(lora[1])} if lora and lora[0] else None,
         "train_flops_per_token": flops,
         "mfu_formula": formula,
-        **({"memory_estimate": memory_estimate(pipeline.cfg)} if pipeline is not None else {}),
+        **({"memory_estimate": memory_estimate(cfg)} if pipeline is not None else {}),
         "peak_bf16_flops": peak,
         **medians,
         **bare,

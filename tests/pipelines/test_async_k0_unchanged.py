@@ -157,6 +157,8 @@ def run(tree: Path, name: str, root: Path, *extra: str) -> Path:
         timeout=600,
     )
     assert proc.returncode == 0, f"{name} on {tree}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    sys.stdout.write(proc.stdout)  # the run's output, as an in-process run shows it (tests read its lines)
+    sys.stderr.write(proc.stderr)
     return out / "logs" / "metrics.jsonl"
 
 

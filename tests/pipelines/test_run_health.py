@@ -9,7 +9,7 @@ import json
 import pytest
 
 from roll.tracking.health import HEALTH_FILE, read_events
-from tests.pipelines.test_async_k0_unchanged import run
+from tests.pipelines.test_async_k0_unchanged import REPO, run
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def records(path) -> dict[int, dict]:
 
 def test_a_rule_fires_in_a_run_and_the_run_says_so(tmp_path, capfd):
     # any non-zero gradient is above this bound: the rule is out of range on every step, whatever the machine
-    metrics = run("rlvr", tmp_path, "run_health.grad_norm_max=1e-9")
+    metrics = run(REPO, "rlvr", tmp_path, "run_health.grad_norm_max=1e-9")
     out, err = capfd.readouterr()
     fired = [line for line in err.splitlines() if line.startswith("[roll] health:") and "grad_norm" in line]
     assert len(fired) == 1 and fired[0].startswith("[roll] health: step 3: actor/grad_norm ")
@@ -42,7 +42,7 @@ def test_a_rule_fires_in_a_run_and_the_run_says_so(tmp_path, capfd):
 
 
 def test_disabled_health_logs_no_health_key(tmp_path, capfd):
-    metrics = run("rlvr", tmp_path, "run_health.enabled=false", "run_health.grad_norm_max=1e-9")
+    metrics = run(REPO, "rlvr", tmp_path, "run_health.enabled=false", "run_health.grad_norm_max=1e-9")
     assert not any(k.startswith("health/") for step in records(metrics).values() for k in step)
     assert "[roll] health: step" not in capfd.readouterr().err
     assert not (metrics.parent / HEALTH_FILE).exists()
