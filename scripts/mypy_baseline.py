@@ -7,8 +7,13 @@ when a listed finding is gone (fixed): then ``--update`` writes the smaller base
 grows an entry: a new finding is fixed in the code, not listed. The modules configured strict in ``setup.cfg``
 (``algorithms``, ``data``, ``registry``, ``strategies.base``) are expected to have no entry at all.
 
-    python scripts/mypy_baseline.py            # check (CI, pre-commit)
+    python scripts/mypy_baseline.py            # check (pre-commit)
     python scripts/mypy_baseline.py --update   # after fixing findings: shrink the baseline
+    python scripts/mypy_baseline.py --strict   # CI: the strict modules alone, no finding allowed
+
+CI runs ``--strict`` only: the whole tree's findings include messages about third-party types (transformers,
+DeepSpeed, Ray: unpinned), which a new release of one of them can change, while the strict modules see little but
+torch (pinned in CI). The full check runs in the pre-commit hook, with the developer's installed versions.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ def findings(output: str) -> Counter[str]:
     return out
 
 
-def read_baseline(path: Path = BASELINE) -> Counter[str]:
-    """The baseline file's entries (``count<TAB>entry`` lines)."""
+def read_baseline(path: Path | None = None) -> Counter[str]:
+    """The baseline file's entries (``count<TAB>entry`` lines; default :data:`BASELINE`)."""
+    path = path or BASELINE
     out: Counter[str] = Counter()
     if path.exists():
         for line in path.read_text().splitlines():
@@ -50,9 +56,9 @@ def read_baseline(path: Path = BASELINE) -> Counter[str]:
     return out
 
 
-def write_baseline(entries: Counter[str], path: Path = BASELINE) -> None:
-    """Write ``entries`` sorted, one ``count<TAB>entry`` line each."""
-    path.write_text("".join(f"{n}\t{entry}\n" for entry, n in sorted(entries.items()) if n > 0))
+def write_baseline(entries: Counter[str], path: Path | None = None) -> None:
+    """Write ``entries`` sorted, one ``count<TAB>entry`` line each (default :data:`BASELINE`)."""
+    (path or BASELINE).write_text("".join(f"{n}\t{entry}\n" for entry, n in sorted(entries.items()) if n > 0))
 
 
 def compare(found: Counter[str], baseline: Counter[str]) -> tuple[list[str], list[str]]:
@@ -70,9 +76,15 @@ def compare(found: Counter[str], baseline: Counter[str]) -> tuple[list[str], lis
     ]
 
 
-def run_mypy() -> str:
-    """mypy's output on ``roll/`` (settings from ``setup.cfg``)."""
-    proc = subprocess.run([sys.executable, "-m", "mypy", "roll"], cwd=REPO, capture_output=True, text=True)
+#: The modules ``setup.cfg`` checks strictly (its ``[mypy-...]`` section), as mypy targets.
+STRICT = ["roll/algorithms", "roll/data", "roll/registry.py", "roll/strategies/base.py"]
+
+
+def run_mypy(targets: list[str] | None = None) -> str:
+    """mypy's output on ``roll/`` or on ``targets`` alone (the modules they import checked silently); settings from
+    ``setup.cfg``."""
+    args = ["roll"] if targets is None else ["--follow-imports=silent", *targets]
+    proc = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=REPO, capture_output=True, text=True)
     if proc.returncode not in (0, 1):  # 2: mypy itself failed (a config or syntax error)
         raise SystemExit(f"mypy failed to run:\n{proc.stdout}{proc.stderr}")
     return proc.stdout
@@ -81,7 +93,13 @@ def run_mypy() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="shrink the baseline to what mypy still finds")
+    parser.add_argument("--strict", action="store_true", help="only the strict modules, which must have no finding")
     args = parser.parse_args(argv)
+    if args.strict:
+        strict = findings(run_mypy(STRICT))
+        print(f"mypy --strict modules ({', '.join(STRICT)}): {sum(strict.values())} finding(s)")
+        print("\n".join(f"  {line}" for line in sorted(strict)))
+        return 1 if strict else 0
     found, baseline = findings(run_mypy()), read_baseline()
     new, fixed = compare(found, baseline)
     if new:

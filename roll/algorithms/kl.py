@@ -23,7 +23,7 @@ LOG_RATIO_CLAMP = 20.0
 class KLFn(Protocol):
     """Signature of a KL type: ``(log_probs (B,T), ref_log_probs (B,T)) -> (B,T)`` (``full``: logits (B,T,V))."""
 
-    def __call__(self, log_probs: Tensor, ref_log_probs: Tensor) -> Tensor: ...
+    def __call__(self, log_probs: Tensor, ref_log_probs: Tensor, /) -> Tensor: ...
 
 
 #: ``needs_logits``: the type compares whole distributions (B, T, V logits), not sampled-token log-probs; the

@@ -214,6 +214,7 @@ def actor_loss(
     if ref_log_probs is not None:
         metrics["actor/ref_kl"] = float(masked_mean((log_probs - ref_log_probs).detach(), mask))
     if cfg.use_kl_loss:
+        assert ref_log_probs is not None  # checked above
         kl = kl_penalty(log_probs, ref_log_probs, cfg.kl_loss_type)
         kl_loss = agg_loss(kl, mask, cfg.loss_agg_mode, cfg.norm_len)
         metrics["actor/kl_loss"] = kl_loss.detach().item()

@@ -39,8 +39,8 @@ class Batch:
     def __len__(self) -> int:
         for v in self.tensors.values():
             return int(v.shape[0])
-        for v in self.meta.values():
-            return len(v)
+        for items in self.meta.values():
+            return len(items)
         return 0
 
     def __getitem__(self, key: str) -> Any:

@@ -131,9 +131,9 @@ def _check_first_dims(batch: Batch, stage: str, n: int) -> None:
     for key, value in batch.tensors.items():
         if value.dim() == 0 or value.shape[0] != n:
             raise BatchCheckError(stage, key, f"batch size B={n} (dim 0)", f"shape {tuple(value.shape)}")
-    for key, value in batch.meta.items():
-        if len(value) != n:
-            raise BatchCheckError(stage, key, f"a list of B={n} entries", f"{len(value)} entries")
+    for key, items in batch.meta.items():
+        if len(items) != n:
+            raise BatchCheckError(stage, key, f"a list of B={n} entries", f"{len(items)} entries")
 
 
 def _check_shape_dtype(stage: str, key: str, value: torch.Tensor, spec: KeySpec, n: int, length: int | None) -> None:

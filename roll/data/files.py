@@ -38,7 +38,8 @@ def read_records(path: str | Path, what: str = "data file") -> list[dict[str, An
     if suffix == ".parquet":
         import pandas as pd
 
-        return pd.read_parquet(path).to_dict(orient="records")
+        records: list[dict[str, Any]] = pd.read_parquet(path).to_dict(orient="records")
+        return records
     if suffix not in (".jsonl", ".json"):
         raise ValueError(f"{what} {str(path)!r} must be .jsonl or .parquet")
     with open(path, encoding="utf-8") as f:

@@ -200,7 +200,7 @@ class CriticStrategy(TrainingStrategy):
 
 
 #: The base class each role's strategy must derive from.
-ROLE_BASES: dict[str, type[Strategy]] = {
+ROLE_BASES: dict[str, type] = {  # abstract classes: type[Strategy] would ask for concrete ones
     "actor_infer": InferenceStrategy,
     "reference": ScoringStrategy,
     "actor_train": TrainStrategy,
