@@ -4,6 +4,8 @@ actors by reference): the engine then scores exactly as the trainer does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -25,36 +27,40 @@ def _config(model_dir: str, strategy: str) -> WorkerConfig:
     return cfg
 
 
-@pytest.fixture(scope="module")
-def roles(ray_session, tiny_model_dir) -> tuple[ActorProxy, InferProxy]:
+@pytest.fixture(scope="class")
+def roles(ray_session, tiny_model_dir) -> Iterator[tuple[ActorProxy, InferProxy]]:
     """A DeepSpeed trainer and an hf_infer engine, each a Ray actor (started once: each case first gives the engine
-    other weights)."""
+    other weights); shut down after the class's last case, since they hold the Ray session's 2 CPUs (the module's
+    next test would wait for a CPU that never frees)."""
     train = ActorProxy(RayWorkerGroup("actor_train", _config(tiny_model_dir, "deepspeed_train"), 300))
     infer = InferProxy(RayWorkerGroup("actor_infer", _config(tiny_model_dir, "hf_infer"), 300))
     train.initialize(StrategyContext(seed=0))
     infer.initialize(StrategyContext(seed=0))
-    return train, infer
+    yield train, infer
+    train.group.shutdown()
+    infer.group.shutdown()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shared", [False, True])
-def test_copy_sync_between_ray_actors(roles, tmp_path, shared):
-    train, infer = roles
-    ids = torch.randint(10, 400, (4, 12), generator=torch.Generator().manual_seed(0))
-    batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+class TestCopySync:
+    @pytest.mark.parametrize("shared", [False, True])
+    def test_copy_sync_between_ray_actors(self, roles, tmp_path, shared):
+        train, infer = roles
+        ids = torch.randint(10, 400, (4, 12), generator=torch.Generator().manual_seed(0))
+        batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
 
-    def infer_log_probs() -> torch.Tensor:
-        return torch.cat([p["log_probs"] for p in infer.group.call_dp("compute_log_probs", batch)])
+        def infer_log_probs() -> torch.Tensor:
+            return torch.cat([p["log_probs"] for p in infer.group.call_dp("compute_log_probs", batch)])
 
-    want = train.compute_log_probs(batch)
-    infer.weights_in.load([(n, t + 0.05) for n, t in train.weights_out.gather()])  # the engine holds other weights
-    assert (infer_log_probs() - want).abs().max() > 1e-3
-    assert train.weights_out.passes_refs  # Ray: rank 0's gathered weights go to the engine by object ref
-    out = WeightSync(train.weights_out, infer.weights_in, "copy", shared_dir=str(tmp_path) if shared else None)()
-    torch.testing.assert_close(infer_log_probs(), want, atol=1e-5, rtol=1e-5)
-    assert out["sync/mode"] == 0.0 and out["sync/gib"] > 0 and out["time/sync"] >= out["time/sync_push"] > 0
-    assert list(tmp_path.iterdir()) == []  # the shared file is removed after the load
-    assert train.memory_stats() == {} and train._no_cuda  # asked once on CPU; later steps skip the round trip
+        want = train.compute_log_probs(batch)
+        infer.weights_in.load([(n, t + 0.05) for n, t in train.weights_out.gather()])  # the engine holds other weights
+        assert (infer_log_probs() - want).abs().max() > 1e-3
+        assert train.weights_out.passes_refs  # Ray: rank 0's gathered weights go to the engine by object ref
+        out = WeightSync(train.weights_out, infer.weights_in, "copy", shared_dir=str(tmp_path) if shared else None)()
+        torch.testing.assert_close(infer_log_probs(), want, atol=1e-5, rtol=1e-5)
+        assert out["sync/mode"] == 0.0 and out["sync/gib"] > 0 and out["time/sync"] >= out["time/sync_push"] > 0
+        assert list(tmp_path.iterdir()) == []  # the shared file is removed after the load
+        assert train.memory_stats() == {} and train._no_cuda  # asked once on CPU; later steps skip the round trip
 
 
 def test_shared_file_round_trip_keeps_names_dtypes_and_values(tmp_path):
@@ -74,7 +80,8 @@ def test_shared_file_round_trip_keeps_names_dtypes_and_values(tmp_path):
         assert t.dtype == want.dtype and torch.equal(t, want)
 
 
-def test_adapter_sync_between_ray_actors(ray_session, tiny_model_dir):
+@pytest.mark.slow
+def test_adapter_sync_between_ray_actors(ray_session, tiny_model_dir, request):
     """LoRA: only the adapter travels (object ref from trainer rank 0 to the engine actor), the engine serves it on
     its own base and then scores exactly as the trainer does; ``sync/gib`` is the adapter's size. Fails when the
     adapter does not arrive (the engine scores as the base), when the full weights travel (the size), or when a
@@ -84,6 +91,8 @@ def test_adapter_sync_between_ray_actors(ray_session, tiny_model_dir):
         cfg.model_args.lora_target, cfg.model_args.lora_rank = "all-linear", 4
     train = ActorProxy(RayWorkerGroup("actor_train", cfgs[0], 300))
     infer = InferProxy(RayWorkerGroup("actor_infer", cfgs[1], 300))
+    request.addfinalizer(train.group.shutdown)  # free the session's CPUs for the module's later tests
+    request.addfinalizer(infer.group.shutdown)
     train.initialize(StrategyContext(seed=0))
     infer.initialize(StrategyContext(seed=0))
     ids = torch.randint(10, 400, (4, 12), generator=torch.Generator().manual_seed(0))
