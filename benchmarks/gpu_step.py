@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 #: Dense bf16 tensor-core peak (FLOP/s) by a substring of the device name (vendor data sheets; SXM parts).
 PEAK_BF16 = {
@@ -239,17 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     from roll.launch.preflight import visible_gpus
 
     if args.from_metrics:  # the config (with the run's overrides) tells the model and its LoRA, nothing runs
-        from roll.config.loader import load_config
-
         pipeline, rows = None, step_rows(Path(args.from_metrics))
-        cfg = load_config(
-            args.config_name,
-            args.config_path,
-            args.overrides,
-            schema=_pipeline_kind(args.config_name, args.config_path)[0],
-        )
-        model_path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
-        has_model = (Path(model_path) / "config.json").is_file()
+        cfg = _config_if_any(args.config_name, args.config_path, args.overrides)
+        model_path = (cfg.actor_train.model_args.model_name_or_path or cfg.pretrain) if cfg is not None else ""
+        has_model = not args.parameters and bool(model_path) and (Path(model_path) / "config.json").is_file()
         device = args.gpu or "unknown"
         params = args.parameters or (count_parameters(model_path) if has_model else 0)
     else:
@@ -269,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         params, has_model = count_parameters(model_path), True
     from roll.launch.memory import lora_of
 
-    lora = lora_of(cfg.actor_train.model_args)
+    lora = lora_of(cfg.actor_train.model_args) if cfg is not None else None
     if pipeline is not None or has_model:
         flops, formula = train_flops_per_token(model_path, lora)
     else:
@@ -286,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": device,
         "config": args.config_name,
         **({"smoke_config": config_name} if args.smoke and not args.from_metrics else {}),
-        "source": args.from_metrics or "this run",
+        "source": Path(args.from_metrics).name if args.from_metrics else "this run",
         "overrides": args.overrides,
         "num_steps": args.steps,
         "median_of_steps": [s["step"] for s in kept],
@@ -319,6 +313,16 @@ def smoke_run(config_name: str, config_path: str | None, overrides: list[str], w
     tiny, merged = stand_in(config_name, config_path, [*defaults, *overrides], work)
     print(f"[gpu_step] smoke: {tiny} on CPU in place of {config_name}", flush=True)
     return tiny, merged
+
+
+def _config_if_any(config_name: str, config_path: str | None, overrides: list[str]) -> Any:
+    """The config ``config_name`` with ``overrides``, or None where there is no such file (--from-metrics of a run
+    whose config is not at hand: then --parameters gives the model's size)."""
+    from roll.config.loader import load_config, resolve_config_dir
+
+    if not (resolve_config_dir(config_path) / f"{config_name}.yaml").is_file():
+        return None
+    return load_config(config_name, config_path, overrides, schema=_pipeline_kind(config_name, config_path)[0])
 
 
 def _pipeline_kind(config_name: str, config_path: str | None):
