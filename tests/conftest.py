@@ -83,9 +83,11 @@ def find_chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_context(tmp_path_factory):
-    """A headless Chromium (Debian's package) driven by Playwright; skips where either is missing."""
+    """A headless Chromium (Debian's package) driven by Playwright; skips where either is missing. Module-scoped:
+    Playwright's sync API keeps an event loop running in this thread while it is up, and a later test of another
+    module that runs its own loop would fail ("Cannot run the event loop while another loop is running")."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
