@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 from collections.abc import Iterable
@@ -183,7 +184,18 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
                 )
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    return build_tiny_model(path, **kwargs)
+    # built beside it and renamed into place: two runs that start together (the README's command twice) each build
+    # their own copy, the first rename wins and the other run uses that model (both build the same one)
+    scratch = path.parent / f".{path.name}.building-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    build_tiny_model(scratch, **kwargs)
+    try:
+        os.rename(scratch, path)
+    except OSError:  # another process renamed its copy into place first
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not (path / "config.json").is_file():
+            raise
+    return path
 
 
 def _defaults() -> dict:

@@ -1,5 +1,6 @@
 """The tiny model factory: a normal Hugging Face directory, a tokenizer fitted to env text."""
 
+import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.agentic.chat import ChatFormatter
@@ -115,3 +116,24 @@ def test_ensure_keeps_a_build_from_the_env_corpus(tmp_path, capsys):
     ensure_tiny_model(path, **small)
     assert (path / "model.safetensors").stat().st_mtime_ns == stamp
     assert "warning" not in capsys.readouterr().out
+
+
+def _build_small(path: str) -> str:
+    from roll.models.tiny import ensure_tiny_model
+
+    dims = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    return str(ensure_tiny_model(path, vocab_size=300, **dims))
+
+
+@pytest.mark.slow
+def test_two_processes_building_the_same_tiny_model_both_get_it(tmp_path):
+    """The README's command started twice at once: each process builds its own copy and renames it into place; the
+    second rename loses and that process uses the first model (both built the same one). Before, both wrote the same
+    scratch folder and one crashed saving its tokenizer."""
+    import multiprocessing
+
+    target = tmp_path / "tiny"
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        assert pool.map(_build_small, [str(target)] * 2) == [str(target)] * 2
+    assert (target / "config.json").is_file() and (target / "tokenizer.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]  # no scratch copy left behind
