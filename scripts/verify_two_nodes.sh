@@ -94,7 +94,8 @@ out, rc, steps, k, device = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys
 sys.path.insert(0, "scripts")
 from signal_check import signal_checks, step_rows
 log = (out / "two_nodes.log").read_text(errors="replace")
-where = {m.group(1): m.group(2) for m in re.finditer(r"^\[roll\] (actor_train|actor_infer): .*?rank 0 on (.*)$", log, re.M)}
+# not anchored at a line's start: a Ray worker's output can land on the same line first (seen under load)
+where = {m.group(1): m.group(2) for m in re.finditer(r"\[roll\] (actor_train|actor_infer): [^\n]*?rank 0 on ([^\n]*)", log)}
 nodes = {role: re.match(r"node (\w+)", w).group(1) for role, w in where.items()}
 status = (out / "ray_status.txt").read_text(errors="replace")
 rows = step_rows(out / "two_nodes_metrics.jsonl") if (out / "two_nodes_metrics.jsonl").exists() else []
