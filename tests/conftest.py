@@ -52,6 +52,24 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def dist_env():
+    """The environment of a one-rank torch.distributed job on this machine (a free port; DeepSpeed on CPU), for tests
+    that build a training strategy in-process; variables already set are kept."""
+    from roll.distributed.group import free_port
+
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "DS_ACCELERATOR": "cpu",
+    }
+    for k, v in env.items():
+        os.environ.setdefault(k, v)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A tiny Qwen2 model + local tokenizer saved as a Hugging Face directory (built once per session)."""

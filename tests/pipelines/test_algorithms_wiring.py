@@ -396,21 +396,6 @@ def test_critic_value_loss_uses_value_clip():
 
 
 # ---------------------------------------------------------------- critic and deepspeed_infer strategies
-@pytest.fixture(scope="module")
-def dist_env():
-    from roll.distributed.group import free_port
-
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "DS_ACCELERATOR": "cpu",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
-    yield
 
 
 def _worker_config(model_dir, strategy, **strategy_config):

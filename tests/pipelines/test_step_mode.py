@@ -20,20 +20,7 @@ from roll.ppo.advantage_step import advantage_step
 TURNS = [1, 3, 2, 4]  # turns of the four episodes (groups of two share a seed)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def dist_env():
-    from roll.distributed.group import free_port
-
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "DS_ACCELERATOR": "cpu",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
+pytestmark = pytest.mark.usefixtures("dist_env")  # one-rank torch.distributed environment (conftest)
 
 
 def episodes(seed: int = 0) -> list[Trajectory]:

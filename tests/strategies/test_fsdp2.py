@@ -25,20 +25,7 @@ HERE = Path(__file__).resolve().parent
 PPO = PPOActorLoss(ActorLossConfig(loss_agg_mode="token-mean"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def dist_env():
-    from roll.distributed.group import free_port
-
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "DS_ACCELERATOR": "cpu",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
+pytestmark = pytest.mark.usefixtures("dist_env")  # one-rank torch.distributed environment (conftest)
 
 
 def _build(

@@ -43,20 +43,7 @@ BACKENDS = {
 STEPS = 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def dist_env():
-    from roll.distributed.group import free_port
-
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "DS_ACCELERATOR": "cpu",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
+pytestmark = pytest.mark.usefixtures("dist_env")  # one-rank torch.distributed environment (conftest)
 
 
 def build(model_dir: str, backend: str, *, checkpointing: bool = False, target="all-linear", role="actor_train"):

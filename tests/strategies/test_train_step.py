@@ -3,8 +3,6 @@ pre-clip gradient norm of every ZeRO stage and the skipped old-log-prob pass, ch
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -16,23 +14,6 @@ from roll.strategies.accumulation import merge_metrics
 from roll.strategies.microbatch import accumulation_weights, micro_batches, plan_by_tokens, trim_right
 
 LENGTHS = [11, 4, 9, 6, 12, 3, 8, 5]  # real tokens per sample (right padded to 12)
-
-
-@pytest.fixture(scope="module")
-def dist_env():
-    from roll.distributed.group import free_port
-
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "DS_ACCELERATOR": "cpu",
-    }
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
-    yield
 
 
 def _batch(vocab: int = 500, seed: int = 0) -> Batch:
