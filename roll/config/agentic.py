@@ -357,6 +357,12 @@ class SFTWarmupConfig:
         True, "Start RL with fresh Adam moments (the warm start's would shrink the first RL updates)."
     )
     seed: int = fld(12345, "Seed of the demonstration rooms (kept apart from RL seeds).")
+    demo_noise: float = fld(
+        0.0,
+        "Probability that the demonstrator takes a random valid action instead of its plan's next move (then plans "
+        "again): an imperfect expert, whose detours a warm-started policy copies and RL has to unlearn.",
+        allowed="in [0, 1)",
+    )
 
 
 @dataclass

@@ -73,7 +73,7 @@ class AgenticPipeline(Pipeline):
             **dict(spec.env_config),
         }
         batches = make_demo_batches(
-            spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps, sft.seed
+            spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps, sft.seed, sft.demo_noise
         )
         return self.train_sft(batches, len(batches), sft.learning_rate, sft.reset_optimizer)
 

@@ -25,10 +25,17 @@ NO_SUCCESS = (
 )
 
 
-def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str) -> Trajectory | str:
+def demo_trajectory(
+    env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str, noise: float = 0.0
+) -> Trajectory | str:
     """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
     action format (``env.parser.render``); the reason (:data:`NO_PLAN`, :data:`TOO_LONG`, :data:`NO_SUCCESS`) when
     it gives no demonstration.
+
+    ``noise`` > 0 makes the demonstrator an imperfect expert: before each move, with probability ``noise`` it takes
+    a uniformly random action of ``env.valid_actions`` (seeded by ``seed``) instead of its plan's next move, then
+    plans again from where it stands. Its successful episodes keep those detours, so a policy imitating it makes
+    them too; RL has to learn to do better. ``noise`` = 0 follows the first plan.
 
     Raises:
         ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
@@ -37,12 +44,15 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
     plan = env.solution()
     if not plan:
         return NO_PLAN
-    if len(plan) > spec.max_actions_per_traj:
+    if noise == 0 and len(plan) > spec.max_actions_per_traj:
         return TOO_LONG
+    rng = random.Random(seed)
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
     text = spec.turn_text(0, obs, instruction=info["env_instruction"])
     prompt = formatter.first_prompt(text)
-    for action in plan:
+    while plan and len(traj.turns) < spec.max_actions_per_traj:
+        detour = noise > 0 and rng.random() < noise
+        action = rng.choice(env.valid_actions) if detour else plan[0]
         written = env.parser.render(action)
         reply = formatter.encode(written) + [formatter.eos_id]
         traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
@@ -56,14 +66,24 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
         if terminated or truncated:
             traj.success = bool(info.get("success"))
             break
+        plan = env.solution() if noise > 0 else plan[1:]
         prompt = formatter.turn_delta(spec.turn_text(len(traj.turns), obs, reward=reward))
     return traj if traj.success else NO_SUCCESS
 
 
 def make_demo_batches(
-    spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int, batch_size: int, steps: int, seed: int
+    spec: CustomEnvConfig,
+    env_kwargs: dict,
+    tokenizer,
+    tag: str,
+    num_demos: int,
+    batch_size: int,
+    steps: int,
+    seed: int,
+    noise: float = 0.0,
 ) -> list[Batch]:
-    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them)."""
+    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them), made by
+    a demonstrator that deviates from its plan with probability ``noise`` (see :func:`demo_trajectory`)."""
     from roll.envs import make_env
 
     env = make_env(spec.env_type, env_kwargs)
@@ -72,7 +92,7 @@ def make_demo_batches(
     missed: Counter = Counter()
     index = 0
     while len(demos) < num_demos and index < num_demos * 5:
-        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag)
+        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag, noise)
         index += 1
         if isinstance(traj, str):
             missed[traj] += 1

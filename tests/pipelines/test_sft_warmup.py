@@ -68,3 +68,50 @@ def test_no_demonstration_says_why(tiny_model_dir):
     assert message.startswith("sft_warmup: env 'unsolved_test' gave no demonstration from 20 seeds (")
     assert "the plan did not reach success" in message and "the plan was longer than max_actions_per_traj" in message
     assert "max_actions_per_traj=4)" in message and "implement solution" not in message
+
+
+def replayed_deviations(tokenizer, noise: float, demos: int = 120) -> tuple[int, int, int]:
+    """(turns, turns whose move is not the solver's first move from that state, demonstrations) of ``demos`` seeds'
+    demonstrations, replayed in a fresh env."""
+    from roll.agentic.chat import ChatFormatter
+    from roll.envs import make_env
+    from roll.pipelines.sft_warmup import demo_trajectory
+
+    kwargs = dict(SPEC.env_config)
+    env, replay = make_env("sokoban", kwargs), make_env("sokoban", kwargs)
+    formatter, parser = ChatFormatter(tokenizer, SPEC.system_prompt), ActionParser("answer")
+    turns = off_plan = kept = 0
+    for seed in range(demos):
+        traj = demo_trajectory(env, SPEC, formatter, seed, "S", noise)
+        if isinstance(traj, str):
+            continue
+        kept += 1
+        replay.reset(seed=seed)
+        for turn in traj.turns:
+            action = parser.parse(tokenizer.decode(turn.response_ids[:-1]))  # the end-of-turn token left out
+            off_plan += action != replay.solution()[0]
+            turns += 1
+            *_, info = replay.step(parser.render(action))
+        assert info["success"]  # every kept demonstration solves its room, detours included
+    return turns, off_plan, kept
+
+
+def test_imperfect_demonstrator_detours_at_its_rate(tiny_model_dir):
+    """``demo_noise`` p: before each move the demonstrator takes a random move with probability p (a quarter of
+    them happen to be the plan's move), then plans again. Replayed, the demonstrations leave the solver's plan on
+    about 3p/4 of their turns (fewer, since detours that lose the room are not kept); p = 0 never does."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    turns, off_plan, kept = replayed_deviations(tokenizer, 0.0)
+    assert off_plan == 0 and kept == 120 and turns > 120
+    turns, off_plan, kept = replayed_deviations(tokenizer, 0.5)
+    assert 0.2 < off_plan / turns < 0.375, off_plan / turns
+    assert 80 < kept < 120  # some detours lose the room (a box pushed into a corner): those seeds give none
+
+
+def test_demo_noise_is_checked_before_any_worker():
+    from roll.config.agentic import AgenticConfig
+    from roll.config.errors import ConfigError
+    from roll.config.loader import load_config
+
+    with pytest.raises(ConfigError, match=r"sft_warmup.demo_noise=1.0.*\[0, 1\)"):
+        load_config("sokoban_tiny", None, ["sft_warmup.demo_noise=1.0"], schema=AgenticConfig)
