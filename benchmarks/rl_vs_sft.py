@@ -25,6 +25,12 @@ sampling (temperature 1). ``--greedy`` also re-validates both final models with 
 
 Seeds can run side by side, each pinned to its own cores (``taskset -c 0,1 python benchmarks/rl_vs_sft.py --seeds
 1 ...``); ``--rl-only`` stops after the RL runs, and a later call without it adds the controls.
+
+``--side-by-side N`` runs the seeds at once instead, N runs at a time, each pinned to two cores of its own
+(``taskset``; a machine with 2N cores): every seed's RL run, and its control as soon as that RL run is done (given
+its measured training time, as above).
+
+    python benchmarks/rl_vs_sft.py --seeds 1 2 3 4 5 --out output/rl_vs_sft --side-by-side 8
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -144,10 +151,75 @@ def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) ->
                 run(base + seed_overrides(seed, out) + args.extra + greedy_overrides(model, out), out / "run.log")
 
 
+def side_by_side(args: argparse.Namespace, sft_steps: int, batch: int) -> None:
+    """Every seed's RL run, then its control as soon as that RL run is done (given the RL run's measured training
+    time, as in :func:`run_seed`), ``args.side_by_side`` runs at a time, each pinned to two cores of its own."""
+    base = [sys.executable, str(START), "--config-name", args.config_name]
+    pending = list(args.seeds)  # seeds whose RL run has not started
+    waiting = [] if args.rl_only else list(args.seeds)  # seeds whose control has not started
+    running: list[tuple[subprocess.Popen, Path, float, int]] = []
+    slots = list(range(min(args.side_by_side, ((os.cpu_count() or 2) - args.first_core) // 2)))
+
+    def rl_done(seed: int) -> bool:
+        return (args.out / f"seed{seed}" / "rl" / "wall_s").exists()
+
+    def start(run_dir: Path, cmd: list[str]) -> None:
+        slot = slots.pop(0)
+        first = args.first_core + 2 * slot
+        run_dir.mkdir(parents=True, exist_ok=True)
+        print(f"[rl_vs_sft] cores {first},{first + 1}: {' '.join(cmd[1:])}", flush=True)
+        with (run_dir / "run.log").open("w") as log:
+            proc = subprocess.Popen(["taskset", "-c", f"{first},{first + 1}", *cmd], cwd=ROOT, stdout=log, stderr=log)
+        running.append((proc, run_dir, time.perf_counter(), slot))
+
+    while pending or waiting or running:
+        for seed in [s for s in waiting if rl_done(s)]:
+            if not slots:
+                break
+            waiting.remove(seed)
+            rl_dir, ctl_dir = (
+                (args.out / f"seed{seed}" / "rl").resolve(),
+                (args.out / f"seed{seed}" / "control").resolve(),
+            )
+            if (ctl_dir / "wall_s").exists():
+                continue
+            sft_s, rl_s, _ = training_time(read_rows(rl_dir))
+            steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / (sft_s / sft_steps)))
+            own = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
+            keys = {o.split("=", 1)[0] for o in own}
+            start(
+                ctl_dir,
+                base
+                + seed_overrides(seed, ctl_dir)
+                + [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in keys]
+                + own,
+            )
+        while pending and slots:
+            seed = pending.pop(0)
+            rl_dir = (args.out / f"seed{seed}" / "rl").resolve()
+            if not rl_done(seed):
+                start(rl_dir, base + seed_overrides(seed, rl_dir) + args.extra)
+        time.sleep(2)
+        for item in list(running):
+            proc, run_dir, began, slot = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            slots.append(slot)
+            if proc.returncode == 0:
+                (run_dir / "wall_s").write_text(f"{time.perf_counter() - began:.1f}")
+            else:
+                waiting = [s for s in waiting if run_dir != (args.out / f"seed{s}" / "rl").resolve()]
+            print(f"[rl_vs_sft] {run_dir}: exit {proc.returncode}", flush=True)
+    for seed in args.seeds:
+        if (args.out / f"seed{seed}" / "control" / "wall_s").exists():
+            replot((args.out / f"seed{seed}" / "rl").resolve())
+
+
 def seed_row(args: argparse.Namespace, seed: int) -> dict | None:
     """One seed's numbers from its finished runs (None if the RL run or its control is missing)."""
     rl_dir, ctl_dir = args.out / f"seed{seed}" / "rl", args.out / f"seed{seed}" / "control"
-    if not (rl_dir / "final").exists() or not (ctl_dir / "final").exists():
+    if not (rl_dir / "wall_s").exists() or not (ctl_dir / "wall_s").exists():
         return None
     curve, episodes = validation_curve(rl_dir / "logs" / "metrics.jsonl")
     control, _ = validation_curve(ctl_dir / "logs" / "metrics.jsonl")
@@ -234,6 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--greedy", action="store_true", help="also validate both final models greedily")
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
     parser.add_argument(
+        "--side-by-side",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the RL runs and controls at once, N at a time, two cores each (the control gets the config's budget)",
+    )
+    parser.add_argument("--first-core", type=int, default=0, help="with --side-by-side: pin from this core on")
+    parser.add_argument(
         "--rl-only",
         action="store_true",
         help="only the RL runs (a later call without it runs the controls: finished parts are kept)",
@@ -242,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     args.extra = [x for x in extra if x != "--"]
     if not args.summarize:
         sft_steps, batch = sft_config(args.config_name, args.extra)
-        for seed in args.seeds:
+        if args.side_by_side:
+            side_by_side(args, sft_steps, batch)
+        for seed in [] if args.side_by_side else args.seeds:
             run_seed(args, seed, sft_steps, batch)
         if args.rl_only:
             return 0

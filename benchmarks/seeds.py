@@ -10,6 +10,10 @@ from step 0 (after the warm start) to the last step, with its standard error (sa
     python benchmarks/seeds.py --seeds 1 2 --out output/seeds_fp -- train_env_manager.format_penalty=-1.0
 
 Wall time per run is printed too, but compare it only between runs on a quiet machine.
+
+RLVR configs (``rlvr_tiny``) run through ``start_rlvr_pipeline.py``; their validation number is the accuracy on
+the held-out problems (``val/accuracy``). ``--side-by-side N`` runs N seeds at a time, each pinned to two cores of
+its own (``taskset``; a machine with 2N cores; ``--first-core`` shifts them).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -41,14 +46,25 @@ def seed_overrides(seed: int, run_dir: Path) -> list[str]:
 
 
 def validation_curve(metrics_path: Path) -> tuple[list[tuple[int, float]], int]:
-    """``([(step, val success), ...], val episodes per evaluation)`` from a run's ``metrics.jsonl``."""
+    """``([(step, val success), ...], val episodes per evaluation)`` from a run's ``metrics.jsonl`` (an RLVR run's
+    ``val/accuracy`` counts as its success)."""
     curve, episodes = [], 0
     for line in metrics_path.read_text().splitlines():
         row = json.loads(line)
-        if "val/success_rate" in row:
-            curve.append((int(row["step"]), float(row["val/success_rate"])))
+        key = "val/success_rate" if "val/success_rate" in row else "val/accuracy"
+        if key in row:
+            curve.append((int(row["step"]), float(row[key])))
             episodes = int(row.get("val/batch_size", episodes))
     return curve, episodes
+
+
+def start_script(config_name: str) -> Path:
+    """The start script of the config's pipeline (agentic or RLVR)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cpu_smoke import config_kind
+
+    kind = config_kind(config_name)
+    return ROOT / "examples" / f"start_{'rlvr' if kind == 'rlvr' else 'agentic'}_pipeline.py"
 
 
 def gain(curve: list[tuple[int, float]], episodes: int) -> tuple[float, float]:
@@ -91,31 +107,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=Path("output/seeds"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate runs already in --out")
+    parser.add_argument("--side-by-side", type=int, default=0, metavar="N", help="N seeds at a time, two cores each")
+    parser.add_argument("--first-core", type=int, default=0, help="with --side-by-side: pin from this core on")
     args, extra = parser.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
+    walls: dict[int, float] = {}
+    if not args.summarize:
+        script = start_script(args.config_name)
+        todo = list(args.seeds)
+        slots = list(range(max(1, min(args.side_by_side, ((os.cpu_count() or 2) - args.first_core) // 2))))
+        running: list[tuple[int, subprocess.Popen, float, int]] = []
+        while todo or running:
+            while todo and slots:
+                seed, slot = todo.pop(0), slots.pop(0)
+                run_dir = (args.out / f"seed{seed}").resolve()
+                cmd = [sys.executable, str(script), "--config-name", args.config_name, *seed_overrides(seed, run_dir)]
+                cmd += extra
+                if args.side_by_side:
+                    first = args.first_core + 2 * slot
+                    cmd = ["taskset", "-c", f"{first},{first + 1}", *cmd]
+                print(f"[seeds] seed {seed}: {' '.join(cmd)}", flush=True)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                log = (run_dir / "run.log").open("w") if args.side_by_side else None
+                running.append(
+                    (seed, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log), time.perf_counter(), slot)
+                )
+            time.sleep(1)
+            for item in [r for r in running if r[1].poll() is not None]:
+                seed, proc, began, slot = item
+                running.remove(item)
+                slots.append(slot)
+                walls[seed] = time.perf_counter() - began
+                if proc.returncode != 0:
+                    print(f"[seeds] seed {seed} exited with {proc.returncode}", file=sys.stderr)
     rows = []
     for seed in args.seeds:
-        run_dir = (args.out / f"seed{seed}").resolve()
-        wall = None
-        if not args.summarize:
-            cmd = [
-                sys.executable,
-                str(ROOT / "examples" / "start_agentic_pipeline.py"),
-                "--config-name",
-                args.config_name,
-                *seed_overrides(seed, run_dir),
-                *extra,
-            ]
-            print(f"[seeds] seed {seed}: {' '.join(cmd[1:])}", flush=True)
-            start = time.perf_counter()
-            rc = subprocess.call(cmd, cwd=ROOT)
-            wall = time.perf_counter() - start
-            if rc != 0:
-                print(f"[seeds] seed {seed} exited with {rc}", file=sys.stderr)
-        metrics = run_dir / "logs" / "metrics.jsonl"
+        metrics = (args.out / f"seed{seed}").resolve() / "logs" / "metrics.jsonl"
         if metrics.exists():
             curve, episodes = validation_curve(metrics)
-            rows.append((seed, curve, episodes, wall))
+            rows.append((seed, curve, episodes, walls.get(seed)))
     if not rows:
         print("[seeds] no finished runs to tabulate", file=sys.stderr)
         return 1

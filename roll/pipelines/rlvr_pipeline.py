@@ -288,6 +288,7 @@ class RLVRPipeline(Pipeline):
             raise reward_stop("val", step, exc) from exc
         self.dumps.rlvr("val", step, groups, self.val_examples)
         metrics = rollout_metrics(groups, self.val_examples, "val")
+        metrics["val/batch_size"] = float(sum(len(g.response_ids) for g in groups))
         metrics["time/val"] = time.perf_counter() - start
         return metrics
 

@@ -56,3 +56,13 @@ def test_table_ends_with_the_mean_change_over_seeds():
     # se sqrt(3.307^2 + 3.5^2) / 2 = 2.41
     out = seeds.table([(1, [(0, 0.25), (80, 0.5)], 400, None), (2, [(0, 0.5), (80, 0.4)], 400, None)])
     assert out.splitlines()[-1] == "| mean | | | +7.5 +- 2.4 | |"
+
+
+def test_rlvr_runs_read_their_held_out_accuracy_and_use_their_own_start_script(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": 0, "val/accuracy": 0.1, "val/batch_size": 30}, {"step": 5, "rollout/accuracy": 0.9}]
+    rows.append({"step": 20, "val/accuracy": 0.2, "val/batch_size": 30})
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert seeds.validation_curve(path) == ([(0, 0.1), (20, 0.2)], 30)
+    assert seeds.start_script("rlvr_tiny").name == "start_rlvr_pipeline.py"
+    assert seeds.start_script("sokoban_tiny").name == "start_agentic_pipeline.py"
