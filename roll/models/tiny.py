@@ -36,6 +36,7 @@ BUILTIN_ENVS = ("sokoban", "frozen_lake", "countdown", "gsm8k", "tool_use")
 def env_corpus(episodes_per_env: int = 40, seed: int = 0) -> list[str]:
     """Text the registered envs produce: instructions, observations and answers, from random play."""
     from roll.envs import make_env
+    from roll.envs.base import observation_text
 
     rng = random.Random(seed)
     lines: list[str] = []
@@ -48,11 +49,11 @@ def env_corpus(episodes_per_env: int = 40, seed: int = 0) -> list[str]:
         try:
             for episode in range(episodes_per_env):
                 obs, info = env.reset(seed=seed * 100_003 + episode)
-                lines += [info["env_instruction"], obs]
+                lines += [info["env_instruction"], observation_text(obs)]
                 for _ in range(4):
                     action = f"<answer>{rng.choice(words)}</answer>"
                     obs, _, terminated, truncated, _ = env.step(action)
-                    lines += [action, obs]
+                    lines += [action, observation_text(obs)]
                     if terminated or truncated:
                         break
         except Exception:  # a broken (user) env contributes what it produced before failing
