@@ -335,11 +335,9 @@ class EnvManager:
 
     def _with_images(self, x: _Live, text: str) -> str:
         """``text`` after one image placeholder per image of the pending observation."""
-        if not x.images:
-            return text
-        from roll.models.vision import IMAGE_PLACEHOLDER
+        from roll.models.vision import with_image_placeholders
 
-        return IMAGE_PLACEHOLDER * len(x.images) + text
+        return with_image_placeholders(text, len(x.images))
 
     def _expand(self, x: _Live, ids: list[int]) -> list[int]:
         """Prompt ids with each image's pad token repeated to its token count."""

@@ -12,7 +12,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 #: Chat template in the Qwen style: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message.
@@ -160,19 +160,23 @@ def build_spec(*, corpus: Iterable[str] | None = None, **kwargs) -> dict:
     return {**kwargs, "corpus_sha256": digest}
 
 
-def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
+def ensure_tiny_model(path: str | Path, build: Callable[..., Path] | None = None, **kwargs) -> Path:
     """Build the tiny model at ``path`` unless a model is already there; an existing model is never replaced.
+    ``build``: the builder (:func:`build_tiny_model`, or :func:`roll.models.tiny_vl.build_tiny_vl_model`).
 
     When roll built the one there with other arguments (``roll_tiny.json``; e.g. an older default, or a
     ``tiny_model`` change in the config), a warning names the differences: delete the directory to rebuild.
     """
     path = Path(path)
+    builder = build or build_tiny_model
     if (path / "config.json").is_file():
         record = path / SPEC_FILE
         if record.is_file():
             corpus = kwargs.get("corpus")
             wanted = json.loads(
-                json.dumps(build_spec(**{**_defaults(), **kwargs, "corpus": None if corpus is None else list(corpus)}))
+                json.dumps(
+                    build_spec(**{**_defaults(builder), **kwargs, "corpus": None if corpus is None else list(corpus)})
+                )
             )
             have = json.loads(record.read_text())
             diff = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
@@ -189,7 +193,7 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
     # their own copy, the first rename wins and the other run uses that model (both build the same one)
     scratch = path.parent / f".{path.name}.building-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
-    build_tiny_model(scratch, **kwargs)
+    builder(scratch, **kwargs)
     try:
         os.rename(scratch, path)
     except OSError:  # another process renamed its copy into place first
@@ -199,9 +203,9 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
     return path
 
 
-def _defaults() -> dict:
-    """``build_tiny_model``'s keyword defaults (without ``corpus``)."""
+def _defaults(builder: Callable[..., Path] | None = None) -> dict:
+    """The builder's (``build_tiny_model``'s) keyword defaults (without ``corpus``)."""
     import inspect
 
-    params = inspect.signature(build_tiny_model).parameters
+    params = inspect.signature(builder or build_tiny_model).parameters
     return {name: p.default for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name != "corpus"}

@@ -3,8 +3,8 @@ a ``Qwen2_5_VLConfig`` with a small vision tower, the tiny tokenizer of :mod:`ro
 (``<|vision_start|>``, ``<|image_pad|>``, ``<|vision_end|>``), and a Qwen2-VL image processor, saved as a normal
 Hugging Face directory.
 
-Images are small: the image processor resizes to a multiple of 28 pixels (patch 14, merge 2) between
-``min_image_pixels`` and ``max_image_pixels`` (56 x 56 by default: a 4 x 4 patch grid, 4 image tokens per image).
+Images are small: the image processor resizes them to sides that are multiples of 28 pixels (patch 14, merge 2),
+at most ``max_image_pixels`` pixels (56 x 56 by default: a 4 x 4 patch grid, 4 image tokens per image).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from roll.models.tiny import SPEC_FILE, build_spec, build_tokenizer, env_corpus
+from roll.models.tiny import SPEC_FILE, build_spec, build_tokenizer, ensure_tiny_model, env_corpus
 from roll.models.vision import VISION_TOKENS
 
 #: Qwen2.5-VL's video token, added so the config's ``video_token_id`` names a real token (roll sends no video).
@@ -35,7 +36,6 @@ def build_tiny_vl_model(
     vision_hidden_size: int = 64,
     vision_depth: int = 2,
     vision_heads: int = 2,
-    min_image_pixels: int = 56 * 56,
     max_image_pixels: int = 56 * 56,
     seed: int = 0,
     corpus: Iterable[str] | None = None,
@@ -94,14 +94,27 @@ def build_tiny_vl_model(
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    processor = Qwen2VLImageProcessorPil(size={"shortest_edge": min_image_pixels, "longest_edge": max_image_pixels})
+    # images are resized to between 28*28 and max_image_pixels pixels (sides multiples of patch 14 x merge 2)
+    processor = Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": max_image_pixels})
     spec = build_spec(**arguments, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     processor.save_pretrained(tmp)
-    (tmp / SPEC_FILE).write_text(json.dumps({**spec, "vision": True}, sort_keys=True))
+    (tmp / SPEC_FILE).write_text(json.dumps(spec, sort_keys=True))
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
     return path
+
+
+#: ``tiny_model`` keys that only a vision-language build reads.
+VISION_KEYS = ("vision_hidden_size", "vision_depth", "vision_heads", "max_image_pixels")
+
+
+def ensure_tiny_model_of(path: str | Path, vision: bool = False, **kwargs: Any) -> Path:
+    """:func:`~roll.models.tiny.ensure_tiny_model` with the ``tiny_model`` block's keys: a Qwen2.5-VL build
+    (:func:`build_tiny_vl_model`) for ``vision``, else the text build (the vision keys are not its arguments)."""
+    if vision:
+        return ensure_tiny_model(path, build=build_tiny_vl_model, **kwargs)
+    return ensure_tiny_model(path, **{k: v for k, v in kwargs.items() if k not in VISION_KEYS})

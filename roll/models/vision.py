@@ -36,6 +36,11 @@ IMAGE_PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
 VISION_TOKENS = (VISION_START, IMAGE_PAD, VISION_END)
 
 
+def with_image_placeholders(text: str, count: int) -> str:
+    """A message's text with ``count`` images before it: one :data:`IMAGE_PLACEHOLDER` each, then ``text``."""
+    return IMAGE_PLACEHOLDER * count + text
+
+
 def is_vision_model(model: Any) -> bool:
     """Whether ``model`` (a DeepSpeed engine, FSDP or peft wrapper, or the HF model) is a vision-language model."""
     module = getattr(model, "module", model)

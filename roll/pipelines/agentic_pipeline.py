@@ -80,7 +80,15 @@ class AgenticPipeline(Pipeline):
             **dict(spec.env_config),
         }
         batches = make_demo_batches(
-            spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps, sft.seed
+            spec,
+            kwargs,
+            self.tokenizer,
+            tag,
+            sft.num_demos,
+            sft.batch_size,
+            sft.steps,
+            sft.seed,
+            cfg.actor_train.model_args.model_name_or_path,
         )
         return self.train_sft(batches, len(batches), sft.learning_rate, sft.reset_optimizer)
 
