@@ -221,3 +221,18 @@ def test_a_text_model_refuses_images(tiny_model_dir):
     with pytest.raises(ValueError, match="not a vision-language model"):
         strategy.generate([prompt], SAMPLING)
     assert IMAGE_PLACEHOLDER == "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def test_megatron_refuses_a_vision_language_model_in_one_line(tiny_vl_model_dir):
+    from roll.config.errors import ConfigError
+    from roll.config.megatron import MegatronOptions, check_megatron_options, read_hf_config
+
+    key = "actor_train.strategy_args.strategy_config"
+    with pytest.raises(ConfigError, match="vision-language model.*deepspeed_train or fsdp2_train") as info:
+        check_megatron_options(MegatronOptions(), key, 1, "bf16", read_hf_config(tiny_vl_model_dir))
+    assert "\n" not in str(info.value) and "model_name_or_path" in str(info.value)
+
+
+def test_freeze_vision_tower_on_a_text_model_is_an_error(tiny_model_dir):
+    with pytest.raises(ValueError, match="freeze_vision_tower: the model .* has no vision tower"):
+        _worker(tiny_model_dir, "deepspeed_train", "actor_train", {"zero_stage": 0}, freeze_vision_tower=True)
