@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
+from typing import overload
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
@@ -89,7 +91,7 @@ def make_demo_batches(
     steps: int,
     seed: int,
     model_path: str | None = None,
-) -> list[Batch]:
+) -> DemoBatches:
     """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them); for an env
     that shows images, with ``pixel_values`` / ``image_grid_thw`` from the image processor at ``model_path``."""
     from roll.envs import make_env
@@ -114,7 +116,7 @@ def make_demo_batches(
             f"max_actions_per_traj={spec.max_actions_per_traj})"
         )
     rng = random.Random(seed)
-    batches = []
+    picks: list[list[int]] = []
     order: list[int] = []
     for _ in range(steps):
         while len(order) < batch_size:
@@ -122,8 +124,31 @@ def make_demo_batches(
             rng.shuffle(extra)
             order += extra
         picked, order = order[:batch_size], order[batch_size:]
-        batch = trajectories_to_batch([demos[i] for i in picked], tokenizer.pad_token_id)
-        if "images" in batch and images is not None:
-            add_pixel_values(batch, batch["images"], images)
-        batches.append(batch)
-    return batches
+        picks.append(picked)
+    return DemoBatches(demos, picks, tokenizer.pad_token_id, images)
+
+
+class DemoBatches(Sequence[Batch]):
+    """The warm start's batches, each built when it is read: batch ``k`` is the demonstrations ``picks[k]`` in the
+    token layout (and, for an env with images, their pixel values: built ahead for every step they would hold
+    gigabytes)."""
+
+    def __init__(self, demos: list[Trajectory], picks: list[list[int]], pad_id: int, images: ImageInputs | None):
+        self.demos, self.picks, self.pad_id, self.images = demos, picks, pad_id, images
+
+    def __len__(self) -> int:
+        return len(self.picks)
+
+    @overload
+    def __getitem__(self, k: int) -> Batch: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Batch]: ...
+
+    def __getitem__(self, k: int | slice) -> Batch | list[Batch]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        batch = trajectories_to_batch([self.demos[i] for i in self.picks[k]], self.pad_id)
+        if "images" in batch and self.images is not None:
+            add_pixel_values(batch, batch["images"], self.images)
+        return batch
