@@ -101,7 +101,7 @@ def test_alias_on_the_command_line():
         ),
         (
             ["+actor_train.model_args.freeze_module_prefix=embed"],
-            r"^actor_train.model_args.freeze_module_prefix='embed': .*freezing modules is not implemented",
+            r"^actor_train.model_args.freeze_module_prefix='embed': .*other prefixes are not implemented",
         ),
         (
             ["async_generation_ratio=0.5"],
@@ -251,6 +251,13 @@ def test_vl_env_manager_is_roll_s_env_manager_with_frames():
     assert translate(tree) == ["custom_envs.S.env_manager_cls"]  # dropped, named in the warning line
     env = tree["custom_envs"]["S"]
     assert "env_manager_cls" not in env and env["env_config"] == {"render_mode": "rgb_array"}
+
+
+def test_freeze_module_prefix_of_the_vision_tower_is_freeze_vision_tower():
+    tree = {"actor_train": {"model_args": {"freeze_module_prefix": "vision_model"}}}
+    assert translate(tree) == [] and tree["actor_train"]["model_args"] == {"freeze_vision_tower": True}
+    with pytest.raises(ConfigError, match="freeze_module_prefix.*other prefixes are not implemented"):
+        translate({"actor_train": {"model_args": {"freeze_module_prefix": "model.layers.0"}}})
 
 
 @pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM")])
