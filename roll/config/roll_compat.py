@@ -75,7 +75,9 @@ UNSUPPORTED: dict[str, str] = {
     "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
     "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
     "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
-    "<role>.model_args.freeze_module_prefix": "freezing modules is not implemented in roll",
+    "<role>.model_args.freeze_module_prefix": "roll freezes one module, a vision-language model's vision tower: "
+    "freeze_module_prefix naming it (vision_model, visual) becomes model_args.freeze_vision_tower; other "
+    "prefixes are not implemented",
     "<role>.model_args.ulysses_size": "sequence parallelism is not implemented in roll; use a shorter "
     "sequence_length or Megatron's tensor parallelism",
     "<role>.training_args.warmup_ratio": "use training_args.warmup_steps",
@@ -155,6 +157,10 @@ def _walk(node: dict[str, Any], prefix: str, ignored: list[str], given: Any) -> 
             if value is not None:
                 ignored.append(path)
             continue
+        if key == "freeze_module_prefix" and _names_vision_tower(value):  # ROLL's VL configs freeze the tower
+            del node[key]
+            node["freeze_vision_tower"] = True
+            continue
         instead = _lookup(UNSUPPORTED, path)
         if instead is not None:
             if not _harmless(path, value):
@@ -177,6 +183,16 @@ def _walk(node: dict[str, Any], prefix: str, ignored: list[str], given: Any) -> 
                 ignored.append(f"{path}={value} (flash-attn is not installed here: transformers' default attention)")
         elif isinstance(value, dict) and not path.endswith(("strategy_config", "system_envs", "tracker_kwargs")):
             _walk(value, path + ".", ignored, written.get(key))
+
+
+#: Module prefixes of a vision tower in ROLL's configs (mcore_adapter's ``vision_model``, transformers' ``visual``).
+VISION_TOWER_PREFIXES = ("vision_model", "visual", "model.visual", "vision_tower")
+
+
+def _names_vision_tower(value: Any) -> bool:
+    """Whether ROLL's ``freeze_module_prefix`` (a prefix, a comma string or a list) names only a vision tower."""
+    parts = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else []
+    return bool(parts) and all(str(p).strip() in VISION_TOWER_PREFIXES for p in parts)
 
 
 def _has_flash_attn() -> bool:
@@ -204,7 +220,6 @@ STEP_ENV_MANAGER = "StepEnvManager"
 UNSUPPORTED_MANAGERS = {
     "StepConcatEnvManager": "GEM's concatenated-observation step prompts are not built by roll; use StepEnvManager's "
     "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
-    "VLTrajEnvManager": "roll has no image inputs (vision-language models); use a text env",
 }
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
+from typing import overload
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
@@ -15,6 +17,8 @@ from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
+from roll.envs.base import observation_images, observation_text
+from roll.models.vision import ImageInputs, add_pixel_values, with_image_placeholders
 
 #: Why a seed gave no demonstration (counted in the error when none does).
 NO_PLAN = "solution() returned no plan"
@@ -26,11 +30,18 @@ NO_SUCCESS = (
 
 
 def demo_trajectory(
-    env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str, noise: float = 0.0
+    env,
+    spec: CustomEnvConfig,
+    formatter: ChatFormatter,
+    seed: int,
+    tag: str,
+    images: ImageInputs | None = None,
+    noise: float = 0.0,
 ) -> Trajectory | str:
     """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
     action format (``env.parser.render``); the reason (:data:`NO_PLAN`, :data:`TOO_LONG`, :data:`NO_SUCCESS`) when
-    it gives no demonstration.
+    it gives no demonstration. Observations with images (``render_mode: rgb_array``) are shown as rollouts show them
+    (the frames before the text, their tokens expanded by ``images``), and each turn keeps its frames.
 
     ``noise`` > 0 makes the demonstrator an imperfect expert: before each move, with probability ``noise`` it takes
     a uniformly random action of ``env.valid_actions`` (seeded by ``seed``) instead of its plan's next move, then
@@ -48,14 +59,17 @@ def demo_trajectory(
         return TOO_LONG
     rng = random.Random(seed)
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
-    text = spec.turn_text(0, obs, instruction=info["env_instruction"])
-    prompt = formatter.first_prompt(text)
+    frames = observation_images(obs)
+    text = spec.turn_text(0, observation_text(obs), instruction=info["env_instruction"])
+    prompt = _with_frames(formatter.first_prompt(with_image_placeholders(text, len(frames))), frames, images)
     while plan and len(traj.turns) < spec.max_actions_per_traj:
         detour = noise > 0 and rng.random() < noise
         action = rng.choice(env.valid_actions) if detour else plan[0]
         written = env.parser.render(action)
         reply = formatter.encode(written) + [formatter.eos_id]
-        traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
+        turn = Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=observation_text(obs))
+        turn.images = frames
+        traj.turns.append(turn)
         obs, reward, terminated, truncated, info = env.step(written)
         if not info.get("action_is_valid", True):
             raise ValueError(
@@ -67,8 +81,19 @@ def demo_trajectory(
             traj.success = bool(info.get("success"))
             break
         plan = env.solution() if noise > 0 else plan[1:]
-        prompt = formatter.turn_delta(spec.turn_text(len(traj.turns), obs, reward=reward))
+        frames = observation_images(obs)
+        text = spec.turn_text(len(traj.turns), observation_text(obs), reward=reward)
+        prompt = _with_frames(formatter.turn_delta(with_image_placeholders(text, len(frames))), frames, images)
     return traj if traj.success else NO_SUCCESS
+
+
+def _with_frames(ids: list[int], frames: list, images: ImageInputs | None) -> list[int]:
+    """Prompt ids with each frame's image tokens (:meth:`ImageInputs.expand`); ``ids`` when there are none."""
+    if not frames:
+        return ids
+    if images is None:
+        raise ValueError("sft_warmup: the env shows images; demonstrations with images need the model's ImageInputs")
+    return images.expand(ids, frames)
 
 
 def make_demo_batches(
@@ -80,19 +105,22 @@ def make_demo_batches(
     batch_size: int,
     steps: int,
     seed: int,
+    model_path: str | None = None,
     noise: float = 0.0,
-) -> list[Batch]:
-    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them), made by
-    a demonstrator that deviates from its plan with probability ``noise`` (see :func:`demo_trajectory`)."""
+) -> DemoBatches:
+    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them; made by a
+    demonstrator that deviates from its plan with probability ``noise``, see :func:`demo_trajectory`); for an env
+    that shows images, with ``pixel_values`` / ``image_grid_thw`` from the image processor at ``model_path``."""
     from roll.envs import make_env
 
     env = make_env(spec.env_type, env_kwargs)
     formatter = ChatFormatter(tokenizer, spec.system_prompt)
+    images = ImageInputs(model_path, tokenizer) if env_kwargs.get("render_mode") == "rgb_array" and model_path else None
     demos: list[Trajectory] = []
     missed: Counter = Counter()
     index = 0
     while len(demos) < num_demos and index < num_demos * 5:
-        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag, noise)
+        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag, images, noise)
         index += 1
         if isinstance(traj, str):
             missed[traj] += 1
@@ -105,7 +133,7 @@ def make_demo_batches(
             f"max_actions_per_traj={spec.max_actions_per_traj})"
         )
     rng = random.Random(seed)
-    batches = []
+    picks: list[list[int]] = []
     order: list[int] = []
     for _ in range(steps):
         while len(order) < batch_size:
@@ -113,5 +141,31 @@ def make_demo_batches(
             rng.shuffle(extra)
             order += extra
         picked, order = order[:batch_size], order[batch_size:]
-        batches.append(trajectories_to_batch([demos[i] for i in picked], tokenizer.pad_token_id))
-    return batches
+        picks.append(picked)
+    return DemoBatches(demos, picks, tokenizer.pad_token_id, images)
+
+
+class DemoBatches(Sequence[Batch]):
+    """The warm start's batches, each built when it is read: batch ``k`` is the demonstrations ``picks[k]`` in the
+    token layout (and, for an env with images, their pixel values: built ahead for every step they would hold
+    gigabytes)."""
+
+    def __init__(self, demos: list[Trajectory], picks: list[list[int]], pad_id: int, images: ImageInputs | None):
+        self.demos, self.picks, self.pad_id, self.images = demos, picks, pad_id, images
+
+    def __len__(self) -> int:
+        return len(self.picks)
+
+    @overload
+    def __getitem__(self, k: int) -> Batch: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Batch]: ...
+
+    def __getitem__(self, k: int | slice) -> Batch | list[Batch]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        batch = trajectories_to_batch([self.demos[i] for i in self.picks[k]], self.pad_id)
+        if "images" in batch and self.images is not None:
+            add_pixel_values(batch, batch["images"], self.images)
+        return batch

@@ -101,7 +101,7 @@ def test_alias_on_the_command_line():
         ),
         (
             ["+actor_train.model_args.freeze_module_prefix=embed"],
-            r"^actor_train.model_args.freeze_module_prefix='embed': .*freezing modules is not implemented",
+            r"^actor_train.model_args.freeze_module_prefix='embed': .*other prefixes are not implemented",
         ),
         (
             ["async_generation_ratio=0.5"],
@@ -241,7 +241,26 @@ def test_step_env_manager_means_fresh_prompts_and_step_samples():
         translate({"custom_envs": {"S": {"env_manager_cls": step, "env_config": {"trajectory_mode": "traj"}}}})
 
 
-@pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM"), ("VLTrajEnvManager", "image")])
+def test_vl_env_manager_is_roll_s_env_manager_with_frames():
+    """ROLL's VLTrajEnvManager: roll's env manager plays the tag (it shows an env's images to a vision-language
+    model); the env's render_mode: rgb_array stays in env_config, so observations carry frames (docs/vlm.md)."""
+    vl = "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager"
+    tree = {
+        "custom_envs": {"S": {"env_manager_cls": vl, "env_type": "sokoban", "env_config": {"render_mode": "rgb_array"}}}
+    }
+    assert translate(tree) == ["custom_envs.S.env_manager_cls"]  # dropped, named in the warning line
+    env = tree["custom_envs"]["S"]
+    assert "env_manager_cls" not in env and env["env_config"] == {"render_mode": "rgb_array"}
+
+
+def test_freeze_module_prefix_of_the_vision_tower_is_freeze_vision_tower():
+    tree = {"actor_train": {"model_args": {"freeze_module_prefix": "vision_model"}}}
+    assert translate(tree) == [] and tree["actor_train"]["model_args"] == {"freeze_vision_tower": True}
+    with pytest.raises(ConfigError, match="freeze_module_prefix.*other prefixes are not implemented"):
+        translate({"actor_train": {"model_args": {"freeze_module_prefix": "model.layers.0"}}})
+
+
+@pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM")])
 def test_env_managers_roll_does_not_build_are_one_line_errors(manager, words):
     with pytest.raises(ConfigError, match=f"custom_envs.S.env_manager_cls.*{words}") as info:
         translate({"custom_envs": {"S": {"env_manager_cls": f"roll.pipeline.agentic.env_manager.x.{manager}"}}})

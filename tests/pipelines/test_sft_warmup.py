@@ -82,7 +82,7 @@ def replayed_deviations(tokenizer, noise: float, demos: int = 120) -> tuple[int,
     formatter, parser = ChatFormatter(tokenizer, SPEC.system_prompt), ActionParser("answer")
     turns = off_plan = kept = 0
     for seed in range(demos):
-        traj = demo_trajectory(env, SPEC, formatter, seed, "S", noise)
+        traj = demo_trajectory(env, SPEC, formatter, seed, "S", noise=noise)
         if isinstance(traj, str):
             continue
         kept += 1

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roll.config.agentic import CustomEnvConfig
+from roll.envs.base import observation_text
 
 
 @dataclass
@@ -206,7 +207,7 @@ class EnvRunner(AgentRunner):
         messages.append(
             {
                 "role": info.get("message_role", "user"),
-                "content": task.env.turn_text(0, obs, instruction=info["env_instruction"]),
+                "content": task.env.turn_text(0, observation_text(obs), instruction=info["env_instruction"]),
             }
         )
         success, metrics = False, {}
@@ -225,7 +226,10 @@ class EnvRunner(AgentRunner):
             if terminated or truncated:
                 break
             messages.append(
-                {"role": info.get("message_role", "user"), "content": task.env.turn_text(turn + 1, obs, reward=reward)}
+                {
+                    "role": info.get("message_role", "user"),
+                    "content": task.env.turn_text(turn + 1, observation_text(obs), reward=reward),
+                }
             )
         return AgentResult(0.0, success, {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
 
