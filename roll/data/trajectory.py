@@ -10,6 +10,7 @@ Ids: ``traj_id = "{phase}-{step}-g{group_id}-e{env_index}-t{k}"`` (k-th trajecto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -30,6 +31,8 @@ class Turn:
     #: prompt_ids is the complete prompt of a new sample, not a delta after the previous reply: the engine was given
     #: exactly prompt_ids (a chat template that rewrote the history, or a step template's self-contained prompt)
     starts_sample: bool = False
+    #: the frames of this turn's observation (H x W x 3 uint8 RGB numpy arrays; empty for text envs)
+    images: list[Any] = field(default_factory=list)
 
     @property
     def generated(self) -> int:

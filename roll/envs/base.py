@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import string
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, SupportsFloat
 
 import gymnasium
@@ -31,6 +32,14 @@ TEXT_CHARSET: str = string.printable
 MAX_OBSERVATION_CHARS: int = 16_384
 #: Upper bound on action text length, in characters.
 MAX_ACTION_CHARS: int = 16_384
+
+
+@dataclass(frozen=True)
+class Observation:
+    """An observation with images: the text plus frames (H x W x 3 uint8 RGB arrays or PIL images)."""
+
+    text: str
+    images: tuple[Any, ...] = ()
 
 
 class Transition(NamedTuple):
