@@ -10,7 +10,12 @@ info keys and rendering to text. A subclass writes only the game, through small 
 - :meth:`TextEnv.instruction` states the task rules (``info["env_instruction"]``);
 - validity: declare ``valid_actions`` (matched case-insensitively) or override
   :meth:`TextEnv._canonical_action` for free-form answers;
-- :meth:`TextEnv._metrics` adds per-env numbers to ``info["metrics"]``.
+- :meth:`TextEnv._metrics` adds per-env numbers to ``info["metrics"]``;
+- :meth:`TextEnv._frame` draws the state as an RGB image (envs that list ``"rgb_array"`` in
+  ``metadata["render_modes"]``).
+
+Observations are text. An env built with ``render_mode="rgb_array"`` sees too: ``reset``/``step`` return an
+:class:`Observation` (the text plus the frame) instead of a string, for vision-language actors.
 """
 
 from __future__ import annotations
@@ -36,10 +41,46 @@ MAX_ACTION_CHARS: int = 16_384
 
 @dataclass(frozen=True)
 class Observation:
-    """An observation with images: the text plus frames (H x W x 3 uint8 RGB arrays or PIL images)."""
+    """An observation with images: the text plus frames (H x W x 3 uint8 RGB arrays or PIL images).
+
+    What ``reset``/``step`` return in place of a string when an env shows images (gymnasium-style: an env in
+    ``render_mode="rgb_array"``, or a user's env that returns one). The env manager puts the images into the
+    turn's prompt, before the text, in order."""
 
     text: str
     images: tuple[Any, ...] = ()
+
+
+def observation_text(observation: str | Observation) -> str:
+    """The text of an observation (a string, or an :class:`Observation`'s ``text``)."""
+    return observation.text if isinstance(observation, Observation) else observation
+
+
+def observation_images(observation: str | Observation) -> list[np.ndarray]:
+    """The images of an observation as H x W x 3 uint8 RGB arrays (none for a string).
+
+    Raises:
+        ValueError: an image is neither a PIL image nor an (H, W, 3) / (H, W) array of values in 0..255.
+    """
+    if not isinstance(observation, Observation):
+        return []
+    out = []
+    for k, image in enumerate(observation.images):
+        if hasattr(image, "convert"):  # a PIL image
+            image = image.convert("RGB")
+        array = np.asarray(image)
+        if array.ndim == 2:
+            array = np.repeat(array[:, :, None], 3, axis=2)
+        if array.ndim != 3 or array.shape[2] != 3 or min(array.shape[:2]) < 1:
+            raise ValueError(
+                f"Observation.images[{k}] has shape {array.shape}; expected an H x W x 3 RGB array or a PIL image."
+            )
+        if array.dtype != np.uint8:
+            if array.size and (array.min() < 0 or array.max() > 255):
+                raise ValueError(f"Observation.images[{k}] has values outside 0..255; expected uint8 RGB.")
+            array = array.astype(np.uint8)
+        out.append(np.ascontiguousarray(array))
+    return out
 
 
 class Transition(NamedTuple):
@@ -80,7 +121,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         max_steps: actions per episode; reaching it without termination sets ``truncated=True``.
         format_penalty: reward for an unparseable or invalid action (usually negative).
         action_format: ``"answer"``, ``"think_answer"`` or a regex with one capture group.
-        render_mode: ``None`` or one of ``metadata["render_modes"]``.
+        render_mode: ``None`` or one of ``metadata["render_modes"]``. ``"rgb_array"``: ``reset``/``step`` return
+            ``Observation(text, (frame,))`` with the frame of :meth:`_frame`, and ``render()`` returns the frame.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -149,6 +191,19 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         """
         return self._valid_lookup.get(parsed.strip().lower())
 
+    def _frame(self) -> np.ndarray:
+        """The current state as an H x W x 3 uint8 RGB image (``render_mode="rgb_array"``).
+
+        Envs that draw themselves override this and list ``"rgb_array"`` in ``metadata["render_modes"]``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not draw frames; override _frame() and add 'rgb_array' to "
+            "metadata['render_modes']."
+        )
+
+    def _shown(self, text: str) -> str | Observation:
+        """What the agent sees: ``text``, or with ``render_mode="rgb_array"`` the text and the current frame."""
+        return Observation(text, (self._frame(),)) if self.render_mode == "rgb_array" else text
+
     def _reset_info(self) -> dict[str, Any]:
         """Extra keys for the info dict returned by ``reset`` (e.g. the optimal solution length)."""
         return {}
@@ -158,11 +213,14 @@ class TextEnv(gymnasium.Env[str, str], ABC):
         return {}
 
     # ----------------------------------------------------------------- gymnasium API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str | Observation, dict[str, Any]]:
         """Start a new episode; the same ``seed`` (and config) always gives the same start state.
 
         Returns:
-            observation: the start state as text.
+            observation: the start state as text (an :class:`Observation` with its frame for
+                ``render_mode="rgb_array"``).
             info: ``env_instruction``, ``message_role``, ``success`` (False) and ``metrics``.
         """
         super().reset(seed=seed)
@@ -178,13 +236,14 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             "success": False,
             "metrics": self._all_metrics(),
         }
-        return observation, info
+        return self._shown(observation), info
 
-    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str | Observation, SupportsFloat, bool, bool, dict[str, Any]]:
         """Parse ``action`` (raw model text) and advance the env by one action.
 
         Returns:
-            observation (str): the state after the action (unchanged after an invalid action).
+            observation (str | Observation): the state after the action (unchanged after an invalid action); an
+                :class:`Observation` with the frame for ``render_mode="rgb_array"``.
             reward (float): the env's reward, or ``format_penalty`` for an invalid action.
             terminated (bool): the episode ended inside the task (goal, failure, final answer).
             truncated (bool): ``max_steps`` actions were used without termination.
@@ -222,10 +281,11 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             "metrics": self._all_metrics(),
             "message_role": self.message_role,
         }
-        return observation, reward, terminated, truncated, info
+        return self._shown(observation), reward, terminated, truncated, info
 
-    def render(self) -> str | None:
-        """Render per ``render_mode``: ``"ansi"`` returns the text state; ``None`` renders nothing."""
+    def render(self) -> str | np.ndarray | None:
+        """Render per ``render_mode``: ``"ansi"`` returns the text state, ``"rgb_array"`` the frame (H x W x 3
+        uint8); ``None`` renders nothing."""
         if self.render_mode is None:
             gymnasium.logger.warn(
                 f"{type(self).__name__}.render() called without a render_mode; pass render_mode='ansi'."
@@ -233,6 +293,8 @@ class TextEnv(gymnasium.Env[str, str], ABC):
             return None
         if self.render_mode == "ansi":
             return self._observation()
+        if self.render_mode == "rgb_array":
+            return self._frame()
         raise NotImplementedError(f"render_mode={self.render_mode!r} is not implemented by {type(self).__name__}.")
 
     def solution(self) -> list[str] | None:

@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
 from roll.envs.base import TextEnv, Transition
+from roll.envs.frames import draw_grid
 from roll.envs.registry import register_env
 
 #: Action words in Gymnasium's order (0 Left, 1 Down, 2 Right, 3 Up).
@@ -22,6 +23,17 @@ SYMBOLS: dict[str, str] = {
     "*": "player on the goal",
 }
 _TILE_TEXT = {b"S": "_", b"F": "_", b"H": "O", b"G": "G"}
+#: RGB color per symbol for ``render_mode="rgb_array"``.
+TILE_COLORS: dict[str, tuple[int, int, int]] = {
+    "_": (200, 230, 250),
+    "O": (20, 40, 110),
+    "G": (240, 200, 40),
+    "P": (200, 40, 40),
+    "X": (200, 40, 40),
+    "*": (200, 40, 40),
+}
+#: A cell's background: the player stands on ice, in a hole or on the goal.
+TILE_GROUND: dict[str, str] = {"P": "_", "X": "O", "*": "G"}
 
 
 @register_env("frozen_lake")
@@ -60,9 +72,12 @@ class FrozenLakeTextEnv(TextEnv):
         p: probability that a generated cell is frozen (not a hole), in (0, 1].
         is_slippery: use Gymnasium's slippery transition model.
         max_steps: actions per episode.
-        format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`.
+        tile_pixels: side of a cell in ``render_mode="rgb_array"`` frames, in pixels.
+        format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`; with
+            ``render_mode="rgb_array"`` observations are ``Observation(text, (frame,))``.
     """
 
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     valid_actions: ClassVar[tuple[str, ...]] = ACTIONS
     grid_symbols: ClassVar[dict[str, str] | None] = SYMBOLS
 
@@ -72,6 +87,7 @@ class FrozenLakeTextEnv(TextEnv):
         p: float = 0.8,
         is_slippery: bool = False,
         max_steps: int = 20,
+        tile_pixels: int = 16,
         format_penalty: float = -0.1,
         action_format: str = "answer",
         render_mode: str | None = None,
@@ -83,7 +99,10 @@ class FrozenLakeTextEnv(TextEnv):
             raise ValueError(f"size={size!r} must be an integer >= 2.")
         if not 0.0 < p <= 1.0:
             raise ValueError(f"p={p!r} (probability of a frozen cell) must be in (0, 1].")
+        if not isinstance(tile_pixels, (int, np.integer)) or isinstance(tile_pixels, bool) or tile_pixels < 1:
+            raise ValueError(f"tile_pixels={tile_pixels!r} must be an integer >= 1 (pixels per cell of a frame).")
         self.size, self.p, self.is_slippery = int(size), float(p), bool(is_slippery)
+        self.tile_pixels = int(tile_pixels)
         self.lake: FrozenLakeEnv | None = None
         self.state = 0
 
@@ -119,6 +138,10 @@ class FrozenLakeTextEnv(TextEnv):
         r, c = divmod(self.state, lake.ncol)
         grid[r][c] = {"O": "X", "G": "*"}.get(grid[r][c], "P")
         return "\n".join("".join(row) for row in grid)
+
+    def _frame(self) -> np.ndarray:
+        """The map as colored tiles, ``tile_pixels`` per cell (the player an inset square)."""
+        return draw_grid(self._observation().splitlines(), TILE_COLORS, TILE_GROUND, self.tile_pixels)
 
     def _metrics(self) -> dict[str, float]:
         lake = self._require_lake()

@@ -118,6 +118,8 @@ def test_render_modes():
     env = SokobanEnv(render_mode="rgb_array")
     obs, _ = env.reset(seed=0)
     image = env.render()
+    assert np.array_equal(obs.images[0], image)
+    obs = obs.text
     assert image.dtype == np.uint8 and image.shape == (6 * 16, 6 * 16, 3)
     r, c = divmod(obs.replace("\n", "").index("P"), 6)
     assert tuple(image[r * 16 + 8, c * 16 + 8]) == (60, 90, 220)

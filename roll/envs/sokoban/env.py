@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from roll.envs.base import TextEnv, Transition
+from roll.envs.frames import draw_grid
 from roll.envs.registry import register_env
 from roll.envs.sokoban.generator import generate_room
 from roll.envs.sokoban.room import (
@@ -34,6 +35,8 @@ TILE_COLORS: dict[str, tuple[int, int, int]] = {
     "P": (60, 90, 220),
     "S": (140, 60, 200),
 }
+#: What a cell's background shows: objects stand on floor, a box or the player on a target stands on the target.
+TILE_GROUND: dict[str, str] = {"X": "_", "P": "_", "*": "O", "S": "O"}
 TILE_PIXELS = 16
 
 
@@ -80,7 +83,10 @@ class SokobanEnv(TextEnv):
         grid_lookup: ROLL's cell codes -> the symbols observations use instead of roll's (codes 0 wall, 1 floor,
             2 target, 3 box on target, 4 box, 5 player, 6 player on target), e.g. ``{0: "W", 1: "."}``.
         grid_vocab: symbol -> name for the instruction's legend (with ``grid_lookup``).
-        format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`.
+        tile_pixels: side of a cell in ``render_mode="rgb_array"`` frames, in pixels (a 6x6 room at 16: 96x96).
+        format_penalty, action_format, render_mode: see :class:`~roll.envs.base.TextEnv`; with
+            ``render_mode="rgb_array"`` observations are ``Observation(text, (frame,))`` (the whole room, border
+            included, one ``tile_pixels`` square per cell).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -100,6 +106,7 @@ class SokobanEnv(TextEnv):
         show_border: bool = True,
         grid_lookup: dict[int, str] | None = None,
         grid_vocab: dict[str, str] | None = None,
+        tile_pixels: int = TILE_PIXELS,
         format_penalty: float = -0.1,
         action_format: str = "answer",
         render_mode: str | None = None,
@@ -117,6 +124,9 @@ class SokobanEnv(TextEnv):
             raise ValueError(f"search_depth={search_depth!r} must be >= 1.")
         if max_solution_length is not None and max_solution_length < 1:
             raise ValueError(f"max_solution_length={max_solution_length!r} must be None or >= 1.")
+        if not isinstance(tile_pixels, (int, np.integer)) or isinstance(tile_pixels, bool) or tile_pixels < 1:
+            raise ValueError(f"tile_pixels={tile_pixels!r} must be an integer >= 1 (pixels per cell of a frame).")
+        self.tile_pixels = int(tile_pixels)
         self.num_boxes = int(num_boxes)
         self.search_depth = int(search_depth)
         self.max_solution_length = max_solution_length
@@ -179,19 +189,10 @@ class SokobanEnv(TextEnv):
         """A shortest list of action words that solves the room from the current state."""
         return solve(self._require_room())
 
-    def render(self) -> str | np.ndarray | None:
-        """``"ansi"``: the text grid; ``"rgb_array"``: a uint8 image, 16x16 pixels per cell."""
-        if self.render_mode != "rgb_array":
-            return super().render()
+    def _frame(self) -> np.ndarray:
+        """The room (border included) as colored tiles: ``tile_pixels`` per cell, colors :data:`TILE_COLORS`."""
         grid = self._require_room().to_text(show_border=True).splitlines()
-        image = np.zeros((len(grid) * TILE_PIXELS, len(grid[0]) * TILE_PIXELS, 3), dtype=np.uint8)
-        for r, line in enumerate(grid):
-            for c, symbol in enumerate(line):
-                tile = image[r * TILE_PIXELS : (r + 1) * TILE_PIXELS, c * TILE_PIXELS : (c + 1) * TILE_PIXELS]
-                tile[:] = TILE_COLORS["_" if symbol != "#" else "#"]
-                inset = 2 if symbol in "OXS*P" else 0
-                tile[inset : TILE_PIXELS - inset, inset : TILE_PIXELS - inset] = TILE_COLORS[symbol]
-        return image
+        return draw_grid(grid, TILE_COLORS, TILE_GROUND, self.tile_pixels)
 
 
 #: ROLL's Sokoban cell codes, in order, as roll's symbols.
