@@ -31,7 +31,8 @@ class Turn:
     #: prompt_ids is the complete prompt of a new sample, not a delta after the previous reply: the engine was given
     #: exactly prompt_ids (a chat template that rewrote the history, or a step template's self-contained prompt)
     starts_sample: bool = False
-    #: the frames of this turn's observation (H x W x 3 uint8 RGB numpy arrays; empty for text envs)
+    #: the images of this turn's observation (H x W x 3 uint8 arrays), shown in prompt_ids in this order (each as
+    #: ``<|vision_start|><|image_pad|>*n<|vision_end|>``); empty for a text observation
     images: list[Any] = field(default_factory=list)
 
     @property
