@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from roll.agentic.gateway.engine import GenerationLoop
+from roll.agentic.gateway.images import digest, message_images
 from roll.agentic.gateway.openai_format import assistant_message, check_request, logprobs
 from roll.agentic.gateway.session import GatewayError, Renderer, Session, template_message
 from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
@@ -58,6 +59,8 @@ class Gateway:
         wait_s: float = 0.02,
     ):
         self.renderer = Renderer(tokenizer)
+        #: the actor as errors name it (its model path)
+        self.actor = getattr(tokenizer, "name_or_path", "") or model_name
         self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
         self.honor_temperature = honor_temperature
         self.engine = GenerationLoop(wait_s)
@@ -171,7 +174,8 @@ class Gateway:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
             raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
-        messages = [template_message(m) for m in raw]
+        images = message_images(raw, None if self.renderer.image_tokens is not None else self.actor)
+        messages = [template_message(m, self.renderer.placeholder, digest(ims)) for m, ims in zip(raw, images)]
         tools = body.get("tools") or None
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
@@ -182,7 +186,7 @@ class Gateway:
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
             session.check_turn_limit()
-            prompt, prompt_ids, starts = session.plan(self.renderer, messages, tools)
+            prompt, prompt_ids, starts, shown = session.plan(self.renderer, messages, tools, images)
             budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
             if budget < 1:
                 session.truncated = True
@@ -223,6 +227,7 @@ class Gateway:
                 parsed,
                 eos,
                 out.policy_version,
+                shown,
             )
         response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
         self.timings[response_id] = (time.perf_counter() - start, engine_s)
