@@ -121,3 +121,18 @@ def test_a_text_only_actor_refuses_image_parts_over_http(tiny_model_dir) -> None
         assert turn.images == [] and "Where to? " in tok.decode(turn.prompt_ids)
     finally:
         gateway.stop()
+
+
+def test_the_env_runner_sends_an_env_frame_as_an_image_part() -> None:
+    """EnvRunner's message for an env that shows images (Sokoban with render_mode=rgb_array): the frame as a PNG
+    data URL part, then the text; the gateway decodes exactly the env's pixels from it. A text env stays text."""
+    from roll.agentic.gateway.runners import observation_content
+    from roll.envs import make_env
+
+    obs, _ = make_env("sokoban", {"render_mode": "rgb_array", "max_steps": 3}).reset(seed=5)
+    content = observation_content("the room: ...", obs)
+    assert [p["type"] for p in content] == ["image_url", "text"] and content[1]["text"] == "the room: ..."
+    (images,) = message_images([{"role": "user", "content": content}], actor=None)
+    assert len(images) == 1 and np.array_equal(images[0], obs.images[0])
+    text_obs, _ = make_env("sokoban", {"max_steps": 3}).reset(seed=5)
+    assert observation_content("the room: ...", text_obs) == "the room: ..."
