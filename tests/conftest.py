@@ -156,3 +156,13 @@ def screenshot():
         return path
 
     return save
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_model_dir(tmp_path_factory) -> str:
+    """A tiny Qwen2.5-VL-architecture model (vision tower, image processor, image tokens) built once per session."""
+    from roll.models.tiny import env_corpus
+    from roll.models.tiny_vl import build_tiny_vl_model
+
+    path = tmp_path_factory.mktemp("models") / "tiny-qwen2.5-vl"
+    return str(build_tiny_vl_model(path, **TINY, vision_hidden_size=32, corpus=env_corpus(episodes_per_env=8)))

@@ -11,7 +11,7 @@ is a new conversation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _PROBE = "\x00probe\x00"
@@ -61,18 +61,25 @@ class ChatFormatter:
         i = delta.index(_PROBE_USER)
         return delta[:i], delta[i + len(_PROBE_USER) :]
 
-    def conformance(self, messages: list[dict[str, str]], token_ids: list[int]) -> bool:
+    def conformance(
+        self,
+        messages: list[dict[str, str]],
+        token_ids: list[int],
+        expand: Callable[[list[int]], list[int]] | None = None,
+    ) -> bool:
         """Whether the template applied to the whole conversation gives exactly ``token_ids``.
 
         The conversation is taken up to its last assistant reply, and the rendered text is cut after that reply's
-        end-of-turn token (the template's trailing newline is not part of what the model produced).
+        end-of-turn token (the template's trailing newline is not part of what the model produced). ``expand``: what
+        turns the encoded text's image placeholders into image tokens (conversations with images).
         """
         last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
         text = self.render(self.system + messages[: last + 1], False)
         end = text.rfind(self.eos_text)
         if last >= 0 and end >= 0:
             text = text[: end + len(self.eos_text)]
-        return self.encode(text) == token_ids
+        ids = self.encode(text)
+        return (expand(ids) if expand is not None else ids) == token_ids
 
 
 def history_summary(turns: Sequence[Any], history_length: int | None) -> tuple[str, int]:

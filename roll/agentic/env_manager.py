@@ -19,7 +19,8 @@ from roll.agentic.failures import record_error, record_failure
 from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
 from roll.config.worker import GeneratingArgs
-from roll.data.trajectory import Trajectory, Turn
+from roll.data.trajectory import ImagePrompt, Trajectory, Turn
+from roll.envs.base import observation_images, observation_text
 from roll.rollout.client import GenerationClient
 from roll.strategies.base import GenerationOutput
 
@@ -63,6 +64,7 @@ class _Live:
     done: bool = False
     observation: str = ""
     instruction: str = ""
+    images: list[Any] = field(default_factory=list)  # the images of next_prompt (the observation's)
 
 
 @dataclass
@@ -107,6 +109,22 @@ class EnvManager:
         self.formatters = {g.tag: ChatFormatter(self.tokenizer, g.env.system_prompt) for g in groups}
         self.pool = CallPool(manager.env_threads)
         self.envs = [self._build([spec] * manager.group_size) for spec in groups]
+        self.tokenizer_path = tokenizer_path
+        self._image_inputs: Any = None
+
+    def image_inputs(self) -> Any:
+        """The model's :class:`~roll.models.vision.ImageInputs` (loaded at the first image an env shows)."""
+        if self._image_inputs is None:
+            from roll.models.vision import ImageInputs
+
+            self._image_inputs = ImageInputs(self.tokenizer_path, self.tokenizer)
+        return self._image_inputs
+
+    def _request(self, x: _Live) -> list[int]:
+        """The ids to generate from; with the images of the whole sample where it has some (an ImagePrompt)."""
+        ids = x.traj.pending_ids(x.next_prompt, x.starts)
+        images = x.images if x.starts else x.traj.sample_images() + x.images
+        return ImagePrompt(ids, images) if images else ids
 
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env
@@ -240,6 +258,7 @@ class EnvManager:
             finish_reason=out.finish_reason,
             policy_version=out.policy_version,
             starts_sample=x.starts,
+            images=list(x.images),
         )
         if out.finish_reason != "stop" or not ids or ids[-1] != fmt.eos_id:
             turn.response_ids = ids + [fmt.eos_id]
@@ -271,25 +290,33 @@ class EnvManager:
         x.traj.success = bool(info.get("success", False))
         x.traj.terminated = bool(terminated)
         x.traj.env_metrics = dict(info.get("metrics", {}))
-        x.traj.final_observation = obs
+        x.traj.final_observation = observation_text(obs)
         if terminated or truncated or len(x.traj.turns) >= x.spec.env.max_actions_per_traj:
             x.done = True
             return
         self._next_prompt(x, obs, reward, info.get("message_role", "user"))
 
-    def _next_prompt(self, x: _Live, obs: str, reward: float, role: str) -> None:
+    def _next_prompt(self, x: _Live, observation: Any, reward: float, role: str) -> None:
         """The next turn's user message and prompt ids: the first prompt, a delta after the last reply
         (``turn_prompt: append``), or a new conversation that starts a sample (``fresh``: ROLL's step prompt
-        with a summary of the last turns; ``overflow: restart``: where the delta would exceed sequence_length)."""
+        with a summary of the last turns; ``overflow: restart``: where the delta would exceed sequence_length).
+        An observation's images come first in the message, one ``<|vision_start|><|image_pad|><|vision_end|>``
+        each, the pad repeated to the image's token count in the ids (:meth:`~roll.models.vision.ImageInputs.expand`).
+        """
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
+        obs, x.images = observation_text(observation), observation_images(observation)
         fresh = env.turn_prompt == "fresh"
         history, shown = history_summary(turns, env.history_length)
-        text = env.turn_text(
-            len(turns), obs, instruction=x.instruction, reward=reward, history=history, history_shown=shown
+        text = self._with_images(
+            x,
+            env.turn_text(
+                len(turns), obs, instruction=x.instruction, reward=reward, history=history, history_shown=shown
+            ),
         )
         x.traj.messages.append({"role": role, "content": text})
         x.starts = fresh and bool(turns)
         x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
+        x.next_prompt = self._expand(x, x.next_prompt)
         x.observation = obs
         if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
             text = env.turn_text(
@@ -301,9 +328,20 @@ class EnvManager:
                 history_shown=shown,
                 first=True,
             )
+            text = self._with_images(x, text)
             x.traj.messages[-1] = {"role": role, "content": text}
-            x.next_prompt, x.starts = fmt.first_prompt(text, role), True
+            x.next_prompt, x.starts = self._expand(x, fmt.first_prompt(text, role)), True
         self._check_length(x)
+
+    def _with_images(self, x: _Live, text: str) -> str:
+        """``text`` after one image placeholder per image of the pending observation."""
+        from roll.models.vision import with_image_placeholders
+
+        return with_image_placeholders(text, len(x.images))
+
+    def _expand(self, x: _Live, ids: list[int]) -> list[int]:
+        """Prompt ids with each image's pad token repeated to its token count."""
+        return self.image_inputs().expand(ids, x.images) if x.images else ids
 
     def _conformance(self, trajectories: list[Trajectory]) -> tuple[int, int]:
         """(checked, mismatched) over up to ``conformance_samples`` evenly spaced finished trajectories."""
@@ -314,7 +352,9 @@ class EnvManager:
         sample = [ok[i * len(ok) // k] for i in range(k)]
         bad = 0
         for t in sample:
-            t.template_conforms = self.formatters[t.tag].conformance(t.messages, t.token_ids())
+            images = t.sample_images()
+            expand = (lambda ids, images=images: self.image_inputs().expand(ids, images)) if images else None
+            t.template_conforms = self.formatters[t.tag].conformance(t.messages, t.token_ids(), expand)
             bad += not t.template_conforms
         return k, bad
 
@@ -332,10 +372,7 @@ class EnvManager:
 
         def send(xs: list[_Live]) -> None:
             for max_new, batch in self._by_budget(xs).items():
-                requests = [
-                    (f"{x.traj.traj_id}/turn{len(x.traj.turns)}", x.traj.pending_ids(x.next_prompt, x.starts))
-                    for x in batch
-                ]
+                requests = [(f"{x.traj.traj_id}/turn{len(x.traj.turns)}", self._request(x)) for x in batch]
                 pending.update({rid: x for (rid, _), x in zip(requests, batch)})
                 generator.submit(requests, self.args, max_new)
 

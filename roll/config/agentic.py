@@ -322,6 +322,20 @@ class TinyModelConfig:
         allowed="> 0",
     )
     seed: int = fld(0, "Seed of the initial weights.")
+    vision: bool = fld(
+        False,
+        "Build a Qwen2.5-VL-architecture model instead (a vision tower, a Qwen2-VL image processor and the image "
+        "tokens), for envs with render_mode: rgb_array (docs/vlm.md).",
+    )
+    vision_hidden_size: int = fld(64, "With vision: width of the vision tower's blocks.", allowed=">= 1")
+    vision_depth: int = fld(2, "With vision: blocks of the vision tower.", allowed=">= 1")
+    vision_heads: int = fld(2, "With vision: attention heads of the vision tower.", allowed=">= 1")
+    max_image_pixels: int = fld(
+        56 * 56,
+        "With vision: images are resized to at most this many pixels (sides multiples of 28): 56*56 = 4 image "
+        "tokens, 84*84 = 9.",
+        allowed=">= 784",
+    )
 
     def check(self, key: str) -> None:
         """The heads divide evenly (``key``: ``tiny_model``; the sizes' ranges are their ``allowed``)."""
@@ -338,6 +352,11 @@ class TinyModelConfig:
                     "num_attention_heads",
                     self.num_attention_heads % self.num_key_value_heads == 0,
                     f"must be a multiple of num_key_value_heads ({self.num_key_value_heads})",
+                ),
+                (
+                    "vision_hidden_size",
+                    self.vision_hidden_size % self.vision_heads == 0,
+                    f"must be a multiple of vision_heads ({self.vision_heads})",
                 ),
             ],
         )

@@ -35,6 +35,11 @@ class ModelArgs:
         "On CUDA, torch.compile the LM-head pass's log-softmax / entropy math into fused kernels "
         "(roll.models.logprobs); false = eager PyTorch. CPU always runs eager.",
     )
+    freeze_vision_tower: bool = fld(
+        False,
+        "Vision-language actors (Qwen2.5-VL): train without the vision tower (its parameters get no gradient and no "
+        "optimizer state; the merger that projects it into the decoder is part of the tower). docs/vlm.md.",
+    )
     lora_target: Any = fld(
         None,
         "LoRA (peft) on actor_train: the modules that get adapters: all-linear (every linear layer but the LM "

@@ -11,6 +11,11 @@ Declared keys of the agentic/RLVR training batch (B samples, L tokens, right-pad
 - ``advantages`` / ``returns`` (B, L-1) float, aligned with ``input_ids[:, 1:]``.
 
 Metadata (lists of length B): ``env_id``, ``group_id``, ``tag``, ``traj_id``, ``step_rewards``, ...
+
+Images (vision-language actors; see :mod:`roll.models.vision`), metadata because a sample's image count varies:
+``images`` (per sample, its observation images as H x W x 3 uint8 arrays, in the order their tokens appear),
+``pixel_values`` (per sample, a (P_i, D) float tensor: the patches of its images) and ``image_grid_thw`` (per
+sample, a (K_i, 3) long tensor: each image's patch grid). Samples without images hold an empty list / empty tensors.
 """
 
 from __future__ import annotations

@@ -126,6 +126,23 @@ def sample_layouts(traj: Trajectory, mode: str = "traj") -> list[SampleLayout]:
     return out
 
 
+def sample_images(traj: Trajectory, mode: str = "traj") -> list[list]:
+    """The images of each sample of ``traj`` (:func:`sample_layouts`), in the order their image tokens appear: a
+    ``traj`` sample's turns' images; a ``step`` sample's also those of the context turns before it."""
+    out: list[list] = []
+    context: list = []  # the images of the ids the engine had before the current turn's prompt
+    for run in sample_turns(traj, mode):
+        images: list = []
+        for k in run:
+            turn = traj.turns[k]
+            if turn.starts_sample:
+                context = []
+            images += (context + turn.images) if mode == "step" else turn.images
+            context = context + turn.images
+        out.append(images)
+    return out
+
+
 def collate(layouts: Sequence[SampleLayout], scores: Tensor, pad_id: int) -> Batch:
     """Right-pad sample layouts into a batch: ``input_ids``, ``attention_mask``, ``response_mask`` (B, L);
     ``scores`` (B,); ``token_level_scores`` (B, L-1), each score at its sample's last response token."""
@@ -160,14 +177,17 @@ def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode:
     mode without template breaks), each with its episode's score and metadata ``traj_id``, ``env_id``,
     ``group_id``, ``tag``, ``truncated_by_length``, ``success``, ``episode`` (the index of its trajectory), and per
     turn of the sample ``step_rewards``, ``turn_spans`` (log-prob frame) and ``turn_states`` (the observation it
-    acted on; equal text = equal env state). ``episode_fraction`` (B,) is 1 / the samples of its episode."""
-    layouts, turns, episode = [], [], []
+    acted on; equal text = equal env state). ``episode_fraction`` (B,) is 1 / the samples of its episode. Where
+    observations had images, ``images`` too (per sample, :func:`sample_images`); a vision-language actor's
+    ``pixel_values`` / ``image_grid_thw`` are made from them (:func:`roll.models.vision.add_pixel_values`)."""
+    layouts, turns, episode, images = [], [], [], []
     for e, traj in enumerate(trajectories):
         m = _mode(mode, traj)
-        for run, layout in zip(sample_turns(traj, m), sample_layouts(traj, m)):
+        for run, layout, pictures in zip(sample_turns(traj, m), sample_layouts(traj, m), sample_images(traj, m)):
             layouts.append(layout)
             turns.append([traj.turns[k] for k in run])
             episode.append(e)
+            images.append(pictures)
     counts = Counter(episode)
     eps = [trajectories[e] for e in episode]
     batch = collate(layouts, torch.tensor([t.score for t in eps], dtype=torch.float32), pad_id)
@@ -186,6 +206,8 @@ def trajectories_to_batch(trajectories: Sequence[Trajectory], pad_id: int, mode:
             "success": [t.success for t in eps],
         }
     )
+    if any(images):  # episodes with image observations (vision-language actors): each sample's images, in order
+        batch["images"] = images
     return batch
 
 

@@ -9,8 +9,25 @@ Ids: ``traj_id = "{phase}-{step}-g{group_id}-e{env_index}-t{k}"`` (k-th trajecto
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+
+class ImagePrompt(list[int]):
+    """Prompt token ids together with the images their ``<|image_pad|>`` runs stand for, in order (H x W x 3 uint8
+    arrays). A ``list[int]``, so every generation path that carries prompts (clients, batcher, Ray) carries it
+    unchanged; an engine that serves a vision-language model reads :attr:`images` (``hf_infer``, ``sglang``), and
+    one that does not refuses a prompt that has images."""
+
+    def __init__(self, ids: Iterable[int] = (), images: Iterable[Any] = ()):
+        super().__init__(ids)
+        self.images: tuple[Any, ...] = tuple(images)
+
+
+def prompt_images(prompt: list[int]) -> tuple[Any, ...]:
+    """The images of a prompt (an :class:`ImagePrompt`'s; none for plain token ids)."""
+    return getattr(prompt, "images", ())
 
 
 @dataclass
@@ -83,6 +100,15 @@ class Trajectory:
                 ids = []
             ids += turn.prompt_ids + turn.response_ids
         return ids
+
+    def sample_images(self) -> list[Any]:
+        """The images of the current sample (:meth:`token_ids`), in the order their tokens appear."""
+        images: list[Any] = []
+        for turn in self.turns:
+            if turn.starts_sample:
+                images = []
+            images += turn.images
+        return images
 
     def pending_ids(self, next_prompt: list[int], starts_sample: bool = False) -> list[int]:
         """The ids to generate from: ``next_prompt`` appended to :meth:`token_ids`, or ``next_prompt`` alone when

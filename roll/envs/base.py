@@ -93,7 +93,7 @@ class Transition(NamedTuple):
     info: dict[str, Any] | None = None
 
 
-class TextEnv(gymnasium.Env[str, str], ABC):
+class TextEnv(gymnasium.Env[str | Observation, str], ABC):
     """Base class of all roll text environments (a ``gymnasium.Env`` with text spaces).
 
     Action space:
@@ -138,6 +138,13 @@ class TextEnv(gymnasium.Env[str, str], ABC):
     #: For envs whose observation is a text grid: symbol -> what it shows (``{"#": "wall", ...}``). Viewers
     #: (``roll view``) draw such observations as boards, colored by these names; None: plain text.
     grid_symbols: ClassVar[dict[str, str] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An env that draws itself (overrides :meth:`_frame`) offers ``render_mode="rgb_array"``."""
+        super().__init_subclass__(**kwargs)
+        modes = list(cls.metadata.get("render_modes", []))
+        if cls._frame is not TextEnv._frame and "rgb_array" not in modes:
+            cls.metadata = {**cls.metadata, "render_modes": [*modes, "rgb_array"]}
 
     def __init__(
         self,

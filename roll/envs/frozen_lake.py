@@ -77,7 +77,6 @@ class FrozenLakeTextEnv(TextEnv):
             ``render_mode="rgb_array"`` observations are ``Observation(text, (frame,))``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     valid_actions: ClassVar[tuple[str, ...]] = ACTIONS
     grid_symbols: ClassVar[dict[str, str] | None] = SYMBOLS
 

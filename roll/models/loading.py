@@ -18,6 +18,11 @@ def load_tokenizer(path: str):
     return tok
 
 
+def is_vision_config(config: object) -> bool:
+    """Whether a model config is a vision-language one (it has a ``vision_config``; :mod:`roll.models.vision`)."""
+    return getattr(config, "vision_config", None) is not None
+
+
 def scoring_attention(attn_implementation: str | None, dtype: str, packed: bool) -> str | None:
     """The attention implementation of a training/scoring model: the configured one, else, for packed rows on a
     GPU in bf16/fp16, ``roll_varlen`` (:mod:`roll.models.varlen`: padding-free without flash-attn), else None
@@ -36,14 +41,17 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     use_liger_kernel: bool = False,
 ) -> torch.nn.Module:
-    """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names; ``use_liger_kernel``: with Liger's fused
+    """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names (``AutoModelForImageTextToText`` for a
+    vision-language config, e.g. Qwen2.5-VL: :mod:`roll.models.vision`); ``use_liger_kernel``: with Liger's fused
     kernels (:func:`roll.models.kernels.apply_liger`)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     kwargs = {"dtype": DTYPES[dtype], "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    vision = is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(path, **kwargs)
     if use_liger_kernel:
         from roll.models.kernels import apply_liger
 

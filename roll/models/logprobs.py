@@ -16,6 +16,11 @@ only its own sample; flash-attention varlen where installed). Results are scatte
 Shared-prefix mode (``share_prefix=True``): the samples that begin with the same tokens run as one row, the prefix
 once (:mod:`roll.models.prefix_sharing`); a position of the shared prefix is scored once and copied to its samples.
 
+Images (a vision-language model, ``vision``: ``pixel_values`` and ``image_grid_thw`` from
+:func:`roll.models.vision.vision_kwargs`): the padded forward with the mask, the images and the model's 3-D rotary
+positions (:func:`roll.models.vision.rope_positions`); packing and shared prefixes are refused (their 1-D positions
+restart per segment, which 3-D positions of images do not).
+
 Output frame (every mode): index ``t`` of row ``i`` holds ``log p(input_ids[i, t+1] | input_ids[i, :t+1])``, i.e.
 ``(B, L) -> (B, L-1)``; positions whose predicted token is padding hold 0.
 """
@@ -259,10 +264,15 @@ def head_log_probs(
 
 
 def final_hidden_states(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    **images: torch.Tensor,
 ) -> torch.Tensor:
     """The decoder's output (after its final norm), (B, L, H), from a forward through ``model`` itself (so that
-    wrappers such as a DeepSpeed engine see the call) with the LM head applied to one position only."""
+    wrappers such as a DeepSpeed engine see the call) with the LM head applied to one position only (``images``:
+    a vision-language model's ``pixel_values`` and ``image_grid_thw``)."""
     module = getattr(model, "module", model)  # a DeepSpeed engine wraps the HF model
     decoder = module.get_decoder()
     captured: list[torch.Tensor] = []
@@ -278,6 +288,7 @@ def final_hidden_states(
             position_ids=position_ids,
             use_cache=False,
             logits_to_keep=1,
+            **images,
         )
     finally:
         handle.remove()
@@ -316,8 +327,12 @@ def token_log_probs(
     share_prefix: bool = False,
     chunk_tokens: int | None = None,
     compiled: bool = False,
+    vision: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]): (B, L) -> log_probs (B, L-1) float32 [, entropy (B, L-1)].
+
+    ``vision``: the images of a vision-language model's batch (``pixel_values`` (P, D), ``image_grid_thw`` (K, 3));
+    the padded forward with 3-D positions (``pack`` / ``share_prefix`` raise ValueError).
 
     ``pack``: run the real tokens as one packed row (no padding; see the module docstring). ``share_prefix``: run
     the samples that begin with the same tokens as shared-prefix rows (:mod:`roll.models.prefix_sharing`; the padded
@@ -330,10 +345,31 @@ def token_log_probs(
     out = torch.zeros(batch, length - 1, device=input_ids.device, dtype=torch.float32)
     ent = torch.zeros_like(out) if with_entropy else None
     shared = None
-    if share_prefix:
+    if share_prefix and not vision:
         hidden_size = getattr(getattr(module, "config", None), "hidden_size", None) or 1024
         shared = shared_prefix_layout(input_ids, attention_mask, pair_cost(hidden_size))
-    if shared is not None:
+    if vision:
+        if pack or share_prefix:
+            raise ValueError(
+                "token_log_probs: a batch with images runs padded (3-D rotary positions); turn off "
+                "use_sequence_packing and use_prefix_sharing for a vision-language actor"
+            )
+        from roll.models.vision import rope_positions
+
+        positions = rope_positions(model, input_ids, attention_mask, vision["image_grid_thw"])
+        hidden = final_hidden_states(model, input_ids, attention_mask, positions, **vision)[:, :-1]
+        scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+        dest = scored.flatten().nonzero().flatten()
+        lp, e = head_log_probs(
+            head,
+            hidden.reshape(-1, hidden.shape[-1])[dest],
+            input_ids[:, 1:].flatten()[dest],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+            compiled=compiled,
+        )
+    elif shared is not None:
         device = input_ids.device
         mask = shared.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
         hidden = final_hidden_states(model, shared.input_ids.to(device), mask, shared.position_ids.to(device))

@@ -12,7 +12,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 #: Chat template in the Qwen style: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message.
@@ -36,6 +36,7 @@ BUILTIN_ENVS = ("sokoban", "frozen_lake", "countdown", "gsm8k", "tool_use")
 def env_corpus(episodes_per_env: int = 40, seed: int = 0) -> list[str]:
     """Text the registered envs produce: instructions, observations and answers, from random play."""
     from roll.envs import make_env
+    from roll.envs.base import observation_text
 
     rng = random.Random(seed)
     lines: list[str] = []
@@ -48,11 +49,11 @@ def env_corpus(episodes_per_env: int = 40, seed: int = 0) -> list[str]:
         try:
             for episode in range(episodes_per_env):
                 obs, info = env.reset(seed=seed * 100_003 + episode)
-                lines += [info["env_instruction"], obs]
+                lines += [info["env_instruction"], observation_text(obs)]
                 for _ in range(4):
                     action = f"<answer>{rng.choice(words)}</answer>"
                     obs, _, terminated, truncated, _ = env.step(action)
-                    lines += [action, obs]
+                    lines += [action, observation_text(obs)]
                     if terminated or truncated:
                         break
         except Exception:  # a broken (user) env contributes what it produced before failing
@@ -159,19 +160,23 @@ def build_spec(*, corpus: Iterable[str] | None = None, **kwargs) -> dict:
     return {**kwargs, "corpus_sha256": digest}
 
 
-def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
+def ensure_tiny_model(path: str | Path, build: Callable[..., Path] | None = None, **kwargs) -> Path:
     """Build the tiny model at ``path`` unless a model is already there; an existing model is never replaced.
+    ``build``: the builder (:func:`build_tiny_model`, or :func:`roll.models.tiny_vl.build_tiny_vl_model`).
 
     When roll built the one there with other arguments (``roll_tiny.json``; e.g. an older default, or a
     ``tiny_model`` change in the config), a warning names the differences: delete the directory to rebuild.
     """
     path = Path(path)
+    builder = build or build_tiny_model
     if (path / "config.json").is_file():
         record = path / SPEC_FILE
         if record.is_file():
             corpus = kwargs.get("corpus")
             wanted = json.loads(
-                json.dumps(build_spec(**{**_defaults(), **kwargs, "corpus": None if corpus is None else list(corpus)}))
+                json.dumps(
+                    build_spec(**{**_defaults(builder), **kwargs, "corpus": None if corpus is None else list(corpus)})
+                )
             )
             have = json.loads(record.read_text())
             diff = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
@@ -188,7 +193,7 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
     # their own copy, the first rename wins and the other run uses that model (both build the same one)
     scratch = path.parent / f".{path.name}.building-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
-    build_tiny_model(scratch, **kwargs)
+    builder(scratch, **kwargs)
     try:
         os.rename(scratch, path)
     except OSError:  # another process renamed its copy into place first
@@ -198,9 +203,9 @@ def ensure_tiny_model(path: str | Path, **kwargs) -> Path:
     return path
 
 
-def _defaults() -> dict:
-    """``build_tiny_model``'s keyword defaults (without ``corpus``)."""
+def _defaults(builder: Callable[..., Path] | None = None) -> dict:
+    """The builder's (``build_tiny_model``'s) keyword defaults (without ``corpus``)."""
     import inspect
 
-    params = inspect.signature(build_tiny_model).parameters
+    params = inspect.signature(builder or build_tiny_model).parameters
     return {name: p.default for name, p in params.items() if p.kind is p.KEYWORD_ONLY and name != "corpus"}

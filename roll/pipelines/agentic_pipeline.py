@@ -19,6 +19,7 @@ from roll.config.agentic import AgenticConfig
 from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
+from roll.models.vision import ImageInputs, add_pixel_values
 from roll.pipelines.base import Pipeline
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.tracking.dumps import TrajectoryDumps
@@ -30,6 +31,12 @@ class AgenticPipeline(Pipeline):
     step's metrics."""
 
     cfg: AgenticConfig
+
+    def image_inputs(self) -> ImageInputs:
+        """The actor's image processor and image tokens (loaded at the first batch with images)."""
+        if getattr(self, "_image_inputs", None) is None:
+            self._image_inputs = ImageInputs(str(self.cfg.actor_train.model_args.model_name_or_path), self.tokenizer)
+        return self._image_inputs
 
     # ------------------------------------------------------------------ setup
     def setup(self, run_id: str | None = None) -> None:
@@ -75,7 +82,15 @@ class AgenticPipeline(Pipeline):
             **dict(spec.env_config),
         }
         batches = make_demo_batches(
-            spec, kwargs, self.tokenizer, tag, sft.num_demos, sft.batch_size, sft.steps, sft.seed
+            spec,
+            kwargs,
+            self.tokenizer,
+            tag,
+            sft.num_demos,
+            sft.batch_size,
+            sft.steps,
+            sft.seed,
+            cfg.actor_train.model_args.model_name_or_path,
         )
         return self.train_sft(batches, len(batches), sft.learning_rate, sft.reset_optimizer)
 
@@ -115,6 +130,8 @@ class AgenticPipeline(Pipeline):
         # token layout of roll.data.layout
         modes = {tag: spec.trajectory_mode for tag, spec in cfg.custom_envs.items()}
         batch = trajectories_to_batch(trajs, self.tokenizer.pad_token_id, modes)
+        if "images" in batch:  # a vision-language actor: pixel values and grids beside the token ids
+            add_pixel_values(batch, batch["images"], self.image_inputs())
         batch["rollout_log_probs"], batch["rollout_log_prob_mask"] = rollout_log_probs(
             trajs, batch["input_ids"].shape[1], modes
         )

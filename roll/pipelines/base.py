@@ -81,12 +81,12 @@ class Pipeline(ABC):
         cfg = self.cfg
         if cfg.tiny_model is None:
             return
-        from roll.models.tiny import ensure_tiny_model
+        from roll.models.tiny_vl import ensure_tiny_model_of
 
         if not cfg.pretrain:
             raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
         extra = {"corpus": corpus} if corpus is not None else {}
-        ensure_tiny_model(cfg.pretrain, **extra, **vars(cfg.tiny_model))
+        ensure_tiny_model_of(cfg.pretrain, **extra, **vars(cfg.tiny_model))
 
     def start_roles(self, extra_cpus: float = 0.0) -> None:
         """Start the roles (typed proxies), the colocation phases and the PPO update (``extra_cpus``: see

@@ -15,6 +15,8 @@ from roll.config.agentic import CustomEnvConfig
 from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
+from roll.envs.base import observation_images, observation_text
+from roll.models.vision import ImageInputs, add_pixel_values, with_image_placeholders
 
 #: Why a seed gave no demonstration (counted in the error when none does).
 NO_PLAN = "solution() returned no plan"
@@ -25,10 +27,13 @@ NO_SUCCESS = (
 )
 
 
-def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str) -> Trajectory | str:
+def demo_trajectory(
+    env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: int, tag: str, images: ImageInputs | None = None
+) -> Trajectory | str:
     """Play the env's ``solution()`` from ``reset(seed)`` as a conversation, each action written in the env's own
     action format (``env.parser.render``); the reason (:data:`NO_PLAN`, :data:`TOO_LONG`, :data:`NO_SUCCESS`) when
-    it gives no demonstration.
+    it gives no demonstration. Observations with images (``render_mode: rgb_array``) are shown as rollouts show them
+    (the frames before the text, their tokens expanded by ``images``), and each turn keeps its frames.
 
     Raises:
         ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
@@ -40,12 +45,15 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
     if len(plan) > spec.max_actions_per_traj:
         return TOO_LONG
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
-    text = spec.turn_text(0, obs, instruction=info["env_instruction"])
-    prompt = formatter.first_prompt(text)
+    frames = observation_images(obs)
+    text = spec.turn_text(0, observation_text(obs), instruction=info["env_instruction"])
+    prompt = _with_frames(formatter.first_prompt(with_image_placeholders(text, len(frames))), frames, images)
     for action in plan:
         written = env.parser.render(action)
         reply = formatter.encode(written) + [formatter.eos_id]
-        traj.turns.append(Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=obs))
+        turn = Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=observation_text(obs))
+        turn.images = frames
+        traj.turns.append(turn)
         obs, reward, terminated, truncated, info = env.step(written)
         if not info.get("action_is_valid", True):
             raise ValueError(
@@ -56,23 +64,44 @@ def demo_trajectory(env, spec: CustomEnvConfig, formatter: ChatFormatter, seed: 
         if terminated or truncated:
             traj.success = bool(info.get("success"))
             break
-        prompt = formatter.turn_delta(spec.turn_text(len(traj.turns), obs, reward=reward))
+        frames = observation_images(obs)
+        text = spec.turn_text(len(traj.turns), observation_text(obs), reward=reward)
+        prompt = _with_frames(formatter.turn_delta(with_image_placeholders(text, len(frames))), frames, images)
     return traj if traj.success else NO_SUCCESS
 
 
+def _with_frames(ids: list[int], frames: list, images: ImageInputs | None) -> list[int]:
+    """Prompt ids with each frame's image tokens (:meth:`ImageInputs.expand`); ``ids`` when there are none."""
+    if not frames:
+        return ids
+    if images is None:
+        raise ValueError("sft_warmup: the env shows images; demonstrations with images need the model's ImageInputs")
+    return images.expand(ids, frames)
+
+
 def make_demo_batches(
-    spec: CustomEnvConfig, env_kwargs: dict, tokenizer, tag: str, num_demos: int, batch_size: int, steps: int, seed: int
+    spec: CustomEnvConfig,
+    env_kwargs: dict,
+    tokenizer,
+    tag: str,
+    num_demos: int,
+    batch_size: int,
+    steps: int,
+    seed: int,
+    model_path: str | None = None,
 ) -> list[Batch]:
-    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them)."""
+    """``steps`` batches of ``batch_size`` demonstration episodes (cycling through ``num_demos`` of them); for an env
+    that shows images, with ``pixel_values`` / ``image_grid_thw`` from the image processor at ``model_path``."""
     from roll.envs import make_env
 
     env = make_env(spec.env_type, env_kwargs)
     formatter = ChatFormatter(tokenizer, spec.system_prompt)
+    images = ImageInputs(model_path, tokenizer) if env_kwargs.get("render_mode") == "rgb_array" and model_path else None
     demos: list[Trajectory] = []
     missed: Counter = Counter()
     index = 0
     while len(demos) < num_demos and index < num_demos * 5:
-        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag)
+        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag, images)
         index += 1
         if isinstance(traj, str):
             missed[traj] += 1
@@ -93,5 +122,8 @@ def make_demo_batches(
             rng.shuffle(extra)
             order += extra
         picked, order = order[:batch_size], order[batch_size:]
-        batches.append(trajectories_to_batch([demos[i] for i in picked], tokenizer.pad_token_id))
+        batch = trajectories_to_batch([demos[i] for i in picked], tokenizer.pad_token_id)
+        if "images" in batch and images is not None:
+            add_pixel_values(batch, batch["images"], images)
+        batches.append(batch)
     return batches

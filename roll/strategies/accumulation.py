@@ -22,6 +22,7 @@ import torch
 from roll.data.batch import Batch
 from roll.models.logprobs import token_log_probs
 from roll.models.lora import adapter_config, adapters_off, is_peft
+from roll.models.vision import vision_kwargs
 from roll.strategies.base import LossFn, TrainingStrategy
 from roll.strategies.microbatch import accumulation_weights, micro_batches, scatter_rows
 from roll.strategies.schedule import lr_at
@@ -60,15 +61,18 @@ class BatchedForward:
         return False
 
     def _forward(self, mb: Batch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values)."""
+        """Log-probs (B, L-1) and entropy of a micro-batch on the device (the critic returns values). A micro-batch
+        with images (a vision-language actor) runs padded: packing and shared prefixes do not apply to it."""
+        vision = vision_kwargs(mb, mb["input_ids"].device)
         return token_log_probs(
             self._model(),
             mb["input_ids"],
             mb["attention_mask"],
             with_entropy=with_entropy,
-            pack=self.config.use_sequence_packing and self.supports_packing,
-            share_prefix=self.config.shares_prefixes() and self.supports_packing,
+            pack=self.config.use_sequence_packing and self.supports_packing and not vision,
+            share_prefix=self.config.shares_prefixes() and self.supports_packing and not vision,
             compiled=self.config.model_args.compile_log_probs,
+            vision=vision,
         )
 
     # ------------------------------------------------------------------ helpers

@@ -17,6 +17,7 @@ from roll.config.strategies import DeepSpeedInferOptions
 from roll.data.batch import Batch
 from roll.models.loading import load_causal_lm, scoring_attention
 from roll.models.logprobs import token_log_probs
+from roll.models.vision import vision_kwargs
 from roll.strategies.base import ScoringStrategy, StrategyContext
 from roll.strategies.deepspeed_train import init_deepspeed_distributed
 
@@ -94,17 +95,19 @@ class DeepSpeedInferStrategy(ScoringStrategy):
             if i < len(micro):
                 mb = micro[i].to(self.device)
                 ids, mask = mb["input_ids"], mb["attention_mask"]
+                vision = vision_kwargs(mb, self.device)  # images: the padded forward
             else:  # padding pass that keeps this rank in step with the others' collective gathers
                 ids = torch.zeros((1, 2), dtype=torch.long, device=self.device)
-                mask = torch.ones_like(ids)
+                mask, vision = torch.ones_like(ids), {}
             lp, ent = token_log_probs(
                 self.engine,
                 ids,
                 mask,
                 with_entropy=with_entropy,
-                pack=self.config.use_sequence_packing,
-                share_prefix=self.config.shares_prefixes(),
+                pack=self.config.use_sequence_packing and not vision,
+                share_prefix=self.config.shares_prefixes() and not vision,
                 compiled=self.config.model_args.compile_log_probs,
+                vision=vision,
             )
             if i < len(micro):
                 parts.append(lp.float().cpu())

@@ -20,6 +20,7 @@ from roll.config.lora import lora_settings
 from roll.config.strategies import DeepSpeedTrainOptions
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
+from roll.models.vision import freeze_vision_tower
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.build_locks import prepare_deepspeed_comm
@@ -122,6 +123,8 @@ class DeepSpeedTrainer(AccumulatingTrainer):
         margs, targs = self.config.model_args, self.config.training_args
         self.lora = lora_settings(margs)
         model = self._load_model()
+        if margs.freeze_vision_tower:
+            freeze_vision_tower(model)
         if not margs.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
             model.config.use_cache = False

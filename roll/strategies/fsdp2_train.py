@@ -30,6 +30,7 @@ from roll.config.lora import lora_settings
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
 from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
+from roll.models.vision import freeze_vision_tower
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
@@ -75,6 +76,8 @@ class FSDP2Trainer(AccumulatingTrainer):
         )
         if not margs.disable_gradient_checkpointing:
             enable_activation_checkpointing(model)
+        if margs.freeze_vision_tower:
+            freeze_vision_tower(model)
         self.lora = lora_settings(margs)
         if self.lora is not None:
             model = add_adapters(model, self.lora, checkpointing=not margs.disable_gradient_checkpointing)

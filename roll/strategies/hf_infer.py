@@ -14,11 +14,13 @@ import torch
 from roll.config.strategies import HFInferOptions
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
+from roll.data.trajectory import prompt_images
 from roll.models.decode import cache_arg, decode, output_cache
 from roll.models.decode import unsupported as decode_unsupported
 from roll.models.loading import load_causal_lm, load_tokenizer
 from roll.models.logprobs import token_log_probs
 from roll.models.lora import is_peft, load_adapter
+from roll.models.vision import ImageInputs, is_vision_model, vision_kwargs
 from roll.strategies.base import GenerationOutput, InferenceStrategy, ScoringStrategy, StrategyContext
 from roll.strategies.turn_cache import TurnCache, batch_cache, batch_layout, split_cache
 
@@ -62,9 +64,12 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
     ) -> list[GenerationOutput]:
         """Prompts that continue a kept sequence and those that do not go in separate calls (mixed, the new ones
         would be padded to the cached width plus their whole length)."""
-        hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
-        if self.config.shares_prefixes():
-            hits = self._prefill_shared(prompts, hits)
+        if any(prompt_images(p) for p in prompts):  # images: no kept keys (they would stand for other pixels)
+            hits: list[tuple[int, Any]] = [(0, None)] * len(prompts)
+        else:
+            hits = [self.turn_cache.pop_prefix(p) if self.turn_cache is not None else (0, None) for p in prompts]
+            if self.config.shares_prefixes():
+                hits = self._prefill_shared(prompts, hits)
         results: list[GenerationOutput | None] = [None] * len(prompts)
         for part in ([i for i, h in enumerate(hits) if h[0]], [i for i, h in enumerate(hits) if not h[0]]):
             if part:
@@ -112,6 +117,9 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
             like = next(kv for _, kv in hits if kv is not None)
             past = batch_cache([kv for _, kv in hits], cached, width_cached, like)
             extra[cache_arg(type(self.model))] = past
+        images = [im for p in prompts for im in prompt_images(p)]
+        if images:
+            extra.update(self._image_args(images, input_ids))
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
         if (
@@ -144,7 +152,8 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
                 do_sample=sample,
                 temperature=args.temperature if sample else None,
                 top_p=args.top_p if sample else None,
-                top_k=args.top_k if sample and args.top_k > 0 else None,
+                # top_k 0: off (None would let the model's generation_config.top_k, 50 by default, filter the tokens)
+                top_k=(args.top_k if args.top_k > 0 else 0) if sample else None,
                 repetition_penalty=args.repetition_penalty,
                 eos_token_id=stop_ids,
                 pad_token_id=pad,
@@ -168,25 +177,44 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
                     reason = "stop"
                     break
             results.append(GenerationOutput(ids, lps, reason))
-        if self.turn_cache is not None and cache is not None:
+        if self.turn_cache is not None and cache is not None and not images:
             # keys exist for the prompt and every response token but the last (never fed back)
             kept = [len(r.token_ids) - 1 for r in results]
             for prompt, r, kv in zip(prompts, results, split_cache(cache, attention_mask, kept)):
                 self.turn_cache.store(prompt + r.token_ids[:-1], kv)
         return results
 
+    def _image_args(self, images: list[Any], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``generate``'s image arguments: the images' ``pixel_values`` and ``image_grid_thw`` in prompt order, and
+        ``mm_token_type_ids`` (1 on image tokens), from which the model computes its 3-D rotary positions."""
+        if not is_vision_model(self.model):
+            raise ValueError(
+                f"hf_infer: a prompt has images but {self.config.model_args.model_name_or_path} is not a "
+                "vision-language model (no vision_config); use one (e.g. Qwen2.5-VL) or an env without images"
+            )
+        if getattr(self, "_image_inputs", None) is None:
+            self._image_inputs = ImageInputs(str(self.config.model_args.model_name_or_path), self.tokenizer)
+        pixel_values, grid = self._image_inputs.encode(images)
+        return {
+            "pixel_values": pixel_values.to(self.device),
+            "image_grid_thw": grid.to(self.device),
+            "mm_token_type_ids": input_ids.eq(self._image_inputs.image_pad_id).int().to(self.device),
+        }
+
     @torch.no_grad()
     def compute_log_probs(self, batch: Batch, with_entropy: bool = False) -> dict[str, torch.Tensor]:
         parts, ents = [], []
         for mb in batch.split(self.config.infer_batch_size):
+            vision = vision_kwargs(mb, self.device)  # images: the padded forward (no packing, no shared prefixes)
             lp, ent = token_log_probs(
                 self.model,
                 mb["input_ids"].to(self.device),
                 mb["attention_mask"].to(self.device),
                 with_entropy=with_entropy,
-                pack=self.config.use_sequence_packing,
-                share_prefix=self.config.shares_prefixes(),
+                pack=self.config.use_sequence_packing and not vision,
+                share_prefix=self.config.shares_prefixes() and not vision,
                 compiled=self.config.model_args.compile_log_probs,
+                vision=vision,
             )
             parts.append(lp.cpu())
             if ent is not None:

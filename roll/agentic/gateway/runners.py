@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roll.config.agentic import CustomEnvConfig
+from roll.envs.base import observation_images, observation_text
 
 
 @dataclass
@@ -188,8 +189,6 @@ def observation_content(text: str, observation: Any) -> str | list[dict[str, Any
     """A message's ``content`` for an env observation: ``text``, or, when the observation has images
     (:class:`roll.envs.base.Observation`), each image as an ``image_url`` part (a PNG data URL) and then the text,
     the order roll's env manager shows them in."""
-    from roll.envs.base import observation_images
-
     images = observation_images(observation)
     if not images:
         return text
@@ -217,7 +216,6 @@ class EnvRunner(AgentRunner):
         import openai
 
         from roll.envs import make_env
-        from roll.envs.base import observation_text
 
         env = make_env(
             task.env.env_type,

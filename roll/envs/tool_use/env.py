@@ -6,11 +6,11 @@ import json
 import re
 import string
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
 
-from roll.envs.base import MAX_OBSERVATION_CHARS, TextEnv, Transition
+from roll.envs.base import MAX_OBSERVATION_CHARS, Observation, TextEnv, Transition
 from roll.envs.parsing import ActionParser
 from roll.envs.registry import register_env
 from roll.envs.tool_use.tasks import Task, get_task_generator, list_tasks
@@ -187,7 +187,7 @@ class ToolUseEnv(TextEnv):
         self.message_role = "user"
         return self._feedback
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str | Observation, SupportsFloat, bool, bool, dict[str, Any]]:
         """As :meth:`TextEnv.step`; a tool turn answers with ``info["message_role"] == "tool"``."""
         self._feedback = FORMAT_HELP
         self.message_role = "user"
