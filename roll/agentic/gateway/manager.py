@@ -47,6 +47,20 @@ def lockstep_wait(manager: EnvManagerConfig, groups: list[GroupSpec]) -> float:
     return min([manager.gateway_wait_s, *limits])
 
 
+def image_inputs_of(path: str, tokenizer: Any) -> Any:
+    """The :class:`~roll.models.vision.ImageInputs` of the model at ``path`` when it is a vision-language model
+    (its config has a ``vision_config``), else None: the gateway then refuses image parts."""
+    from transformers import AutoConfig
+
+    from roll.models.loading import is_vision_config
+
+    if not is_vision_config(AutoConfig.from_pretrained(path)):
+        return None
+    from roll.models.vision import ImageInputs
+
+    return ImageInputs(path, tokenizer)
+
+
 class ProxyEnvManager:
     """Owns ``group_size`` episode slots per group, one gateway and the runners of its tags (same constructor and
     :meth:`rollout` as :class:`~roll.agentic.env_manager.EnvManager`)."""
@@ -66,12 +80,14 @@ class ProxyEnvManager:
 
         self.cfg, self.groups, self.phase, self.seed = manager, groups, phase, seed
         self.raise_env_errors = raise_env_errors
+        tokenizer = load_tokenizer(tokenizer_path)
         self.gateway = Gateway(
-            load_tokenizer(tokenizer_path),
+            tokenizer,
             generating_args,
             sequence_length,
             honor_temperature=False,
             wait_s=lockstep_wait(manager, groups),
+            image_inputs=image_inputs_of(tokenizer_path, tokenizer),
         )
         self.gateway.start()
         self.runners: dict[str, AgentRunner] = {

@@ -30,6 +30,7 @@ from roll.agentic.gateway.openai_format import assistant_message, check_request,
 from roll.agentic.gateway.session import GatewayError, Renderer, Session, template_message
 from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
 from roll.config.worker import GeneratingArgs
+from roll.data.trajectory import ImagePrompt
 
 #: Requests whose timings :attr:`Gateway.timings` keeps.
 MAX_TIMINGS = 10_000
@@ -47,6 +48,10 @@ class Gateway:
         model_name: what ``/v1/models`` lists (any model name in a request is accepted).
         wait_s: how long a turn's batch waits for open sessions that have not sent their next request
             (:mod:`roll.agentic.gateway.engine`; training passes ``gateway_wait_s``).
+        image_inputs: a vision-language actor's :class:`~roll.models.vision.ImageInputs` (its image tokens): requests
+            may then hold ``image_url`` parts (:mod:`roll.agentic.gateway.images`), rendered as image placeholders
+            expanded to each image's token count, and generated from with the sample's images
+            (:class:`~roll.data.trajectory.ImagePrompt`); None: a text-only actor, which refuses image parts.
     """
 
     def __init__(
@@ -57,8 +62,12 @@ class Gateway:
         model_name: str = "roll-policy",
         honor_temperature: bool = True,
         wait_s: float = 0.02,
+        image_inputs: Any = None,
     ):
-        self.renderer = Renderer(tokenizer)
+        placeholder = ""
+        if image_inputs is not None:
+            from roll.models.vision import IMAGE_PLACEHOLDER as placeholder
+        self.renderer = Renderer(tokenizer, image_inputs, placeholder)
         #: the actor as errors name it (its model path)
         self.actor = getattr(tokenizer, "name_or_path", "") or model_name
         self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
@@ -196,9 +205,12 @@ class Gateway:
                     f"sequence_length={self.sequence_length}",
                     "context_length_exceeded",
                 )
+            extends = bool(session.turns) and not starts  # the engine continues the sample's ids and images
+            sample = session.sample_images() + shown if extends else shown
+            engine_prompt = ImagePrompt(prompt, sample) if sample else prompt
             t = time.perf_counter()
             out = self.engine.generate(
-                f"{session.session_id}/turn{len(session.turns)}", session.session_id, prompt, args, budget
+                f"{session.session_id}/turn{len(session.turns)}", session.session_id, engine_prompt, args, budget
             )
             engine_s = time.perf_counter() - t
             ids, log_probs, finish = list(out.token_ids), list(out.log_probs), out.finish_reason
