@@ -181,12 +181,15 @@ class ProxyEnvManager:
         finally:
             self.gateway.end_session(session_id)
 
-    @staticmethod
-    def _fill(traj: Trajectory, session: Session, spec: GroupSpec) -> None:
-        """The session's turns and conversation on the trajectory (rewards come with :meth:`_score`)."""
+    def _fill(self, traj: Trajectory, session: Session, spec: GroupSpec) -> None:
+        """The session's turns and conversation on the trajectory (rewards come with :meth:`_score`); an image the
+        harness sent is an ``[image]`` marker in the conversation (its pixels are the turn's ``images``)."""
         traj.turns = list(session.turns)
         traj.truncated_by_length = session.truncated
-        traj.messages = [{"role": m["role"], "content": m["content"] or _calls_text(m)} for m in session.messages]
+        marker = self.gateway.renderer.placeholder
+        traj.messages = [
+            {"role": m["role"], "content": _shown(m["content"], marker) or _calls_text(m)} for m in session.messages
+        ]
         traj.env_metrics = {
             "turns": float(len(session.turns)),
             "template_breaks": float(session.template_breaks),
@@ -220,6 +223,12 @@ class ProxyEnvManager:
         traj.success = bool(result.success) if result.success is not None else reward > 0
         traj.terminated = not (session.truncated or session.turn_limit_hit)
         traj.env_metrics.update({k: float(v) for k, v in result.metrics.items()})
+
+
+def _shown(content: str, placeholder: str) -> str:
+    """Message text with each image placeholder (a vision-language actor's; the gateway refuses it as text, so each
+    one is an image part) as ``[image]``."""
+    return content.replace(placeholder, "[image]") if placeholder and content else content
 
 
 def _calls_text(message: dict[str, Any]) -> str:
