@@ -183,10 +183,13 @@ class ProxyEnvManager:
 
     def _fill(self, traj: Trajectory, session: Session, spec: GroupSpec) -> None:
         """The session's turns and conversation on the trajectory (rewards come with :meth:`_score`); an image the
-        harness sent is an ``[image]`` marker in the conversation (its pixels are the turn's ``images``)."""
+        harness sent is an ``[image]`` marker in the conversation and the turns' observations (its pixels are the
+        turn's ``images``)."""
         traj.turns = list(session.turns)
         traj.truncated_by_length = session.truncated
         marker = self.gateway.renderer.placeholder
+        for turn in traj.turns:  # the message each reply answered, as the dumps show it
+            turn.observation = _shown(turn.observation, marker)
         traj.messages = [
             {"role": m["role"], "content": _shown(m["content"], marker) or _calls_text(m)} for m in session.messages
         ]
