@@ -267,6 +267,13 @@ def test_frames_beside_the_reply_in_browser(tmp_path, capsys, open_page, screens
     assert page.locator("section.turn").count() == 2
     assert page.locator("img.frame").count() == 0 and page.locator("#frame-note").count() == 0
 
+    page.goto(f"{index.as_uri()}#/step/val/1")  # the step page: a group's start shows its first frame
+    page.wait_for_selector("#groups")
+    heads = page.locator("section.group .group-head").evaluate_all(
+        "hs => hs.map(h => h.querySelectorAll('.frames-sm img.frame').length)"
+    )
+    assert heads == [1, 0]
+
     page.goto(f"{index.as_uri()}#/case/{quote('VisualSokoban/3', safe='')}")  # a room across validation steps
     page.wait_for_selector("#episodes")
     assert page.locator("#episodes .frames-sm img.frame").count() == 4

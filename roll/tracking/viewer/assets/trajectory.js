@@ -22,16 +22,6 @@ function modeLegend(mode, hasAdv, scale) {
             " tokens have mask 0 (not trained on)");
 }
 
-/** The frames the model saw in a turn (vision-language envs): an <img> per kept frame, a note per dropped one. */
-function frameStrip(turn, size) {
-  const el = R.el;
-  if (!turn.frames || !turn.frames.length) return null;
-  return el("div", {class: "frames" + (size ? " frames-" + size : "")}, turn.frames.map((f, i) => (f.src
-    ? el("img", {class: "frame", src: f.src, width: f.width, height: f.height, alt: `frame ${i + 1} the model saw`,
-                 title: `${f.width}×${f.height}` + (f.source_size ? ` (downscaled from ${f.source_size.join("×")})` : "")})
-    : el("p", {class: "frame-dropped muted"}, `frame ${i + 1} not kept: ${f.dropped}`))));
-}
-
 function frameNote(record) {
   const c = record.frame_counts;
   if (!c) return null;
@@ -51,7 +41,7 @@ function turnCard(record, turn, k, scale) {
     turn.adv && turn.adv.length ? el("span", {class: "muted"}, `advantage ${R.fmt(turn.adv[0])}`) : null);
   return el("section", {class: "card turn", dataset: {turn: k}},
     turn.observation !== null || turn.frames
-      ? el("div", {class: "observation"}, frameStrip(turn),
+      ? el("div", {class: "observation"}, R.frames(turn),
            turn.observation !== null ? R.board(turn.observation, V.symbolsOf(record.tag)) : null)
       : null,
     el("div", {class: "reply"}, facts, R.tokens(turn, V.ui.mode, scale),
@@ -179,7 +169,7 @@ function episodeColumn(step, r) {
   return el("div", {class: "episode card", dataset: {step}},
     el("h3", {}, el("a", {href: V.trajLink("val", step, r.id)}, `step ${step}`), " ", V.outcomeBadge(r)),
     el("p", {class: "muted"}, `score ${R.fmt(r.score)} · ${r.turns.length} turns`),
-    r.turns.map((t, k) => el("div", {class: "mini-turn"}, frameStrip(t, "sm"),
+    r.turns.map((t, k) => el("div", {class: "mini-turn"}, R.frames(t, "sm"),
       t.observation !== null ? R.board(t.observation, symbols, "sm") : null,
       el("div", {}, `${k + 1}. `, t.action !== null ? el("code", {}, t.action) : R.tokens(t, "prob", 1),
          t.valid ? "" : el("span", {class: "badge no"}, "invalid"), ` reward ${R.fmt(t.reward)}`))),
