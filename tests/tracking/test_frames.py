@@ -165,3 +165,45 @@ def test_budget_is_checked() -> None:
     with pytest.raises(ValueError, match="max_frames must be >= 0 and max_kib >= 1"):
         FrameBudget(max_frames=4, max_kib=0)
     assert FrameWriter(Path("/nonexistent/x"), None).episode("t", [[], []]) == ([[], []], {})
+
+
+def test_a_rollout_of_an_env_that_sees_dumps_the_frames_the_env_showed(tmp_path, tiny_vl_model_dir) -> None:
+    """roll's env manager plays Sokoban in rgb_array mode for a vision-language actor (replies scripted); the dump's
+    PNGs are, pixel for pixel, the frames a replay of each episode shows before each reply."""
+    from roll.agentic.env_manager import EnvManager, plan_groups
+    from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
+    from roll.config.worker import GeneratingArgs
+    from roll.envs import make_env
+    from tests.agentic.gateway_parts import TextEngine
+
+    env_config = {"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 4, "max_steps": 10}
+    envs = {"SokobanVL": CustomEnvConfig(env_type="sokoban", env_config=env_config, max_actions_per_traj=3)}
+    block = EnvManagerConfig(tags=["SokobanVL"], env_groups=1, group_size=2)
+    manager = EnvManager(
+        block, plan_groups(block, envs), tiny_vl_model_dir, GeneratingArgs(max_new_tokens=8), 1024, 3, "val"
+    )
+    trajs = manager.rollout(
+        1, TextEngine(manager.tokenizer, ["<answer>Up</answer>", "<answer>Left</answer>"])
+    ).trajectories
+    dumps = TrajectoryDumps(tmp_path, 1, 0, manager.tokenizer, "agentic", frames=FrameBudget(16, 64))
+    path = dumps.agentic("val", 1, trajs)
+    assert path is not None
+    moved = 0  # turns whose frame differs from the one before (so an off-by-one turn would fail)
+    for traj, record in zip(trajs, (json.loads(line) for line in path.read_text().splitlines())):
+        replay = make_env("sokoban", {"format_penalty": block.format_penalty, **env_config})
+        shown, _ = replay.reset(seed=traj.seed)
+        assert record["frame_counts"] == {
+            "seen": len(traj.turns),
+            "kept": len(traj.turns),
+            "downscaled": 0,
+            "dropped": 0,
+        }
+        dumped: list[np.ndarray] = []
+        for turn, entry in zip(traj.turns, record["turns"]):
+            (frame,) = entry["frames"]
+            with Image.open(path.parent / frame["src"]) as png:
+                dumped.append(np.asarray(png.convert("RGB")))
+            assert np.array_equal(dumped[-1], shown.images[0])
+            shown, *_ = replay.step(turn.response_text)
+        moved += sum(not np.array_equal(a, b) for a, b in zip(dumped, dumped[1:]))
+    assert moved >= 1
