@@ -156,6 +156,13 @@ def check_megatron_options(
     ):
         if getattr(opts, name) < 1:
             raise ConfigError(f"{key}.{name}", getattr(opts, name), "must be >= 1")
+    if hf_config is not None and "vision_config" in hf_config:
+        raise ConfigError(
+            "model_args.model_name_or_path",
+            hf_config.get("model_type"),
+            "is a vision-language model; roll's Megatron strategy has no vision tower: use deepspeed_train or "
+            "fsdp2_train (docs/vlm.md)",
+        )
     if opts.context_parallel_size != 1:
         raise ConfigError(
             f"{key}.context_parallel_size",

@@ -204,7 +204,6 @@ STEP_ENV_MANAGER = "StepEnvManager"
 UNSUPPORTED_MANAGERS = {
     "StepConcatEnvManager": "GEM's concatenated-observation step prompts are not built by roll; use StepEnvManager's "
     "(turn_prompt: fresh, whose {history} summarises the last turns) or roll's token history",
-    "VLTrajEnvManager": "roll has no image inputs (vision-language models); use a text env",
 }
 
 

@@ -14,7 +14,7 @@ from roll.envs import (  # noqa: E402,F401  (register themselves)
     sokoban,
     tool_use,  # noqa: E402,F401  (registers "tool_use")
 )
-from roll.envs.base import TextEnv, Transition
+from roll.envs.base import Observation, TextEnv, Transition
 from roll.envs.parsing import ActionParser
 from roll.envs.registry import ENVS, get_env_class, list_envs, make_env, register_env
 
@@ -23,6 +23,7 @@ from roll.envs.registry import ENVS, get_env_class, list_envs, make_env, registe
 __all__ = [
     "ENVS",
     "ActionParser",
+    "Observation",
     "TextEnv",
     "Transition",
     "get_env_class",

@@ -69,6 +69,17 @@ def freeze_vision_tower(model: Any) -> None:
     vision_tower(model).requires_grad_(False)
 
 
+def copy_image_processor(model_dir: str | None, path: str) -> None:
+    """Copy the image processor of ``model_dir`` (``preprocessor_config.json``, if any) into an exported model
+    directory ``path``, so that the export serves images as the original does."""
+    import shutil
+    from pathlib import Path
+
+    file = Path(str(model_dir)) / "preprocessor_config.json"
+    if model_dir and file.is_file():
+        shutil.copyfile(file, Path(path) / file.name)
+
+
 def load_image_processor(path: str) -> Any:
     """The image processor saved at ``path`` (``preprocessor_config.json``), without torchvision: the PIL backend.
 

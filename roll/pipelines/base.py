@@ -85,8 +85,10 @@ class Pipeline(ABC):
 
         if not cfg.pretrain:
             raise ValueError("tiny_model is set but pretrain (the path to build it at) is empty")
-        extra = {"corpus": corpus} if corpus is not None else {}
-        ensure_tiny_model_of(cfg.pretrain, **extra, **vars(cfg.tiny_model))
+        kwargs: dict[str, Any] = dict(vars(cfg.tiny_model))
+        if corpus is not None:
+            kwargs["corpus"] = corpus
+        ensure_tiny_model_of(cfg.pretrain, **kwargs)
 
     def start_roles(self, extra_cpus: float = 0.0) -> None:
         """Start the roles (typed proxies), the colocation phases and the PPO update (``extra_cpus``: see

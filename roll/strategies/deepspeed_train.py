@@ -20,7 +20,7 @@ from roll.config.lora import lora_settings
 from roll.config.strategies import DeepSpeedTrainOptions
 from roll.models.loading import load_causal_lm, load_tokenizer, scoring_attention
 from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
-from roll.models.vision import freeze_vision_tower
+from roll.models.vision import copy_image_processor, freeze_vision_tower
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.build_locks import prepare_deepspeed_comm
@@ -264,6 +264,7 @@ class DeepSpeedTrainer(AccumulatingTrainer):
             Path(path).mkdir(parents=True, exist_ok=True)
             self.engine.module.save_pretrained(path, state_dict=weights)
             self.tokenizer.save_pretrained(path)
+            copy_image_processor(self.config.model_args.model_name_or_path, path)
 
     def _adapter_tensors(self) -> dict[str, torch.Tensor]:
         """The adapter's parameters, whole, as CPU copies on rank 0 (``{}`` on the others; ZeRO-3 gathers them

@@ -30,7 +30,7 @@ from roll.config.lora import lora_settings
 from roll.data.batch import Batch
 from roll.models.loading import DTYPES, load_causal_lm, load_tokenizer, scoring_attention
 from roll.models.lora import ExportEntry, adapter_names, adapter_state_dict, add_adapters, export_plan
-from roll.models.vision import freeze_vision_tower
+from roll.models.vision import copy_image_processor, freeze_vision_tower
 from roll.strategies.accumulation import AccumulatingTrainer, ForwardLogProbs, move_module_and_optimizer
 from roll.strategies.base import CriticStrategy, StrategyContext, TrainStrategy
 from roll.strategies.critic import ValueHeadCritic
@@ -209,6 +209,7 @@ class FSDP2Trainer(AccumulatingTrainer):
                 Path(path).mkdir(parents=True, exist_ok=True)
                 self.model.save_pretrained(path, state_dict=adapter)
                 self.tokenizer.save_pretrained(path)
+                copy_image_processor(self.config.model_args.model_name_or_path, path)
             return
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
@@ -217,6 +218,7 @@ class FSDP2Trainer(AccumulatingTrainer):
             Path(path).mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(path, state_dict=state)
             self.tokenizer.save_pretrained(path)
+            copy_image_processor(self.config.model_args.model_name_or_path, path)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str) -> None:

@@ -44,6 +44,7 @@ from roll.config.lora import ALL_LINEAR, LoraSettings, lora_settings
 from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions  # noqa: F401
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
+from roll.data.trajectory import prompt_images
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
 from roll.weights.buckets import bucket_meta, iter_buckets
 
@@ -121,6 +122,13 @@ def parse_output(out: dict[str, Any]) -> GenerationOutput:
     return GenerationOutput(ids, log_probs, {"stop": "stop", "length": "length"}.get(kind, "abort"))
 
 
+def pil_images(images: Iterable[Any]) -> list[Any]:
+    """H x W x 3 uint8 arrays as PIL images, SGLang's ``image_data`` (docs/vlm.md: this path is not run here)."""
+    from PIL import Image
+
+    return [Image.fromarray(image) for image in images]
+
+
 class RequestTracker:
     """Request bookkeeping over an engine with ``async_generate`` and ``tokenizer_manager.abort_request``.
 
@@ -137,7 +145,9 @@ class RequestTracker:
         flight raises."""
         if rid in self.tasks:
             raise ValueError(f"sglang: request id {rid!r} is already in flight; ids must be unique")
-        extra = {"lora_path": lora_path} if lora_path else {}
+        extra: dict[str, Any] = {"lora_path": lora_path} if lora_path else {}
+        if prompt_images(prompt):  # a vision-language model's prompt: its image tokens are already expanded
+            extra["image_data"] = pil_images(prompt_images(prompt))
         coro = self.engine.async_generate(
             input_ids=list(prompt), sampling_params=params, return_logprob=True, rid=rid, **extra
         )
@@ -282,7 +292,9 @@ class SGLangStrategy(InferenceStrategy):
             raise ValueError("sglang: compute_log_probs has no entropy; compute it with the training strategy")
         ids, mask = batch["input_ids"], batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
-        extra = {"lora_path": [self.adapter_name] * len(prompts)} if self.adapter_name else {}
+        extra: dict[str, Any] = {"lora_path": [self.adapter_name] * len(prompts)} if self.adapter_name else {}
+        if "images" in batch and any(batch["images"]):  # written against SGLang's API; not run (no GPU here)
+            extra["image_data"] = [pil_images(images) or None for images in batch["images"]]
         outs = self.engine.generate(
             input_ids=prompts,
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},

@@ -241,7 +241,19 @@ def test_step_env_manager_means_fresh_prompts_and_step_samples():
         translate({"custom_envs": {"S": {"env_manager_cls": step, "env_config": {"trajectory_mode": "traj"}}}})
 
 
-@pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM"), ("VLTrajEnvManager", "image")])
+def test_vl_env_manager_is_roll_s_env_manager_with_frames():
+    """ROLL's VLTrajEnvManager: roll's env manager plays the tag (it shows an env's images to a vision-language
+    model); the env's render_mode: rgb_array stays in env_config, so observations carry frames (docs/vlm.md)."""
+    vl = "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager"
+    tree = {
+        "custom_envs": {"S": {"env_manager_cls": vl, "env_type": "sokoban", "env_config": {"render_mode": "rgb_array"}}}
+    }
+    assert translate(tree) == ["custom_envs.S.env_manager_cls"]  # dropped, named in the warning line
+    env = tree["custom_envs"]["S"]
+    assert "env_manager_cls" not in env and env["env_config"] == {"render_mode": "rgb_array"}
+
+
+@pytest.mark.parametrize("manager, words", [("StepConcatEnvManager", "GEM")])
 def test_env_managers_roll_does_not_build_are_one_line_errors(manager, words):
     with pytest.raises(ConfigError, match=f"custom_envs.S.env_manager_cls.*{words}") as info:
         translate({"custom_envs": {"S": {"env_manager_cls": f"roll.pipeline.agentic.env_manager.x.{manager}"}}})

@@ -61,12 +61,12 @@ class _Engine:
 
 
 def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = None):
-    """Two Sokoban groups of two envs seen as 24x24 frames (tile 4), ``max_actions`` turns each, through ``infer``."""
+    """Two Sokoban groups of two envs seen as 48x48 frames (tile 8), ``max_actions`` turns each, through ``infer``."""
     cfg = AgenticConfig()
     cfg.custom_envs = {
         "SokobanVL": CustomEnvConfig(
             env_type="sokoban",
-            env_config={"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 4, "max_steps": 10},
+            env_config={"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 8, "max_steps": 10},
             max_actions_per_traj=max_actions,
             max_tokens_per_step=5,
         )
@@ -107,10 +107,11 @@ def trainer(tiny_vl_model_dir):
 
 def test_image_tokens_are_counted_and_expanded(tiny_vl_model_dir):
     images = ImageInputs(tiny_vl_model_dir)
-    # 24x24 -> resized to 56x56 (multiple of patch 14 x merge 2, at least 56*56 pixels) -> grid (1, 4, 4)
-    # -> 16 patches / merge^2 = 4 tokens
-    small, wide = np.zeros((24, 24, 3), np.uint8), np.zeros((30, 60, 3), np.uint8)
+    # sides round to multiples of patch 14 x merge 2 = 28, within [28*28, 56*56] pixels:
+    # 48x48 -> 56x56 -> grid (1, 4, 4) -> 16 patches / merge^2 = 4 tokens; 24x24 -> 28x28 -> (1, 2, 2) -> 1 token
+    small, wide = np.zeros((48, 48, 3), np.uint8), np.zeros((30, 60, 3), np.uint8)
     assert images.grid(small) == (1, 4, 4) and images.num_tokens(small) == 4
+    assert images.grid(np.zeros((24, 24, 3), np.uint8)) == (1, 2, 2)
     pixels, grid = images.encode([small, wide])
     assert grid.tolist() == [[1, 4, 4], [1, *images.grid(wide)[1:]]]
     assert pixels.shape == (int(grid.prod(-1).sum()), 3 * 2 * 14 * 14)
@@ -126,8 +127,8 @@ def test_turns_carry_frames_and_image_tokens_are_prompt_tokens(rollout):
     images = manager.image_inputs()
     for i, traj in enumerate(trajs):
         assert traj.failure is None and len(traj.turns) == 2
-        for turn in traj.turns:  # each turn's observation frame: a 24x24 RGB uint8 array, in its prompt
-            assert [im.shape for im in turn.images] == [(24, 24, 3)] and turn.images[0].dtype == np.uint8
+        for turn in traj.turns:  # each turn's observation frame: a 48x48 RGB uint8 array, in its prompt
+            assert [im.shape for im in turn.images] == [(48, 48, 3)] and turn.images[0].dtype == np.uint8
             assert turn.prompt_ids.count(images.image_pad_id) == 4
             assert turn.prompt_ids.count(images.vision_start_id) == 1
         ids, mask = batch["input_ids"][i], batch["response_mask"][i]
@@ -202,7 +203,7 @@ def test_gradient_reaches_the_vision_tower_unless_frozen(tiny_vl_model_dir, roll
 
 
 @pytest.mark.parametrize("name, options", [("deepspeed_train", {"zero_stage": 2}), ("fsdp2_train", {})])
-def test_one_training_step_with_images(tiny_vl_model_dir, rollout, name, options):
+def test_one_training_step_with_images(tiny_vl_model_dir, rollout, name, options, tmp_path):
     _, _, batch, _ = rollout
     strategy = _worker(tiny_vl_model_dir, name, "actor_train", options)
     want = strategy.compute_log_probs(batch)["log_probs"]
@@ -213,6 +214,12 @@ def test_one_training_step_with_images(tiny_vl_model_dir, rollout, name, options
     mask = loss_mask(batch["response_mask"]).bool()
     # the first step's forward ran on the weights before the update: its log-probs are the scoring pass's
     torch.testing.assert_close(metrics["log_probs"][mask], want[mask], atol=2e-5, rtol=1e-5)
+    strategy.save_pretrained(str(tmp_path / "final"))  # the export serves images: model, tokenizer, image processor
+    exported = ImageInputs(str(tmp_path / "final"))
+    assert exported.image_pad_id == ImageInputs(tiny_vl_model_dir).image_pad_id
+    from roll.models.loading import load_causal_lm
+
+    assert type(load_causal_lm(str(tmp_path / "final"))).__name__ == "Qwen2_5_VLForConditionalGeneration"
 
 
 def test_a_text_model_refuses_images(tiny_model_dir):
@@ -221,3 +228,18 @@ def test_a_text_model_refuses_images(tiny_model_dir):
     with pytest.raises(ValueError, match="not a vision-language model"):
         strategy.generate([prompt], SAMPLING)
     assert IMAGE_PLACEHOLDER == "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def test_megatron_refuses_a_vision_language_model_in_one_line(tiny_vl_model_dir):
+    from roll.config.errors import ConfigError
+    from roll.config.megatron import MegatronOptions, check_megatron_options, read_hf_config
+
+    key = "actor_train.strategy_args.strategy_config"
+    with pytest.raises(ConfigError, match="vision-language model.*deepspeed_train or fsdp2_train") as info:
+        check_megatron_options(MegatronOptions(), key, 1, "bf16", read_hf_config(tiny_vl_model_dir))
+    assert "\n" not in str(info.value) and "model_name_or_path" in str(info.value)
+
+
+def test_freeze_vision_tower_on_a_text_model_is_an_error(tiny_model_dir):
+    with pytest.raises(ValueError, match="freeze_vision_tower: the model .* has no vision tower"):
+        _worker(tiny_model_dir, "deepspeed_train", "actor_train", {"zero_stage": 0}, freeze_vision_tower=True)
