@@ -236,8 +236,10 @@ class Renderer:
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
     ) -> str:
+        """The template's text of ``messages`` (the gateway's ``image_digest`` key is not shown to the template)."""
+        shown = [{k: v for k, v in m.items() if k != "image_digest"} for m in messages]
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            shown, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
         )
 
     def encode(self, text: str, images: list[Any] | None = None) -> list[int]:
