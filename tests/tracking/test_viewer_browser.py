@@ -274,6 +274,10 @@ def test_frames_beside_the_reply_in_browser(tmp_path, capsys, open_page, screens
     )
     assert heads == [1, 0]
 
+    page.goto(f"{index.as_uri()}#/val")  # the validation rooms: a room's start shows its first frame
+    page.wait_for_selector("#val-matrix")
+    assert page.locator("#val-matrix tbody td .frames-sm img.frame").count() == 1
+
     page.goto(f"{index.as_uri()}#/case/{quote('VisualSokoban/3', safe='')}")  # a room across validation steps
     page.wait_for_selector("#episodes")
     assert page.locator("#episodes .frames-sm img.frame").count() == 4

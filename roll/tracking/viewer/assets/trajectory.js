@@ -146,8 +146,9 @@ V.validationPage = async function () {
     el("tbody", {}, rows.map((row) => el("tr", {class: "clickable", dataset: {case: row.case},
       onclick: () => { location.hash = `#/case/${encodeURIComponent(row.case)}`; }},
       el("td", {}, el("a", {href: `#/case/${encodeURIComponent(row.case)}`}, row.case)),
-      el("td", {}, row.first.turns.length && row.first.turns[0].observation !== null
-        ? R.board(row.first.turns[0].observation, V.symbolsOf(row.tag), "xs") : ""),
+      el("td", {}, row.first.turns.length ? R.frames(row.first.turns[0], "sm") : null,
+         row.first.turns.length && row.first.turns[0].observation !== null
+           ? R.board(row.first.turns[0].observation, V.symbolsOf(row.tag), "xs") : ""),
       steps.map((s) => {
         const r = row.at[s];
         if (!r) return el("td", {class: "cell-none"}, "–");
