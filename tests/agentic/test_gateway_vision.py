@@ -87,6 +87,7 @@ def test_images_sent_are_seen_recorded_and_scored(tiny_vl_model_dir, infer):
         changed = [messages[0], user("Move.", c), *messages[2:]]
         client.chat.completions.create(model="m", messages=changed)
         broken = gateway.session(sid).turns[2]
+        decoded = len(gateway.session(sid).decoded)
         with pytest.raises(openai.BadRequestError, match="0 images"):  # placeholder text without an image
             client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "<|vision_start|><|image_pad|><|vision_end|>"}]
@@ -107,6 +108,8 @@ def test_images_sent_are_seen_recorded_and_scored(tiny_vl_model_dir, infer):
     assert broken.starts_sample and [x.shape for x in broken.images] == [c.shape, b.shape]
     assert np.array_equal(broken.images[0], c) and np.array_equal(seen[2][0], c)
     assert reply and reply2 is not None
+    # each image was decoded once in the session, though every request repeats the conversation
+    assert decoded == 3 and broken.images[1] is second.images[0]
 
     # recorded log-probs = the model's recomputation from the recorded ids and images (hf_infer's scoring pass)
     traj = Trajectory("t", 0, 0, "Frames", 0, turns=turns)

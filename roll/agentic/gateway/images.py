@@ -79,13 +79,17 @@ def decode_data_url(url: Any, where: str) -> np.ndarray:
         ) from None
 
 
-def message_images(messages: list[dict[str, Any]], actor: str | None) -> list[list[np.ndarray]]:
+def message_images(
+    messages: list[dict[str, Any]], actor: str | None, cache: dict[str, np.ndarray] | None = None
+) -> list[list[np.ndarray]]:
     """Each message's images, in part order, after checking its content parts (module docstring).
 
     Args:
         messages: the request's messages (OpenAI form).
         actor: the actor's name when it is text-only (any image part is then refused), None for a vision-language
             actor.
+        cache: images decoded before, by the SHA-1 of their URL (a session's: every request repeats the
+            conversation, so each image is decoded once per episode); filled here.
     """
     out: list[list[np.ndarray]] = []
     for i, message in enumerate(messages):
@@ -116,9 +120,19 @@ def message_images(messages: list[dict[str, Any]], actor: str | None) -> list[li
                 raise GatewayError(400, f"{where}: an assistant message cannot hold images", "invalid_image", where)
             image_url = part.get("image_url")
             url = image_url.get("url") if isinstance(image_url, dict) else image_url
-            images.append(decode_data_url(url, where))
+            images.append(_decoded(url, where, cache))
         out.append(images)
     return out
+
+
+def _decoded(url: Any, where: str, cache: dict[str, np.ndarray] | None) -> np.ndarray:
+    """:func:`decode_data_url`, once per URL while ``cache`` lives."""
+    if cache is None or not isinstance(url, str):
+        return decode_data_url(url, where)
+    key = hashlib.sha1(url.encode()).hexdigest()
+    if key not in cache:
+        cache[key] = decode_data_url(url, where)
+    return cache[key]
 
 
 def digest(images: list[np.ndarray]) -> str | None:

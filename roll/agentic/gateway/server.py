@@ -183,7 +183,8 @@ class Gateway:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
             raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
-        images = message_images(raw, None if self.renderer.image_tokens is not None else self.actor)
+        text_only = None if self.renderer.image_tokens is not None else self.actor
+        images = message_images(raw, text_only, session.decoded)
         messages = [template_message(m, self.renderer.placeholder, digest(ims)) for m, ims in zip(raw, images)]
         tools = body.get("tools") or None
         stops = body.get("stop") or []

@@ -120,6 +120,7 @@ class Session:
     parse_errors: int = 0
     truncated: bool = False  # a request would have exceeded sequence_length
     turn_limit_hit: bool = False  # a request past max_turns was refused
+    decoded: dict[str, Any] = field(default_factory=dict, repr=False)  # images sent, by URL digest (images.py)
     ended: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
