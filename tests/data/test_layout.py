@@ -63,3 +63,29 @@ def test_rollout_log_probs_follow_the_spans():
     values, mask = rollout_log_probs([two_turn_trajectory()], width=8)
     assert mask.tolist() == [[0, 1, 1, 0, 1, 1, 0]]
     torch.testing.assert_close(values, torch.tensor([[0, -0.1, -0.2, 0, -0.3, -0.4, 0]]))
+
+
+def test_sample_images_follow_the_samples_tokens():
+    """Each sample's images are those of its tokens, in order: a ``traj`` sample's turns'; a ``step`` sample's the
+    context's too (its prompt is the whole engine prompt); a turn that starts a sample drops the earlier ones."""
+    import numpy as np
+
+    from roll.data.layout import sample_images
+
+    a, b, c = (np.full((2, 2, 3), v, dtype=np.uint8) for v in (1, 2, 3))
+    turns = [
+        Turn([1], [2], [0.0], "", images=[a]),
+        Turn([3], [4], [0.0], "", images=[b]),
+        Turn([5], [6], [0.0], "", starts_sample=True, images=[c]),
+    ]
+    traj = Trajectory("t", 0, 0, "x", 0, turns)
+
+    def values(samples):
+        return [[int(im[0, 0, 0]) for im in sample] for sample in samples]
+
+    assert values(sample_images(traj)) == [[1, 2], [3]]
+    assert values(sample_images(traj, "step")) == [[1], [1, 2], [3]]
+    assert [int(im[0, 0, 0]) for im in traj.sample_images()] == [3]
+    batch = trajectories_to_batch([traj], pad_id=0, mode="step")
+    assert values(batch["images"]) == [[1], [1, 2], [3]]
+    assert "images" not in trajectories_to_batch([Trajectory("u", 0, 0, "x", 0, [Turn([1], [2], [0.0], "")])], 0)
