@@ -409,6 +409,15 @@ class AgenticConfig(BaseConfig):
     trajectory_dump_max: int = fld(
         64, "At most this many trajectories per dump file, whole env groups (0 = all).", allowed=">= 0"
     )
+    trajectory_dump_frames: int = fld(
+        16,
+        "At most this many observation frames (vision-language envs) per dumped episode, spread evenly; the rest "
+        "are dropped and counted (0 = none).",
+        allowed=">= 0",
+    )
+    trajectory_dump_frame_kib: int = fld(
+        64, "At most this many KiB per dumped frame (PNG); a larger frame is downscaled until it fits.", allowed=">= 1"
+    )
 
     #: The score normalization of this pipeline (an entry of ``roll.ppo.advantage_step.SCORE_NORMALIZERS``); not
     #: a field.

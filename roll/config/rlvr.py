@@ -146,6 +146,8 @@ class RLVRConfig(BaseConfig):
         "reward_normalization": "agentic only; RLVR normalizes rewards with reward_norm (batch, group, running)",
         "trajectory_dump_steps": "agentic's; the RLVR equivalent is rollout_dump_steps",
         "trajectory_dump_max": "agentic's; the RLVR equivalent is rollout_dump_max",
+        "trajectory_dump_frames": "agentic's (frames of vision-language envs); RLVR dumps have none",
+        "trajectory_dump_frame_kib": "agentic's (frames of vision-language envs); RLVR dumps have none",
     }
 
     def check_pipeline(self) -> None:

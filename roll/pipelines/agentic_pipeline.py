@@ -23,6 +23,7 @@ from roll.models.vision import ImageInputs, add_pixel_values
 from roll.pipelines.base import Pipeline
 from roll.pipelines.step_metrics import logprob_mismatch, perf_metrics
 from roll.tracking.dumps import TrajectoryDumps
+from roll.tracking.frames import FrameBudget
 
 
 class AgenticPipeline(Pipeline):
@@ -55,6 +56,7 @@ class AgenticPipeline(Pipeline):
             self.tokenizer,
             "agentic",
             env_descriptions(cfg),
+            FrameBudget(cfg.trajectory_dump_frames, cfg.trajectory_dump_frame_kib),
         )
         use_ray, infer = cfg.distributed == "ray", self.roles.actor_infer
         path = cfg.actor_infer.model_args.model_name_or_path

@@ -33,7 +33,10 @@ reward ended; such records follow the batch's, carry ``"error": {"kind", "type",
 names the start state (env tag and seed; RLVR: data file name and row): equal across steps for the same room or
 prompt. ``tokens`` are the reply's tokens decoded one by one; ``mask`` is the response mask (1 = trained on; 0 e.g.
 for an end-of-turn token appended after a length cut); ``adv`` the advantage of each token (train files only) and
-``logp`` the inference engine's sampling log-probability (when it reports one). RLVR records have one turn (the
+``logp`` the inference engine's sampling log-probability (when it reports one). A turn whose observation had
+images (``Turn.images``, vision-language envs) adds ``frames``, and its record ``frame_counts``: PNG files in
+``<phase>/step_<step:05d>_frames/``, bounded per episode and per frame (:mod:`roll.tracking.frames`); image parts of
+a harness's ``messages`` are ``[image]`` markers there. RLVR records have one turn (the
 prompt and the response) and add ``ground_truth``, ``source``, ``row`` and ``format_ok``.
 
 This module imports nothing of roll: trajectories, prompt groups and batches are read through the attributes
@@ -48,6 +51,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from roll.tracking.frames import FrameBudget, FrameWriter
 
 FORMAT_VERSION = 1
 DUMP_DIR = "trajectories"
@@ -67,6 +72,7 @@ class TurnLike(Protocol):
     reward: float
     finish_reason: str
     appended_eos: bool
+    images: Sequence[Any]
 
 
 class TrajectoryLike(Protocol):
@@ -184,6 +190,18 @@ def reply_places(batch: BatchLike | None, trajectories: Sequence[TrajectoryLike]
     return places
 
 
+def text_of(content: Any) -> Any:
+    """A message's content for a dump: a list of OpenAI content parts becomes their text, each image part a
+    ``[image]`` marker (its pixels are the turn's ``frames``); other content is kept."""
+    if not isinstance(content, list):
+        return content
+    return "".join(
+        str(part.get("text", "")) if part.get("type") == "text" else "[image]"
+        for part in content
+        if isinstance(part, dict)
+    )
+
+
 def num(value: float, digits: int) -> float | None:
     """``value`` rounded to ``digits`` decimals; None (JSON null) for NaN and infinities, which JSON lacks."""
     value = float(value)
@@ -217,6 +235,7 @@ class TrajectoryDumps:
         pipeline: ``"agentic"`` or ``"rlvr"`` (recorded in ``meta.json`` for the viewer).
         envs: per env tag, ``{"env_type": ..., "grid_symbols": {symbol: name} | None}``, or for a tag played by an
             agent harness ``{"env_type": None, "agent_runner": ..., "grid_symbols": None}`` (agentic).
+        frames: the bounds on the observation frames kept (:mod:`roll.tracking.frames`; agentic); None keeps none.
     """
 
     def __init__(
@@ -227,11 +246,12 @@ class TrajectoryDumps:
         tokenizer: TokenizerLike,
         pipeline: str,
         envs: Mapping[str, Mapping[str, Any]] | None = None,
+        frames: FrameBudget | None = None,
     ):
         if every < 0 or cap < 0:
             raise ValueError(f"dump every={every}, cap={cap}: both must be >= 0 (0 = never / no limit)")
         self.root = Path(log_dir) / DUMP_DIR
-        self.every, self.cap, self.tokenizer = every, cap, tokenizer
+        self.every, self.cap, self.tokenizer, self.frames = every, cap, tokenizer, frames
         self.meta = {
             "format": FORMAT_VERSION,
             "pipeline": pipeline,
@@ -263,8 +283,9 @@ class TrajectoryDumps:
         layout = TokenLayout(batch, sorted({row for ps in places.values() for row, _ in ps}))
         errors = list(range(len(failed) if self.cap <= 0 else min(len(failed), self.cap)))
         no_rows = TokenLayout(None, [])
-        records = [self._episode(trajectories[i], places[i], layout) for i in keep]
-        return self._write(phase, step, records + [self._episode(failed[i], [], no_rows) for i in errors])
+        writer = FrameWriter(self.root / phase / f"step_{step:05d}_frames", self.frames)
+        records = [self._episode(trajectories[i], places[i], layout, writer) for i in keep]
+        return self._write(phase, step, records + [self._episode(failed[i], [], no_rows, writer) for i in errors])
 
     def rlvr(
         self,
@@ -290,13 +311,16 @@ class TrajectoryDumps:
     def _tokens(self, ids: Sequence[int]) -> list[str]:
         return self.tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False) if ids else []
 
-    def _episode(self, traj: TrajectoryLike, places: list[tuple[int, int]], layout: TokenLayout) -> dict[str, Any]:
+    def _episode(
+        self, traj: TrajectoryLike, places: list[tuple[int, int]], layout: TokenLayout, writer: FrameWriter
+    ) -> dict[str, Any]:
         """One record; ``places``: each reply's (batch row, token position) (:func:`reply_places`), empty without a
-        batch."""
+        batch; ``writer`` writes the turns' frames."""
+        frames, frame_counts = writer.episode(traj.traj_id, [turn.images for turn in traj.turns])
         turns = []
         for k, turn in enumerate(traj.turns):
             n = len(turn.response_ids)
-            entry = {
+            entry: dict[str, Any] = {
                 "prompt": self.tokenizer.decode(turn.prompt_ids, skip_special_tokens=False),
                 "observation": turn.observation,
                 "response": turn.response_text,
@@ -312,6 +336,8 @@ class TrajectoryDumps:
                 entry.update(layout.span(*places[k], n))
             if turn.response_log_probs:
                 entry["logp"] = [num(x, 3) for x in turn.response_log_probs[:n]]
+            if frames[k]:
+                entry["frames"] = frames[k]
             turns.append(entry)
         return {
             "id": traj.traj_id,
@@ -327,6 +353,7 @@ class TrajectoryDumps:
             "metrics": {k: num(v, 6) for k, v in traj.env_metrics.items()},
             "turns": turns,
             "final_observation": traj.final_observation,
+            **({"frame_counts": frame_counts} if frame_counts else {}),
             **self._harness(traj),
             **(
                 {
@@ -348,7 +375,10 @@ class TrajectoryDumps:
         runner = self.meta["envs"].get(traj.tag, {}).get("agent_runner")
         if not runner:
             return {}
-        return {"harness": runner, "messages": [dict(m) for m in traj.messages]}
+        return {
+            "harness": runner,
+            "messages": [{k: text_of(v) if k == "content" else v for k, v in m.items()} for m in traj.messages],
+        }
 
     def _response(
         self,

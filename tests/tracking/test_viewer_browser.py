@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -221,3 +222,62 @@ def test_health_alerts_and_levels_in_browser(tmp_path, capsys, open_page, screen
     screenshot(page, "viewer-health")
     page.select_option("#chart-pick", label="approx KL")  # every chart marks the alerts; only success has levels
     assert page.locator("svg.chart polygon.alert").count() == 2 and page.locator("svg.chart line.ref").count() == 0
+
+
+def test_frames_beside_the_reply_in_browser(tmp_path, capsys, open_page, screenshot, tiny_model_dir) -> None:
+    """A dump with a vision-language episode (frames per turn, one over the size bound) and a text episode: each turn
+    of the first shows its frames as images left of the reply, at the size the dump kept; the second shows none."""
+    from transformers import AutoTokenizer
+
+    from roll.tracking.dumps import TrajectoryDumps
+    from roll.tracking.frames import FrameBudget
+    from tests.tracking.test_frames import episode, frame
+
+    seen = [[frame(30, 40, 0)], [frame(30, 40, 1), frame(20, 20, 2)], [frame(192, 256, 3, noise=True)]]
+    vision, text = episode(seen, "val-1-g0-e0-t0"), episode([[], []], "val-1-g1-e0-t0")
+    text.group_id = 1
+    dumps = TrajectoryDumps(tmp_path / "logs", 1, 0, AutoTokenizer.from_pretrained(tiny_model_dir), "agentic")
+    dumps.frames = FrameBudget(max_frames=16, max_kib=16)
+    record = json.loads(dumps.agentic("val", 1, [vision, text]).read_text().splitlines()[0])
+    scaled = record["turns"][2]["frames"][0]
+    assert scaled["source_size"] == [256, 192] and scaled["width"] < 256  # over 16 KiB: downscaled
+    index = build(tmp_path / "logs", capsys)
+
+    page = open_page(f"{index.as_uri()}#/traj/val/1/val-1-g0-e0-t0")
+    page.wait_for_selector("#turns section.turn")
+    page.wait_for_function("[...document.querySelectorAll('img.frame')].every(i => i.complete && i.naturalWidth)")
+    shown = page.locator("section.turn:not(.end)").evaluate_all(
+        "cards => cards.map(c => [...c.querySelectorAll('img.frame')].map(i => [i.naturalWidth, i.naturalHeight]))"
+    )
+    assert shown == [[[40, 30]], [[40, 30], [20, 20]], [[scaled["width"], scaled["height"]]]]
+    beside = page.locator("section.turn:not(.end)").evaluate_all(
+        "cards => cards.map(c => c.querySelector('img.frame').getBoundingClientRect().right"
+        " <= c.querySelector('.reply').getBoundingClientRect().left)"
+    )
+    assert beside == [True, True, True]
+    assert page.locator("#frame-note").inner_text() == (
+        "frames: 4 of 4 kept, 1 downscaled (bounds: trajectory_dump_frames, trajectory_dump_frame_kib)"
+    )
+    assert "downscaled from 256×192" in page.locator("section.turn").nth(2).locator("img.frame").get_attribute("title")
+    screenshot(page, "viewer-frames")
+
+    page.goto(f"{index.as_uri()}#/traj/val/1/val-1-g1-e0-t0")
+    page.wait_for_selector("#traj-summary")
+    page.wait_for_function("document.querySelector('h1 code').textContent === 'val-1-g1-e0-t0'")
+    assert page.locator("section.turn").count() == 2
+    assert page.locator("img.frame").count() == 0 and page.locator("#frame-note").count() == 0
+
+    page.goto(f"{index.as_uri()}#/step/val/1")  # the step page: a group's start shows its first frame
+    page.wait_for_selector("#groups")
+    heads = page.locator("section.group .group-head").evaluate_all(
+        "hs => hs.map(h => h.querySelectorAll('.frames-sm img.frame').length)"
+    )
+    assert heads == [1, 0]
+
+    page.goto(f"{index.as_uri()}#/val")  # the validation rooms: a room's start shows its first frame
+    page.wait_for_selector("#val-matrix")
+    assert page.locator("#val-matrix tbody td .frames-sm img.frame").count() == 1
+
+    page.goto(f"{index.as_uri()}#/case/{quote('VisualSokoban/3', safe='')}")  # a room across validation steps
+    page.wait_for_selector("#episodes")
+    assert page.locator("#episodes .frames-sm img.frame").count() == 4

@@ -47,6 +47,20 @@ def lockstep_wait(manager: EnvManagerConfig, groups: list[GroupSpec]) -> float:
     return min([manager.gateway_wait_s, *limits])
 
 
+def image_inputs_of(path: str, tokenizer: Any) -> Any:
+    """The :class:`~roll.models.vision.ImageInputs` of the model at ``path`` when it is a vision-language model
+    (its config has a ``vision_config``), else None: the gateway then refuses image parts."""
+    from transformers import AutoConfig
+
+    from roll.models.loading import is_vision_config
+
+    if not is_vision_config(AutoConfig.from_pretrained(path)):
+        return None
+    from roll.models.vision import ImageInputs
+
+    return ImageInputs(path, tokenizer)
+
+
 class ProxyEnvManager:
     """Owns ``group_size`` episode slots per group, one gateway and the runners of its tags (same constructor and
     :meth:`rollout` as :class:`~roll.agentic.env_manager.EnvManager`)."""
@@ -66,12 +80,14 @@ class ProxyEnvManager:
 
         self.cfg, self.groups, self.phase, self.seed = manager, groups, phase, seed
         self.raise_env_errors = raise_env_errors
+        tokenizer = load_tokenizer(tokenizer_path)
         self.gateway = Gateway(
-            load_tokenizer(tokenizer_path),
+            tokenizer,
             generating_args,
             sequence_length,
             honor_temperature=False,
             wait_s=lockstep_wait(manager, groups),
+            image_inputs=image_inputs_of(tokenizer_path, tokenizer),
         )
         self.gateway.start()
         self.runners: dict[str, AgentRunner] = {
@@ -165,12 +181,18 @@ class ProxyEnvManager:
         finally:
             self.gateway.end_session(session_id)
 
-    @staticmethod
-    def _fill(traj: Trajectory, session: Session, spec: GroupSpec) -> None:
-        """The session's turns and conversation on the trajectory (rewards come with :meth:`_score`)."""
+    def _fill(self, traj: Trajectory, session: Session, spec: GroupSpec) -> None:
+        """The session's turns and conversation on the trajectory (rewards come with :meth:`_score`); an image the
+        harness sent is an ``[image]`` marker in the conversation and the turns' observations (its pixels are the
+        turn's ``images``)."""
         traj.turns = list(session.turns)
         traj.truncated_by_length = session.truncated
-        traj.messages = [{"role": m["role"], "content": m["content"] or _calls_text(m)} for m in session.messages]
+        marker = self.gateway.renderer.placeholder
+        for turn in traj.turns:  # the message each reply answered, as the dumps show it
+            turn.observation = _shown(turn.observation, marker)
+        traj.messages = [
+            {"role": m["role"], "content": _shown(m["content"], marker) or _calls_text(m)} for m in session.messages
+        ]
         traj.env_metrics = {
             "turns": float(len(session.turns)),
             "template_breaks": float(session.template_breaks),
@@ -204,6 +226,12 @@ class ProxyEnvManager:
         traj.success = bool(result.success) if result.success is not None else reward > 0
         traj.terminated = not (session.truncated or session.turn_limit_hit)
         traj.env_metrics.update({k: float(v) for k, v in result.metrics.items()})
+
+
+def _shown(content: str, placeholder: str) -> str:
+    """Message text with each image placeholder (a vision-language actor's; the gateway refuses it as text, so each
+    one is an image part) as ``[image]``."""
+    return content.replace(placeholder, "[image]") if placeholder and content else content
 
 
 def _calls_text(message: dict[str, Any]) -> str:

@@ -1,12 +1,13 @@
 """OpenAI's Chat Completions format on the gateway's side: which request keys are served, and the response objects.
 
-Served: ``messages``, ``tools``, ``tool_choice`` (``auto``, ``none``), ``max_tokens`` / ``max_completion_tokens``,
-``stop``, ``n`` = 1, ``stream`` with ``stream_options.include_usage`` (the reply is sampled exactly as without
-streaming, then sent as server-sent events in OpenAI's chunk format: :func:`chunks`), ``logprobs`` (the log-probs
-the engine sampled with, per generated token), ``temperature``
-(only where the gateway does not fix the sampling; training fixes it), ``parallel_tool_calls`` (every call the model
-wrote is returned: a model cannot be stopped from writing two), ``response_format`` ``{"type": "text"}``. Keys that
-only label a request (``model``, ``user``, ``metadata``, ``store``, ``seed``, ``service_tier``, ...) are accepted and
+Served: ``messages`` (content a string or ``text`` and ``image_url`` parts; images as data URLs, for a
+vision-language actor: :mod:`roll.agentic.gateway.images`), ``tools``, ``tool_choice`` (``auto``, ``none``),
+``max_tokens`` / ``max_completion_tokens``, ``stop``, ``n`` = 1, ``stream`` with ``stream_options.include_usage``
+(the reply is sampled exactly as without streaming, then sent as server-sent events in OpenAI's chunk format:
+:func:`chunks`), ``logprobs`` (the log-probs the engine sampled with, per generated token), ``temperature`` (only
+where the gateway does not fix the sampling; training fixes it), ``parallel_tool_calls`` (every call the model wrote
+is returned: a model cannot be stopped from writing two), ``response_format`` ``{"type": "text"}``. Keys that only
+label a request (``model``, ``user``, ``metadata``, ``store``, ``seed``, ``service_tier``, ...) are accepted and
 have no effect. Refused with a 400 in OpenAI's error format, naming the key (``param``): whatever would change what
 is sampled, since the trainer could not reproduce the log-probs of a distribution it does not have (:data:`REFUSED`,
 :func:`check_request`).

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from roll.config.agentic import CustomEnvConfig
-from roll.envs.base import observation_text
+from roll.envs.base import observation_images, observation_text
 
 
 @dataclass
@@ -185,10 +185,32 @@ class CommandRunner(AgentRunner):
             ) from None
 
 
+def observation_content(text: str, observation: Any) -> str | list[dict[str, Any]]:
+    """A message's ``content`` for an env observation: ``text``, or, when the observation has images
+    (:class:`roll.envs.base.Observation`), each image as an ``image_url`` part (a PNG data URL) and then the text,
+    the order roll's env manager shows them in."""
+    images = observation_images(observation)
+    if not images:
+        return text
+    import base64
+    import io
+
+    from PIL import Image
+
+    parts: list[dict[str, Any]] = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return [*parts, {"type": "text", "text": text}]
+
+
 class EnvRunner(AgentRunner):
     """The tag's roll env played through the OpenAI API, with the messages roll's env manager builds (system prompt,
-    ``first_turn_template``, ``turn_template``); each step's reward is posted per turn. ROLL's ``GEMRunner``
-    (a GEM env behind the proxy) maps here."""
+    ``first_turn_template``, ``turn_template``); each step's reward is posted per turn. An env that shows images
+    (``env_config: {render_mode: rgb_array}``) sends them as ``image_url`` parts before the text
+    (:func:`observation_content`). ROLL's ``GEMRunner`` (a GEM env behind the proxy) maps here."""
 
     def run(self, task: AgentTask) -> RunnerReturn:
         import openai
@@ -203,11 +225,15 @@ class EnvRunner(AgentRunner):
         client = openai.OpenAI(
             base_url=task.base_url, api_key=task.api_key, max_retries=0, timeout=task.timeout_s or None
         )
-        messages = [{"role": "system", "content": task.env.system_prompt}] if task.env.system_prompt else []
+        messages: list[Any] = []  # OpenAI messages (content: text or parts)
+        if task.env.system_prompt:
+            messages.append({"role": "system", "content": task.env.system_prompt})
         messages.append(
             {
                 "role": info.get("message_role", "user"),
-                "content": task.env.turn_text(0, observation_text(obs), instruction=info["env_instruction"]),
+                "content": observation_content(
+                    task.env.turn_text(0, observation_text(obs), instruction=info["env_instruction"]), obs
+                ),
             }
         )
         success, metrics = False, {}
@@ -225,12 +251,8 @@ class EnvRunner(AgentRunner):
             success, metrics = bool(info.get("success", False)), dict(info.get("metrics", {}))
             if terminated or truncated:
                 break
-            messages.append(
-                {
-                    "role": info.get("message_role", "user"),
-                    "content": task.env.turn_text(turn + 1, observation_text(obs), reward=reward),
-                }
-            )
+            shown = task.env.turn_text(turn + 1, observation_text(obs), reward=reward)
+            messages.append({"role": info.get("message_role", "user"), "content": observation_content(shown, obs)})
         return AgentResult(0.0, success, {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
 
 

@@ -25,10 +25,12 @@ from dataclasses import replace
 from typing import Any
 
 from roll.agentic.gateway.engine import GenerationLoop
+from roll.agentic.gateway.images import digest, message_images
 from roll.agentic.gateway.openai_format import assistant_message, check_request, logprobs
 from roll.agentic.gateway.session import GatewayError, Renderer, Session, template_message
 from roll.agentic.gateway.tool_parsers import TOOL_PARSERS, ParsedReply
 from roll.config.worker import GeneratingArgs
+from roll.data.trajectory import ImagePrompt
 
 #: Requests whose timings :attr:`Gateway.timings` keeps.
 MAX_TIMINGS = 10_000
@@ -46,6 +48,10 @@ class Gateway:
         model_name: what ``/v1/models`` lists (any model name in a request is accepted).
         wait_s: how long a turn's batch waits for open sessions that have not sent their next request
             (:mod:`roll.agentic.gateway.engine`; training passes ``gateway_wait_s``).
+        image_inputs: a vision-language actor's :class:`~roll.models.vision.ImageInputs` (its image tokens): requests
+            may then hold ``image_url`` parts (:mod:`roll.agentic.gateway.images`), rendered as image placeholders
+            expanded to each image's token count, and generated from with the sample's images
+            (:class:`~roll.data.trajectory.ImagePrompt`); None: a text-only actor, which refuses image parts.
     """
 
     def __init__(
@@ -56,8 +62,14 @@ class Gateway:
         model_name: str = "roll-policy",
         honor_temperature: bool = True,
         wait_s: float = 0.02,
+        image_inputs: Any = None,
     ):
-        self.renderer = Renderer(tokenizer)
+        placeholder = ""
+        if image_inputs is not None:
+            from roll.models.vision import IMAGE_PLACEHOLDER as placeholder
+        self.renderer = Renderer(tokenizer, image_inputs, placeholder)
+        #: the actor as errors name it (its model path)
+        self.actor = getattr(tokenizer, "name_or_path", "") or model_name
         self.sampling, self.sequence_length, self.model_name = sampling, sequence_length, model_name
         self.honor_temperature = honor_temperature
         self.engine = GenerationLoop(wait_s)
@@ -171,7 +183,9 @@ class Gateway:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) and "role" in m for m in raw):
             raise GatewayError(400, "messages must be a non-empty list of {role, content} objects")
-        messages = [template_message(m) for m in raw]
+        text_only = None if self.renderer.image_tokens is not None else self.actor
+        images = message_images(raw, text_only, session.decoded)
+        messages = [template_message(m, self.renderer.placeholder, digest(ims)) for m, ims in zip(raw, images)]
         tools = body.get("tools") or None
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
@@ -182,7 +196,7 @@ class Gateway:
             if session.ended:
                 raise GatewayError(401, "the session has ended (its episode was closed)", "invalid_api_key")
             session.check_turn_limit()
-            prompt, prompt_ids, starts = session.plan(self.renderer, messages, tools)
+            prompt, prompt_ids, starts, shown = session.plan(self.renderer, messages, tools, images)
             budget = min(int(requested), session.max_tokens, self.sequence_length - len(prompt))
             if budget < 1:
                 session.truncated = True
@@ -192,9 +206,12 @@ class Gateway:
                     f"sequence_length={self.sequence_length}",
                     "context_length_exceeded",
                 )
+            extends = bool(session.turns) and not starts  # the engine continues the sample's ids and images
+            sample = session.sample_images() + shown if extends else shown
+            engine_prompt = ImagePrompt(prompt, sample) if sample else prompt
             t = time.perf_counter()
             out = self.engine.generate(
-                f"{session.session_id}/turn{len(session.turns)}", session.session_id, prompt, args, budget
+                f"{session.session_id}/turn{len(session.turns)}", session.session_id, engine_prompt, args, budget
             )
             engine_s = time.perf_counter() - t
             ids, log_probs, finish = list(out.token_ids), list(out.log_probs), out.finish_reason
@@ -223,6 +240,7 @@ class Gateway:
                 parsed,
                 eos,
                 out.policy_version,
+                shown,
             )
         response_id = f"chatcmpl-{session.session_id}-{len(session.turns) - 1}"
         self.timings[response_id] = (time.perf_counter() - start, engine_s)

@@ -53,18 +53,25 @@ def _arguments(value: Any) -> Any:
     return value
 
 
-def _text(content: Any) -> str:
-    """Message content as text: None -> "", a list of text parts -> their concatenation."""
+def _text(content: Any, placeholder: str) -> str:
+    """Message content as text: None -> "", a list of parts -> their texts, each image part as ``placeholder``
+    (parts are checked before: :func:`roll.agentic.gateway.images.message_images`)."""
     if content is None:
         return ""
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return "".join(
+            placeholder if p.get("type") == "image_url" else p.get("text", "") for p in content if isinstance(p, dict)
+        )
     return str(content)
 
 
-def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI message in the form Hugging Face chat templates read (content a string, arguments an object)."""
-    out: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
+def template_message(message: dict[str, Any], placeholder: str = "", image_digest: str | None = None) -> dict[str, Any]:
+    """An OpenAI message in the form Hugging Face chat templates read (content a string, arguments an object); an
+    image part becomes ``placeholder`` (the actor's image tokens, before expansion), and ``image_digest`` (its
+    images', :func:`roll.agentic.gateway.images.digest`) tells messages with equal text and other images apart."""
+    out: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"), placeholder)}
+    if image_digest is not None:
+        out["image_digest"] = image_digest
     calls = message.get("tool_calls") or []
     if calls:
         out["tool_calls"] = [
@@ -87,7 +94,10 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
 def message_key(message: dict[str, Any]) -> str:
     """What makes two messages the same conversation step (ids of tool calls and extra keys do not count)."""
     calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
-    return json.dumps([message["role"], message["content"], calls, message.get("tool_call_id")], sort_keys=True)
+    key = [message["role"], message["content"], calls, message.get("tool_call_id")]
+    if message.get("image_digest"):
+        key.append(message["image_digest"])
+    return json.dumps(key, sort_keys=True)
 
 
 @dataclass
@@ -110,6 +120,7 @@ class Session:
     parse_errors: int = 0
     truncated: bool = False  # a request would have exceeded sequence_length
     turn_limit_hit: bool = False  # a request past max_turns was refused
+    decoded: dict[str, Any] = field(default_factory=dict, repr=False)  # images sent, by URL digest (images.py)
     ended: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -125,19 +136,35 @@ class Session:
             )
 
     def plan(
-        self, formatter: Renderer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> tuple[list[int], list[int], bool]:
-        """``(engine prompt, Turn.prompt_ids, starts_sample)`` for a request with ``messages`` (template form)."""
+        self,
+        formatter: Renderer,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        images: list[list[Any]] | None = None,
+    ) -> tuple[list[int], list[int], bool, list[Any]]:
+        """``(engine prompt, Turn.prompt_ids, starts_sample, Turn.images)`` for a request with ``messages``
+        (template form) and each message's ``images``: the images shown in ``Turn.prompt_ids`` are those of the
+        messages it renders (the new ones when it extends the history, all when it starts a sample)."""
+        images = images or [[] for _ in messages]
         full = formatter.render(messages, tools, True)
         keys = [message_key(m) for m in messages]
         if self.turns and keys[: len(self.history)] == self.history:
             prefix = formatter.render(messages[: len(self.history)], tools, False)
             cut = prefix.rfind(formatter.eos_text)
             if cut >= 0 and full.startswith(prefix[: cut + len(formatter.eos_text)]):
-                delta = formatter.encode(full[cut + len(formatter.eos_text) :])
-                return self.context + delta, delta, False
-        ids = formatter.encode(full)
-        return ids, ids, bool(self.turns)
+                new = [im for ims in images[len(self.history) :] for im in ims]
+                delta = formatter.encode(full[cut + len(formatter.eos_text) :], new)
+                return self.context + delta, delta, False, new
+        shown = [im for ims in images for im in ims]
+        ids = formatter.encode(full, shown)
+        return ids, ids, bool(self.turns), shown
+
+    def sample_images(self) -> list[Any]:
+        """The images of the current sample (the turns since the last that starts one), in prompt order."""
+        out: list[Any] = []
+        for turn in self.turns:
+            out = list(turn.images) if turn.starts_sample else out + list(turn.images)
+        return out
 
     def record(
         self,
@@ -153,8 +180,10 @@ class Session:
         parsed: ParsedReply,
         eos_id: int,
         version: int,
+        images: list[Any] | None = None,
     ) -> Turn:
-        """Append the turn the engine produced; ``reply`` is the assistant message returned (template form)."""
+        """Append the turn the engine produced; ``reply`` is the assistant message returned (template form);
+        ``images``: those shown in ``prompt_ids`` (:meth:`plan`)."""
         observation = next((m["content"] for m in reversed(messages) if m["role"] != "assistant"), "")
         turn = Turn(
             prompt_ids=prompt_ids,
@@ -166,6 +195,7 @@ class Session:
             action_is_valid=parsed.errors == 0,
             starts_sample=starts,
             policy_version=version,
+            images=list(images or []),
             parsed_action=json.dumps([[c.name, c.arguments] for c in parsed.calls]) if parsed.calls else None,
         )
         if finish_reason != "stop" or not token_ids or token_ids[-1] != eos_id:
@@ -189,22 +219,45 @@ class Session:
 
 
 class Renderer:
-    """The tokenizer's chat template as text and ids (tools passed through to the template)."""
+    """The tokenizer's chat template as text and ids (tools passed through to the template).
 
-    def __init__(self, tokenizer: Any):
+    Args:
+        tokenizer: the actor's tokenizer.
+        image_tokens: a vision-language actor's image tokens (``expand(ids, images)``: each image placeholder's pad
+            token repeated to the image's token count, :class:`roll.models.vision.ImageInputs`); None: text-only.
+        placeholder: the text of one image in a rendered prompt, before expansion.
+    """
+
+    def __init__(self, tokenizer: Any, image_tokens: Any = None, placeholder: str = ""):
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
         self.eos_text = tokenizer.decode([self.eos_id])
+        self.image_tokens, self.placeholder = image_tokens, placeholder
 
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
     ) -> str:
+        """The template's text of ``messages`` (the gateway's ``image_digest`` key is not shown to the template)."""
+        shown = [{k: v for k, v in m.items() if k != "image_digest"} for m in messages]
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            shown, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
         )
 
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def encode(self, text: str, images: list[Any] | None = None) -> list[int]:
+        """The ids of ``text``; on a vision-language actor with the image pads of ``images`` expanded (a 400 when
+        the text holds another number of image placeholders than there are images)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.image_tokens is None:
+            return ids
+        try:
+            return list(self.image_tokens.expand(ids, images or []))
+        except ValueError as err:
+            raise GatewayError(
+                400,
+                f"{err}: image placeholder text ({self.placeholder!r}) in a message stands for an image_url part; "
+                f"send images as parts, not as that text",
+                "invalid_image",
+            ) from None
 
     def decode(self, ids: list[int]) -> str:
         """A reply's text: markup tokens (``<tool_call>``, ``<think>``) may be special, so none is skipped."""

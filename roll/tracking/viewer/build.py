@@ -4,7 +4,9 @@ The viewer is a folder that opens from disk (``file://``) with no server and no 
 stylesheet and scripts (copied from this package), ``dashboard.png`` (:func:`roll.tracking.plot.draw_dashboard`)
 and ``data/``: ``run.js`` (metrics per step, chart series, the list of dumps) and one script per dump file. Data
 travels as scripts, not JSON, because browsers refuse ``fetch`` on ``file://`` pages; a dump's script is loaded only
-when its step is opened.
+when its step is opened. The observation frames of a dump (``step_<n>_frames/``, :mod:`roll.tracking.frames`) are
+copied to ``data/frames/<phase>/`` and shown as images (``<img>`` may load files on ``file://`` pages), each turn's
+``src`` rewritten to that copy.
 """
 
 from __future__ import annotations
@@ -101,6 +103,25 @@ def _script(variable: str, key: str | None, value: Any) -> str:
     return f"(window.{variable} = window.{variable} || {{}})[{json.dumps(key)}] = {payload};\n"
 
 
+def _copy_frames(path: Path, records: list[dict[str, Any]], dest: Path) -> None:
+    """Copy the frames of dump file ``path`` under ``dest`` and point each kept frame's ``src`` at the copy (relative
+    to the viewer's ``index.html``); a frame file that is missing becomes a dropped frame saying so."""
+    for record in records:
+        for turn in record.get("turns") or []:
+            for frame in turn.get("frames") or []:
+                if "src" not in frame:
+                    continue
+                source = path.parent / frame["src"]
+                if not source.is_file():
+                    frame["dropped"] = f"frame file {source} is missing"
+                    del frame["src"]
+                    continue
+                target = dest / frame["src"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                frame["src"] = target.relative_to(dest.parent.parent.parent).as_posix()
+
+
 def _dump_summary(phase: str, step: int, records: list[dict[str, Any]], file: str) -> dict[str, Any]:
     n = max(1, len(records))
     return {
@@ -132,6 +153,7 @@ def build_viewer(source: str | Path, out: str | Path | None = None, title: str |
     summaries = []
     for phase, step, path in run.dumps:
         records = _read_records(path)
+        _copy_frames(path, records, data / "frames" / phase)
         name = f"{phase}_{step:05d}.js"
         (data / name).write_text(_script("ROLL_DUMPS", f"{phase}/{step}", records), encoding="utf-8")
         summaries.append(_dump_summary(phase, step, records, f"data/{name}"))

@@ -29,6 +29,17 @@ R.fmt = function (value, percent) {
   return Number(value.toPrecision(4)).toString();
 };
 
+// ------------------------------------------------------------------------------------------------- frames
+/** The frames the model saw in a turn (vision-language envs): an <img> per kept frame, a note per dropped one. */
+R.frames = function (turn, size) {
+  const el = R.el;
+  if (!turn.frames || !turn.frames.length) return null;
+  return el("div", {class: "frames" + (size ? " frames-" + size : "")}, turn.frames.map((f, i) => (f.src
+    ? el("img", {class: "frame", src: f.src, width: f.width, height: f.height, alt: `frame ${i + 1} the model saw`,
+                 title: `${f.width}×${f.height}` + (f.source_size ? ` (downscaled from ${f.source_size.join("×")})` : "")})
+    : el("p", {class: "frame-dropped muted"}, `frame ${i + 1} not kept: ${f.dropped}`))));
+};
+
 // ------------------------------------------------------------------------------------------------- boards
 // Cell styles by the symbol's name (TextEnv.grid_symbols); names not listed get a color from their hash.
 const CELL_STYLES = {

@@ -22,6 +22,14 @@ function modeLegend(mode, hasAdv, scale) {
             " tokens have mask 0 (not trained on)");
 }
 
+function frameNote(record) {
+  const c = record.frame_counts;
+  if (!c) return null;
+  return R.el("p", {id: "frame-note", class: "muted"}, `frames: ${c.kept} of ${c.seen} kept`,
+              c.downscaled ? `, ${c.downscaled} downscaled` : "", c.dropped ? `, ${c.dropped} dropped` : "",
+              c.downscaled || c.dropped ? " (bounds: trajectory_dump_frames, trajectory_dump_frame_kib)" : "");
+}
+
 function turnCard(record, turn, k, scale) {
   const el = R.el;
   const facts = el("div", {class: "facts"}, el("b", {}, `Turn ${k + 1}`),
@@ -32,8 +40,10 @@ function turnCard(record, turn, k, scale) {
       ? el("span", {class: "badge warn", title: "generation stopped at max tokens"}, "cut by length") : null,
     turn.adv && turn.adv.length ? el("span", {class: "muted"}, `advantage ${R.fmt(turn.adv[0])}`) : null);
   return el("section", {class: "card turn", dataset: {turn: k}},
-    turn.observation !== null ? el("div", {class: "observation"}, R.board(turn.observation, V.symbolsOf(record.tag)))
-                              : null,
+    turn.observation !== null || turn.frames
+      ? el("div", {class: "observation"}, R.frames(turn),
+           turn.observation !== null ? R.board(turn.observation, V.symbolsOf(record.tag)) : null)
+      : null,
     el("div", {class: "reply"}, facts, R.tokens(turn, V.ui.mode, scale),
       el("details", {class: "prompt", open: turn.observation === null ? "" : null},
          el("summary", {}, k === 0 ? "prompt: the exact text the model saw" : "text appended before this reply"),
@@ -65,6 +75,7 @@ V.trajectoryPage = function (phase, step, records, id) {
        V.harnessOf(record.tag) ? el("span", {class: "badge harness", title: V.harnessOf(record.tag)},
                                     `agent harness ${V.harnessOf(record.tag)}`) : "",
        record.ground_truth !== undefined ? ` · answer ${record.ground_truth}` : "", metrics ? ` · ${metrics}` : ""),
+    frameNote(record),
     record.failure ? el("p", {class: "error"}, record.failure) : null,
     record.error && record.error.traceback
       ? el("details", {class: "prompt traceback"}, el("summary", {}, "traceback"), el("pre", {}, record.error.traceback))
@@ -135,8 +146,9 @@ V.validationPage = async function () {
     el("tbody", {}, rows.map((row) => el("tr", {class: "clickable", dataset: {case: row.case},
       onclick: () => { location.hash = `#/case/${encodeURIComponent(row.case)}`; }},
       el("td", {}, el("a", {href: `#/case/${encodeURIComponent(row.case)}`}, row.case)),
-      el("td", {}, row.first.turns.length && row.first.turns[0].observation !== null
-        ? R.board(row.first.turns[0].observation, V.symbolsOf(row.tag), "xs") : ""),
+      el("td", {}, row.first.turns.length ? R.frames(row.first.turns[0], "sm") : null,
+         row.first.turns.length && row.first.turns[0].observation !== null
+           ? R.board(row.first.turns[0].observation, V.symbolsOf(row.tag), "xs") : ""),
       steps.map((s) => {
         const r = row.at[s];
         if (!r) return el("td", {class: "cell-none"}, "–");
@@ -158,7 +170,7 @@ function episodeColumn(step, r) {
   return el("div", {class: "episode card", dataset: {step}},
     el("h3", {}, el("a", {href: V.trajLink("val", step, r.id)}, `step ${step}`), " ", V.outcomeBadge(r)),
     el("p", {class: "muted"}, `score ${R.fmt(r.score)} · ${r.turns.length} turns`),
-    r.turns.map((t, k) => el("div", {class: "mini-turn"},
+    r.turns.map((t, k) => el("div", {class: "mini-turn"}, R.frames(t, "sm"),
       t.observation !== null ? R.board(t.observation, symbols, "sm") : null,
       el("div", {}, `${k + 1}. `, t.action !== null ? el("code", {}, t.action) : R.tokens(t, "prob", 1),
          t.valid ? "" : el("span", {class: "badge no"}, "invalid"), ` reward ${R.fmt(t.reward)}`))),

@@ -167,6 +167,7 @@ function groupCard(phase, step, group) {
   const start = first.turns.length ? first.turns[0] : null;
   const solved = group.members.filter((r) => r.success).length;
   const head = el("div", {class: "group-head"},
+    start ? R.frames(start, "sm") : null,
     start && start.observation !== null ? R.board(start.observation, symbolsOf(first.tag), "sm") : null,
     el("div", {}, el("h3", {}, `group ${group.id}`),
       el("p", {class: "muted"}, `${first.tag} · ${first.case} · ${solved}/${group.members.length} succeeded · `,
