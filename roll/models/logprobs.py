@@ -344,7 +344,7 @@ def token_log_probs(
     batch, length = input_ids.shape
     out = torch.zeros(batch, length - 1, device=input_ids.device, dtype=torch.float32)
     ent = torch.zeros_like(out) if with_entropy else None
-    shared = None
+    shared, padded = None, None
     if share_prefix and not vision:
         hidden_size = getattr(getattr(module, "config", None), "hidden_size", None) or 1024
         shared = shared_prefix_layout(input_ids, attention_mask, pair_cost(hidden_size))
@@ -357,18 +357,7 @@ def token_log_probs(
         from roll.models.vision import rope_positions
 
         positions = rope_positions(model, input_ids, attention_mask, vision["image_grid_thw"])
-        hidden = final_hidden_states(model, input_ids, attention_mask, positions, **vision)[:, :-1]
-        scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
-        dest = scored.flatten().nonzero().flatten()
-        lp, e = head_log_probs(
-            head,
-            hidden.reshape(-1, hidden.shape[-1])[dest],
-            input_ids[:, 1:].flatten()[dest],
-            temperature=temperature,
-            with_entropy=with_entropy,
-            chunk_tokens=chunk_tokens,
-            compiled=compiled,
-        )
+        padded = final_hidden_states(model, input_ids, attention_mask, positions, **vision)
     elif shared is not None:
         device = input_ids.device
         mask = shared.additive_mask(module.get_input_embeddings().weight.dtype).to(device)
@@ -404,7 +393,9 @@ def token_log_probs(
         cols = layout.index[src] - rows * length
         dest = rows * (length - 1) + cols  # same (row, position) in the (B, L-1) frame
     else:
-        hidden = _padded_hidden_states(model, input_ids, attention_mask)[:, :-1]  # (B, L-1, H)
+        padded = _padded_hidden_states(model, input_ids, attention_mask)
+    if padded is not None:  # a padded forward's (B, L, H) hidden states: score the real tokens
+        hidden = padded[:, :-1]  # (B, L-1, H)
         scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
         dest = scored.flatten().nonzero().flatten()
         lp, e = head_log_probs(
