@@ -233,6 +233,8 @@ class EnvManager:
         """Record each env's reply, then step the envs concurrently (timed as env time)."""
         for x, out in zip(batch, outputs):
             self._record_turn(x, out)
+            self._refuse_image_tokens(x)
+        batch = [x for x in batch if not x.done]
         t = time.perf_counter()
         outcomes = self._call_envs(
             batch, [lambda x=x: x.env.step(x.traj.turns[-1].response_text) for x in batch], "step", result
@@ -265,6 +267,22 @@ class EnvManager:
             turn.appended_eos = True
         x.traj.turns.append(turn)
         x.traj.messages.append({"role": "assistant", "content": text})
+
+    def _refuse_image_tokens(self, x: _Live) -> None:
+        """End the episode as failed (counted, never trained) when a reply of a sample with images holds an image
+        token: the model would count it as an image the sample does not have (docs/vlm.md, known limitation)."""
+        if self._image_inputs is None:  # no env has shown an image: nothing to miscount
+            return
+        vision = self._image_inputs
+        found = {vision.vision_start_id, vision.image_pad_id, vision.vision_end_id} & set(x.traj.turns[-1].response_ids)
+        if found:
+            names = ", ".join(sorted(self.tokenizer.convert_ids_to_tokens(sorted(found))))
+            message = (
+                f"the reply holds the image token(s) {names}, which a sample with images cannot be trained on (the "
+                "model would count them as images); warm-start the model on the answer format (docs/vlm.md)"
+            )
+            record_failure(x.traj, "error", "ImageTokenInReply", message)
+            x.done = True
 
     def _after_step(
         self, x: _Live, obs: str, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]

@@ -243,3 +243,31 @@ def test_megatron_refuses_a_vision_language_model_in_one_line(tiny_vl_model_dir)
 def test_freeze_vision_tower_on_a_text_model_is_an_error(tiny_model_dir):
     with pytest.raises(ValueError, match="freeze_vision_tower: the model .* has no vision tower"):
         _worker(tiny_model_dir, "deepspeed_train", "actor_train", {"zero_stage": 0}, freeze_vision_tower=True)
+
+
+def test_a_reply_with_an_image_token_ends_its_episode_as_failed(tiny_vl_model_dir):
+    """A reply holding <|image_pad|> would be counted as an image the sample lacks (the forward fails on it): the
+    episode ends as failed, named and counted, the env is not stepped with it, and nothing of it is trained."""
+    from tests.agentic.helpers import ScriptedGenerator
+
+    class ImageTokenReply(ScriptedGenerator):
+        def __init__(self, tokenizer: Any, _text: str):
+            super().__init__(tokenizer, "<answer>Up</answer><|image_pad|>")
+
+    cfg = AgenticConfig()
+    cfg.custom_envs = {
+        "SokobanVL": CustomEnvConfig(
+            env_type="sokoban",
+            env_config={"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 8, "max_steps": 10},
+            max_actions_per_traj=2,
+            max_tokens_per_step=8,
+        )
+    }
+    cfg.train_env_manager = EnvManagerConfig(tags=["SokobanVL"], env_groups=1, group_size=2)
+    plan = plan_groups(cfg.train_env_manager, cfg.custom_envs)
+    manager = EnvManager(cfg.train_env_manager, plan, tiny_vl_model_dir, SAMPLING, 1024, seed=3, phase="train")
+    trajs = manager.rollout(1, ImageTokenReply(manager.tokenizer, "")).trajectories
+    assert len(trajs) == 2
+    for traj in trajs:
+        assert traj.failure_type == "ImageTokenInReply" and "<|image_pad|>" in traj.failure
+        assert len(traj.turns) == 1 and traj.turns[0].parsed_action is None  # ended before the env saw the reply
