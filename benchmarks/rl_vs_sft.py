@@ -125,6 +125,18 @@ def sft_config(config_name: str, extra: list[str]) -> tuple[int, int]:
     return cfg.sft_warmup.steps, cfg.sft_warmup.batch_size
 
 
+def control_args(
+    args: argparse.Namespace, seed: int, rl_dir: Path, ctl_dir: Path, sft_steps: int, batch: int
+) -> list[str]:
+    """The control's overrides: the seed's, the study's extra ones, then the control's own (the RL run's initial
+    model and measured training time, demonstrations for 1.5 x the steps its warm-start pace predicts)."""
+    sft_s, rl_s, _ = training_time(read_rows(rl_dir))
+    steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / (sft_s / sft_steps)))
+    own = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
+    keys = {o.split("=", 1)[0] for o in own}  # the control's values replace the study's for these keys
+    return seed_overrides(seed, ctl_dir) + [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in keys] + own
+
+
 def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) -> None:
     """The RL run, then its control (and the greedy re-validations); skips parts whose results exist."""
     rl_dir, ctl_dir = (args.out / f"seed{seed}" / "rl").resolve(), (args.out / f"seed{seed}" / "control").resolve()
@@ -134,14 +146,8 @@ def run_seed(args: argparse.Namespace, seed: int, sft_steps: int, batch: int) ->
         (rl_dir / "wall_s").write_text(f"{wall:.1f}")
     if args.rl_only:
         return
-    sft_s, rl_s, _ = training_time(read_rows(rl_dir))
-    per_step = sft_s / sft_steps
-    steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / per_step))
     if not (ctl_dir / "final").exists():
-        control = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
-        own = {o.split("=", 1)[0] for o in control}  # the control's values replace the study's for these keys
-        extra = [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in own]
-        wall = run(base + seed_overrides(seed, ctl_dir) + extra + control, ctl_dir / "run.log")
+        wall = run(base + control_args(args, seed, rl_dir, ctl_dir, sft_steps, batch), ctl_dir / "run.log")
         (ctl_dir / "wall_s").write_text(f"{wall:.1f}")
         replot(rl_dir)
     if args.greedy:
@@ -183,17 +189,7 @@ def side_by_side(args: argparse.Namespace, sft_steps: int, batch: int) -> None:
             )
             if (ctl_dir / "wall_s").exists():
                 continue
-            sft_s, rl_s, _ = training_time(read_rows(rl_dir))
-            steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / (sft_s / sft_steps)))
-            own = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
-            keys = {o.split("=", 1)[0] for o in own}
-            start(
-                ctl_dir,
-                base
-                + seed_overrides(seed, ctl_dir)
-                + [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in keys]
-                + own,
-            )
+            start(ctl_dir, base + control_args(args, seed, rl_dir, ctl_dir, sft_steps, batch))
         while pending and slots:
             seed = pending.pop(0)
             rl_dir = (args.out / f"seed{seed}" / "rl").resolve()
