@@ -7,6 +7,11 @@
 - ``7b``: hidden 3584, 28 layers, 28 query / 4 KV heads, MLP 18944, vocab 152064, untied embeddings (7.6B
   parameters, 15.2 GB in bf16).
 
+- ``vl3b``: Qwen2.5-VL-3B: the decoder hidden 2048, 36 layers, 16 query / 2 KV heads, MLP 11008, vocab 151936,
+  tied embeddings, M-RoPE sections (16, 24, 24); the vision tower 32 blocks of width 1280 (16 heads, MLP 3420, patch
+  14, merge 2, window 112, full attention in blocks 7, 15, 23, 31) projected to 2048 (3.75B parameters), with roll's
+  hub-free tokenizer plus the image tokens and a Qwen2-VL image processor (:mod:`roll.models.tiny_vl`).
+
 bf16; skipped when PATH/config.json exists. Built on the GPU when one is visible (seconds), else on CPU.
 """
 
@@ -37,9 +42,73 @@ SHAPES = {
 }
 
 
+#: Qwen2.5-VL-3B's decoder (Qwen2_5_VLConfig's text_config) and vision tower (vision_config).
+VL3B_TEXT = dict(
+    hidden_size=2048,
+    num_hidden_layers=36,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    intermediate_size=11008,
+    vocab_size=151936,
+    max_position_embeddings=128000,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+)
+VL3B_VISION = dict(
+    depth=32,
+    hidden_size=1280,
+    intermediate_size=3420,
+    num_heads=16,
+    out_hidden_size=2048,
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    window_size=112,
+    fullatt_block_indexes=[7, 15, 23, 31],
+    tokens_per_second=2,
+)
+
+
+def build_vl(path: pathlib.Path, max_image_pixels: int = 128 * 28 * 28) -> None:
+    """The ``vl3b`` shape at ``path`` (random weights, bf16)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from roll.models.tiny import env_corpus
+    from roll.models.tiny_vl import VIDEO_PAD, vl_image_processor, vl_tokenizer
+
+    start = time.time()
+    tok, ids = vl_tokenizer(env_corpus(), 1024)
+    cfg = Qwen2_5_VLConfig(
+        text_config={**VL3B_TEXT, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id},
+        vision_config=VL3B_VISION,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids[VIDEO_PAD],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen2_5_VLForConditionalGeneration(cfg)
+    torch.set_default_dtype(torch.float32)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    vl_image_processor(max_image_pixels).save_pretrained(path)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"[verify] built {path}: {n / 1e6:.0f}M parameters in {time.time() - start:.1f}s")
+
+
 def main(path: pathlib.Path, shape: str = "0.5b") -> None:
     if (path / "config.json").is_file():
         print(f"[verify] model already at {path}")
+        return
+    if shape == "vl3b":
+        build_vl(path)
         return
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -74,6 +143,6 @@ def main(path: pathlib.Path, shape: str = "0.5b") -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=pathlib.Path)
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    parser.add_argument("--shape", choices=[*sorted(SHAPES), "vl3b"], default="0.5b")
     args = parser.parse_args()
     main(args.path, args.shape)

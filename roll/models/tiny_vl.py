@@ -50,13 +50,10 @@ def build_tiny_vl_model(
     arguments = {k: v for k, v in locals().items() if k not in ("path", "corpus")}
     import torch
     from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     path = Path(path)
     lines = env_corpus() if corpus is None else list(corpus)
-    tokenizer = build_tokenizer(lines, vocab_size)
-    tokenizer.add_tokens([*VISION_TOKENS, VIDEO_PAD], special_tokens=True)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (*VISION_TOKENS, VIDEO_PAD)}
+    tokenizer, ids = vl_tokenizer(lines, vocab_size)
     half = hidden_size // num_attention_heads // 2
     section = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
     config = Qwen2_5_VLConfig(
@@ -94,8 +91,7 @@ def build_tiny_vl_model(
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    # images are resized to between 28*28 and max_image_pixels pixels (sides multiples of patch 14 x merge 2)
-    processor = Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": max_image_pixels})
+    processor = vl_image_processor(max_image_pixels)
     spec = build_spec(**arguments, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
@@ -106,6 +102,21 @@ def build_tiny_vl_model(
         shutil.rmtree(path)
     tmp.rename(path)
     return path
+
+
+def vl_tokenizer(lines: list[str], vocab_size: int) -> tuple[Any, dict[str, int]]:
+    """The tiny tokenizer fitted on ``lines`` plus Qwen2.5-VL's image and video tokens, and those tokens' ids."""
+    tokenizer = build_tokenizer(lines, vocab_size)
+    tokenizer.add_tokens([*VISION_TOKENS, VIDEO_PAD], special_tokens=True)
+    return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in (*VISION_TOKENS, VIDEO_PAD)}
+
+
+def vl_image_processor(max_image_pixels: int) -> Any:
+    """A Qwen2-VL image processor (PIL backend) resizing images to between 28*28 and ``max_image_pixels`` pixels
+    (sides multiples of patch 14 x merge 2)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(size={"shortest_edge": 28 * 28, "longest_edge": max_image_pixels})
 
 
 #: ``tiny_model`` keys that only a vision-language build reads.

@@ -36,6 +36,36 @@ IMAGE_PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
 VISION_TOKENS = (VISION_START, IMAGE_PAD, VISION_END)
 
 
+#: Qwen2(.5)-VL in transformers >= 4.52 holds its decoder at ``model.language_model`` and its vision tower at
+#: ``model.visual``; its checkpoints (``save_pretrained`` writes the older names) and SGLang's loader say ``model.``
+#: and ``visual.``.
+CHECKPOINT_PREFIXES = (("model.language_model.", "model."), ("model.visual.", "visual."))
+
+
+def checkpoint_name(name: str) -> str:
+    """The checkpoint name of a vision-language model's parameter (:data:`CHECKPOINT_PREFIXES`); others unchanged.
+
+    >>> checkpoint_name("model.language_model.layers.0.mlp.up_proj.weight")
+    'model.layers.0.mlp.up_proj.weight'
+    >>> checkpoint_name("model.visual.merger.ln_q.weight"), checkpoint_name("lm_head.weight")
+    ('visual.merger.ln_q.weight', 'lm_head.weight')
+    """
+    for module_prefix, checkpoint_prefix in CHECKPOINT_PREFIXES:
+        if name.startswith(module_prefix):
+            return checkpoint_prefix + name[len(module_prefix) :]
+    return name
+
+
+def collapse_image_pads(ids: Sequence[int], image_pad_id: int) -> list[int]:
+    """``ids`` with each run of ``image_pad_id`` cut to one token: the inverse of :meth:`ImageInputs.expand`, the
+    prompt an engine that expands image tokens itself (SGLang) is given.
+
+    >>> collapse_image_pads([1, 7, 9, 9, 9, 8, 2], 9)
+    [1, 7, 9, 8, 2]
+    """
+    return [t for k, t in enumerate(ids) if t != image_pad_id or k == 0 or ids[k - 1] != image_pad_id]
+
+
 def with_image_placeholders(text: str, count: int) -> str:
     """A message's text with ``count`` images before it: one :data:`IMAGE_PLACEHOLDER` each, then ``text``."""
     return IMAGE_PLACEHOLDER * count + text

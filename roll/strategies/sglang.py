@@ -45,8 +45,11 @@ from roll.config.strategies import WEIGHT_SYNC_CHOICES, SGLangOptions  # noqa: F
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.trajectory import prompt_images
+from roll.models.loading import is_vision_config
+from roll.models.vision import checkpoint_name, collapse_image_pads
 from roll.strategies.base import GenerationOutput, InferenceStrategy, StrategyContext
 from roll.weights.buckets import bucket_meta, iter_buckets
+from roll.weights.ipc import rename_payload
 
 #: Typed engine arguments of :class:`SGLangOptions` (roll's own keys are not passed to the Engine). The defaults
 #: (``mem_fraction_static``, ``attention_backend="triton"``, ...) work on the lent H100/H200 bundles.
@@ -123,7 +126,7 @@ def parse_output(out: dict[str, Any]) -> GenerationOutput:
 
 
 def pil_images(images: Iterable[Any]) -> list[Any]:
-    """H x W x 3 uint8 arrays as PIL images, SGLang's ``image_data`` (docs/vlm.md: this path is not run here)."""
+    """H x W x 3 uint8 arrays as PIL images, SGLang's ``image_data``."""
     from PIL import Image
 
     return [Image.fromarray(image) for image in images]
@@ -136,8 +139,8 @@ class RequestTracker:
     one of the asked-for requests finishes or ``timeout`` passes, and hands back finished ones (each exactly once).
     """
 
-    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop):
-        self.engine, self.loop = engine, loop
+    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop, image_pad_id: int | None = None):
+        self.engine, self.loop, self.image_pad_id = engine, loop, image_pad_id
         self.tasks: dict[str, asyncio.Task] = {}
 
     def submit(self, rid: str, prompt: list[int], params: dict[str, Any], lora_path: str | None = None) -> None:
@@ -146,12 +149,17 @@ class RequestTracker:
         if rid in self.tasks:
             raise ValueError(f"sglang: request id {rid!r} is already in flight; ids must be unique")
         extra: dict[str, Any] = {"lora_path": lora_path} if lora_path else {}
-        if prompt_images(prompt):  # a vision-language model's prompt: its image tokens are already expanded
+        ids = list(prompt)
+        if prompt_images(prompt):  # SGLang expands each image's one pad token itself, from the images
             extra["image_data"] = pil_images(prompt_images(prompt))
-        coro = self.engine.async_generate(
-            input_ids=list(prompt), sampling_params=params, return_logprob=True, rid=rid, **extra
-        )
+            ids = collapse_image_pads(ids, self._image_pad())
+        coro = self.engine.async_generate(input_ids=ids, sampling_params=params, return_logprob=True, rid=rid, **extra)
         self.tasks[rid] = self.loop.create_task(coro)
+
+    def _image_pad(self) -> int:
+        if self.image_pad_id is None:
+            raise ValueError("sglang: a prompt with images for a model without image tokens (not a VL model)")
+        return self.image_pad_id
 
     def poll(self, rids: Iterable[str] | None = None, timeout: float | None = None) -> dict[str, GenerationOutput]:
         """Finished requests among ``rids`` (default: all in flight); waits up to ``timeout`` s (None = until one)."""
@@ -239,14 +247,19 @@ class SGLangStrategy(InferenceStrategy):
         self._adapter_version = 0
         self._pending_adapter: tuple[list[tuple[str, torch.Tensor]], dict[str, Any]] | None = None
         self._unloading: list[Any] = []  # unloads of older adapters, waiting for their last requests
-        self.engine = sglang.Engine(**kwargs)
-        self.tracker = RequestTracker(self.engine, self.engine.loop)
         from transformers import AutoConfig
 
         hf = AutoConfig.from_pretrained(self.model_path, trust_remote_code=margs.trust_remote_code)
-        self.eos_token_id = hf.eos_token_id if isinstance(hf.eos_token_id, int) else None
+        text = hf.get_text_config()
+        eos = getattr(text, "eos_token_id", None)
+        self.eos_token_id = eos if isinstance(eos, int) else None
         #: tied embeddings: SGLang has no lm_head parameter to receive
-        self.skip_names = frozenset({"lm_head.weight"} if getattr(hf, "tie_word_embeddings", False) else set())
+        tied = getattr(hf, "tie_word_embeddings", False) or getattr(text, "tie_word_embeddings", False)
+        self.skip_names = frozenset({"lm_head.weight"} if tied else set())
+        #: a VL model: SGLang loads weights under their checkpoint names (roll.models.vision.checkpoint_name)
+        self.rename = checkpoint_name if is_vision_config(hf) else None
+        self.engine = sglang.Engine(**kwargs)
+        self.tracker = RequestTracker(self.engine, self.engine.loop, getattr(hf, "image_token_id", None))
         self.released = False
         self._weights_released = False  # the release freed the engine's weights
         self._weights_fresh = True  # weights loaded since the last release
@@ -293,8 +306,10 @@ class SGLangStrategy(InferenceStrategy):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
         extra: dict[str, Any] = {"lora_path": [self.adapter_name] * len(prompts)} if self.adapter_name else {}
-        if "images" in batch and any(batch["images"]):  # written against SGLang's API; not run (no GPU here)
+        if "images" in batch and any(batch["images"]):  # each image's pads cut to one: SGLang expands them again
             extra["image_data"] = [pil_images(images) or None for images in batch["images"]]
+            pad = self.tracker._image_pad()
+            prompts = [collapse_image_pads(p, pad) if im else p for p, im in zip(prompts, batch["images"])]
         outs = self.engine.generate(
             input_ids=prompts,
             sampling_params={"max_new_tokens": 1, "temperature": 0.0},
@@ -306,6 +321,11 @@ class SGLangStrategy(InferenceStrategy):
         for i, (o, m) in enumerate(zip(outs, mask)):
             lps = [x[0] for x in o["meta_info"]["input_token_logprobs"]][1:]  # the first token has no log-prob
             pos = m.bool().nonzero().flatten()[1:] - 1  # log-prob index t predicts token t + 1
+            if len(lps) != len(pos):
+                raise RuntimeError(
+                    f"sglang: {len(lps) + 1} prompt tokens scored for a sample of {len(pos) + 1} (its images "
+                    "expanded to another number of image tokens than roll's image processor gives?)"
+                )
             out[i, pos] = torch.tensor(lps, dtype=out.dtype)
         return {"log_probs": out}
 
@@ -383,6 +403,7 @@ class SGLangStrategy(InferenceStrategy):
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         for i, bucket in enumerate(buckets):
             bucket = [(n, t.to(device, non_blocking=True)) for n, t in bucket] if device else bucket
+            bucket = [(self.rename(n), t) for n, t in bucket] if self.rename else bucket
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=flush and i == len(buckets) - 1)
         self.last_sync = {"sync/push_s": time.perf_counter() - start, "sync/buckets": float(len(buckets))}
 
@@ -398,6 +419,8 @@ class SGLangStrategy(InferenceStrategy):
         if self.released and self._weights_released:
             self.engine.resume_memory_occupation(tags=["weights"])
             self._weights_released = False
+        if self.rename:
+            payloads = [rename_payload(p, self.rename) for p in payloads]
         with self.paused() as in_flight:
             _check_result(
                 "update_weights_from_tensor",
@@ -474,7 +497,7 @@ class SGLangStrategy(InferenceStrategy):
                 _check_result(
                     "update_weights_from_distributed",
                     self.engine.update_weights_from_distributed(
-                        names=meta["names"],
+                        names=[self.rename(n) for n in meta["names"]] if self.rename else meta["names"],
                         dtypes=meta["dtypes"],
                         shapes=meta["shapes"],
                         group_name=group_name,

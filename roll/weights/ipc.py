@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import pickle
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -128,6 +129,35 @@ def open_bucket(payload: bytes) -> NamedTensors:
     """The tensors of a payload from :func:`share_bucket`, as views of the sender's GPU buffer (no copy)."""
     data = _Unpickler(io.BytesIO(payload)).load()
     return unflatten_bucket(data["flattened_tensor"], data["metadata"])
+
+
+class _Reduced:
+    """A pickled call kept unmade: pickles again as the same call (:func:`rename_payload`)."""
+
+    def __init__(self, fn: Any, args: tuple):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+class _KeepingUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        fn = super().find_class(module, name)
+        if (module, name) == ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"):
+            return lambda *args: _Reduced(fn, args)
+        return fn
+
+
+def rename_payload(payload: bytes, rename: Callable[[str], str]) -> bytes:
+    """A payload of :func:`share_bucket` with every tensor's name passed through ``rename``; the CUDA IPC handle is
+    carried over unopened (this process need not see the GPU)."""
+    data = _KeepingUnpickler(io.BytesIO(payload)).load()
+    for slot in data["metadata"]:
+        slot.name = rename(slot.name)
+    out = io.BytesIO()
+    ForkingPickler(out).dump(data)
+    return out.getvalue()
 
 
 def payload_globals(payload: bytes) -> set[str]:

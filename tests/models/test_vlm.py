@@ -122,6 +122,25 @@ def test_image_tokens_are_counted_and_expanded(tiny_vl_model_dir):
         images.expand([pad], [small, small])
 
 
+def test_checkpoint_names_are_the_names_save_pretrained_writes(tiny_vl_model_dir):
+    """What SGLang receives (``checkpoint_name`` of each parameter) is what a saved checkpoint holds; collapsing the
+    pads undoes ``expand``."""
+    from safetensors import safe_open
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from roll.models.vision import checkpoint_name, collapse_image_pads
+
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(tiny_vl_model_dir)
+    names = {checkpoint_name(n) for n, _ in model.named_parameters()}
+    with safe_open(f"{tiny_vl_model_dir}/model.safetensors", "pt") as saved:
+        assert names == set(saved.keys()) and any(n.startswith("visual.") for n in names)
+    assert not any(n.startswith("model.visual") for n in names)
+    images = ImageInputs(tiny_vl_model_dir)
+    pad, frame = images.image_pad_id, np.zeros((48, 48, 3), np.uint8)
+    ids = [7, images.vision_start_id, pad, images.vision_end_id, 8, pad, 9]
+    assert collapse_image_pads(images.expand(ids, [frame, frame]), pad) == ids
+
+
 def test_turns_carry_frames_and_image_tokens_are_prompt_tokens(rollout):
     manager, trajs, batch, _ = rollout
     images = manager.image_inputs()

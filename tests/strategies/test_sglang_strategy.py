@@ -139,6 +139,8 @@ class FakeEngine:
         self.waiting_after_retract = False
         self.adapter_of: dict[str, str | None] = {}  # request -> the LoRA adapter it was generated with
         self.adapters: dict[str, dict[str, torch.Tensor]] = {}
+        self.images_of: dict[str, list | None] = {}  # request -> its image_data
+        self.payloads: list[bytes] = []
 
     def load_lora_adapter_from_tensors(self, lora_name, tensors, config_dict, load_format=None):
         from types import SimpleNamespace
@@ -149,9 +151,10 @@ class FakeEngine:
         self.events.append(f"adapter:{lora_name}")
         return SimpleNamespace(success=ok, error_message="" if ok else "bad adapter config or name in use")
 
-    async def async_generate(self, input_ids, sampling_params, return_logprob, rid, lora_path=None):
+    async def async_generate(self, input_ids, sampling_params, return_logprob, rid, lora_path=None, image_data=None):
         assert return_logprob
         self.calls.append((rid, input_ids, sampling_params))
+        self.images_of[rid] = image_data
         self.adapter_of[rid] = lora_path
         await asyncio.sleep(self.delays.get(rid, 0.0))
         return _result(rid, input_ids[::-1])
@@ -164,6 +167,7 @@ class FakeEngine:
     def update_weights_from_tensor(self, named_tensors, flush_cache=True, load_format=None):
         self._flush(flush_cache)
         if load_format == "flattened_bucket":
+            self.payloads += named_tensors
             self.events.append(f"ipc({len(named_tensors)}, flush={flush_cache})")
             return (True, "Success")
         self.pushed.append([n for n, _ in named_tensors])
@@ -226,7 +230,7 @@ def test_tracker_abort():
 
 def _strategy(engine: FakeEngine, bucket_bytes: int = 1 << 30) -> SGLangStrategy:
     s = SGLangStrategy(WorkerConfig(), 0, 1, options=SGLangOptions())
-    s.engine, s.tracker, s.eos_token_id = engine, RequestTracker(engine, engine.loop), 2
+    s.engine, s.tracker, s.eos_token_id, s.rename = engine, RequestTracker(engine, engine.loop), 2, None
     s.bucket_bytes, s.release_tags, s.model_path = bucket_bytes, None, "/init"
     s.skip_names, s.released, s._host_weights, s.last_sync = frozenset({"lm_head.weight"}), False, None, {}
     s._weights_released, s._weights_fresh, s._synced = False, True, False
@@ -387,6 +391,70 @@ def test_weight_group_calls_and_their_failures():
         s.init_weight_group("10.0.0.1", 2345, 1, 1)
     with pytest.raises(RuntimeError, match="update_weights_from_distributed failed: .*shape mismatch"):
         s.update_weights_distributed([{"names": ["bad"], "dtypes": ["float32"], "shapes": [[1]]}])
+
+
+def test_a_vision_language_model_gets_one_pad_per_image_and_weights_under_checkpoint_names():
+    """SGLang expands each image's pad token itself (from the images it is given) and loads Qwen2.5-VL weights under
+    their checkpoint names (``visual.``, ``model.layers``): roll sends the prompt with each run of pads cut to one,
+    the images as PIL images, and renames in every sync path (host push, CUDA IPC payloads, NCCL metas)."""
+    import numpy as np
+
+    from roll.data.trajectory import ImagePrompt
+    from roll.models.vision import checkpoint_name
+
+    eng = FakeEngine()
+    s = _strategy(eng)
+    s.rename, s.tracker.image_pad_id = checkpoint_name, 9
+    frames = [np.full((28, 28, 3), 40, np.uint8), np.full((28, 56, 3), 200, np.uint8)]
+    prompt = ImagePrompt([1, 7, 9, 9, 9, 9, 8, 5, 7, 9, 9, 8, 3], frames)
+    s.generate([prompt, [4, 5]], GeneratingArgs())
+    (rid, ids, _), (_, plain, _) = eng.calls
+    assert ids == [1, 7, 9, 8, 5, 7, 9, 8, 3] and plain == [4, 5]
+    sent = eng.images_of[rid]
+    assert [im.size for im in sent] == [(28, 28), (56, 28)] and np.asarray(sent[1])[0, 0, 0] == 200
+    s.load_weights(
+        [("model.language_model.layers.0.mlp.up_proj.weight", torch.ones(1)), ("model.visual.x", torch.ones(1))]
+    )
+    assert eng.pushed == [["model.layers.0.mlp.up_proj.weight", "visual.x"]]
+    s.update_weights_distributed([{"names": ["model.visual.y"], "dtypes": ["float32"], "shapes": [[1]]}])
+    assert eng.events[-1] == ("recv", ["visual.y"], True)
+    with pytest.raises(ValueError, match="without image tokens"):
+        RequestTracker(eng, eng.loop).submit("r", ImagePrompt([9], frames[:1]), {})
+
+
+def test_rename_payload_renames_the_slots_and_keeps_the_cuda_handle_unopened():
+    """A CUDA IPC payload's names are rewritten without opening its handle (no GPU here: opening would fail)."""
+    import io
+    import types
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.multiprocessing import reductions
+
+    from roll.weights.ipc import payload_globals, rename_payload
+
+    class Handle:
+        def __reduce__(self):
+            return reductions.rebuild_cuda_tensor, ("GPU-uuid", 7)
+
+    meta = [types.SimpleNamespace(name="model.visual.a", start_idx=0), types.SimpleNamespace(name="lm", start_idx=4)]
+    out = io.BytesIO()
+    ForkingPickler(out).dump({"flattened_tensor": Handle(), "metadata": meta})
+    renamed = rename_payload(out.getvalue(), lambda n: n.replace("model.visual.", "visual."))
+    assert "torch.multiprocessing.reductions.rebuild_cuda_tensor" in payload_globals(renamed)
+
+    class Peek(__import__("pickle").Unpickler):
+        def find_class(self, module, name):
+            if name == "rebuild_cuda_tensor":
+                return lambda *args: ("handle", args)
+            return super().find_class(module, name)
+
+    data = Peek(io.BytesIO(renamed)).load()
+    assert data["flattened_tensor"] == ("handle", ("GPU-uuid", 7))
+    assert [m.name for m in data["metadata"]] == ["visual.a", "lm"] and data["metadata"][1].start_idx == 4
+    s = _strategy(FakeEngine())
+    s.rename = lambda n: n.replace("model.visual.", "visual.")
+    s.load_weight_bucket([out.getvalue()], flush=True)
+    assert [m.name for m in Peek(io.BytesIO(s.engine.payloads[0])).load()["metadata"]] == ["visual.a", "lm"]
 
 
 def test_engine_tp_size_and_weight_sync_key():
