@@ -9,7 +9,9 @@ as :class:`Term` s in three states (:class:`RoleMemory`): ``resident`` (held for
 Notation of the formulas: P parameters of the model, A those of the LoRA adapters, T the trained ones (P, or A
 with LoRA), b bytes per element of ``model_args.dtype`` (fp32 4, bf16/fp16 2), d the role's ranks, n the tokens of
 a micro-batch (:func:`train_tokens`, :func:`infer_tokens`), V vocabulary, h hidden size, I the MLP's intermediate
-size, L layers. Every constant a measurement could correct is a named value below.
+size, L layers. Every constant a measurement could correct is a named value below. A vision-language model
+(Qwen2-VL, Qwen2.5-VL) adds its vision tower's parameters to P (:class:`VisionTower`); the tower's activations are
+not counted (its images are a few hundred patches each here, against thousands of text tokens).
 """
 
 from __future__ import annotations
@@ -53,14 +55,98 @@ SGLANG_PROCESSES = 0
 #: The linear modules of one decoder layer (what LoRA's ``all-linear`` targets), plus the LM head.
 LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_MODULES = (*LINEAR_MODULES, "lm_head")
+#: ``model_type`` s whose decoder has q/k/v biases without saying so (no ``attention_bias`` key).
+QKV_BIAS_TYPES = ("qwen2", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")
 #: The table row of every term of a role other than actor_train (actor_train's terms have rows of their own).
 ROLE_ROWS = {"actor_infer": "engine", "reference": "reference", "critic": "critic"}
 
 
 # ---------------------------------------------------------------------------- the model's shape
 @dataclass(frozen=True)
+class VisionTower:
+    """The vision tower of a Qwen2-VL or Qwen2.5-VL model (transformers' ``model.visual``), read from its
+    ``vision_config``: a patch embedding (Conv3d, no bias), ``blocks`` blocks of width w, and a merger of ``merge``
+    patches into one token of the decoder's width."""
+
+    blocks: int
+    width: int  # w
+    mlp: int  # the MLP's hidden size m
+    out: int  # the decoder's width the merger projects to
+    patch: int  # the Conv3d's inputs per patch: in_channels x temporal_patch_size x patch_size^2
+    merge: int  # spatial_merge_size^2
+    gated: bool  # Qwen2.5-VL: gate/up/down MLP and RMSNorms; Qwen2-VL: fc1/fc2 MLP and LayerNorms (with bias)
+
+    @classmethod
+    def from_config(cls, vc: dict[str, Any], model_type: str, where: str = "config.json") -> VisionTower:
+        """The tower of a ``vision_config`` dict (``model_type`` its own, else the model's); a ValueError names what
+        is missing or an unknown tower."""
+        gated = model_type.startswith("qwen2_5_vl")
+        if not gated and not model_type.startswith("qwen2_vl"):
+            raise ValueError(
+                f"{where} has a vision tower of type {model_type or 'unknown'!r}; the memory planner knows those of "
+                "Qwen2-VL and Qwen2.5-VL"
+            )
+        keys = (
+            ("depth", "hidden_size", "intermediate_size", "out_hidden_size")
+            if gated
+            else ("depth", "embed_dim", "mlp_ratio", "hidden_size")
+        )
+        missing = [k for k in keys if k not in vc]
+        if missing:
+            raise ValueError(f"{where}'s vision_config lacks {', '.join(missing)}")
+        width = int(vc["hidden_size"] if gated else vc["embed_dim"])
+        merge = int(vc.get("spatial_merge_size", 2))
+        return cls(
+            blocks=int(vc["depth"]),
+            width=width,
+            mlp=int(vc["intermediate_size"]) if gated else int(width * vc["mlp_ratio"]),
+            out=int(vc["out_hidden_size"] if gated else vc["hidden_size"]),
+            patch=int(vc.get("in_channels", vc.get("in_chans", 3)))
+            * int(vc.get("temporal_patch_size", 2))
+            * int(vc.get("patch_size", 14)) ** 2,
+            merge=merge * merge,
+            gated=gated,
+        )
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """``(d_in, d_out)`` of each linear module of one block (all with biases)."""
+        w, m = self.width, self.mlp
+        mlp = (
+            {"gate_proj": (w, m), "up_proj": (w, m), "down_proj": (m, w)}
+            if self.gated
+            else {"fc1": (w, m), "fc2": (m, w)}
+        )
+        return {"qkv": (w, 3 * w), "proj": (w, w), **mlp}
+
+    def norm_params(self) -> int:
+        """One norm of width w: w (RMSNorm) or 2 w (LayerNorm, with bias)."""
+        return self.width if self.gated else 2 * self.width
+
+    def merger(self) -> dict[str, tuple[int, int]]:
+        """The merger's two linears (with biases): w merge -> w merge -> the decoder's width."""
+        wide = self.width * self.merge
+        return {"mlp.0": (wide, wide), "mlp.2": (wide, self.out)}
+
+    def params(self) -> int:
+        """patch w (the Conv3d) + blocks x (sum of (d_in + 1) d_out over the block's linears + two norms) + the
+        merger's norm and linears."""
+        block = sum((a + 1) * b for a, b in self.linears().values()) + 2 * self.norm_params()
+        merger = self.norm_params() + sum((a + 1) * b for a, b in self.merger().values())
+        return self.patch * self.width + self.blocks * block + merger
+
+    def lora_params(self, targets: Sequence[str]) -> int:
+        """Adapter inputs plus outputs, d_in + d_out, of the tower's linears peft targets: those named (peft matches
+        module names, so the decoder's ``gate_proj`` also names Qwen2.5-VL's tower MLP), and all of them, merger
+        included, with every decoder linear (what ``all-linear`` gives; an upper bound for those seven names)."""
+        every = set(LINEAR_MODULES) <= set(targets)
+        block = sum(a + b for name, (a, b) in self.linears().items() if every or name in targets)
+        return self.blocks * block + (sum(a + b for a, b in self.merger().values()) if every else 0)
+
+
+@dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder-only transformer with a gated MLP (Qwen2, Llama), read from its ``config.json``."""
+    """A dense decoder-only transformer with a gated MLP (Qwen2, Llama), read from its ``config.json``, and the
+    vision tower of a vision-language model (Qwen2-VL, Qwen2.5-VL), if any."""
 
     hidden: int
     layers: int
@@ -71,27 +157,38 @@ class ModelShape:
     vocab: int
     tied: bool
     qkv_bias: bool
+    vision: VisionTower | None = None
 
     @classmethod
     def from_config(cls, hf: dict[str, Any], where: str = "config.json") -> ModelShape:
-        """The shape of a ``config.json`` dict; a ValueError names what is missing or not a dense decoder."""
+        """The shape of a ``config.json`` dict; a ValueError names what is missing or not a dense decoder. A
+        vision-language model's decoder keys are read from its ``text_config`` (over the top-level ones), its
+        tower from ``vision_config``."""
+        text = hf.get("text_config") or {}
+        dec = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **text}
         keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-        missing = [k for k in keys if k not in hf]
+        missing = [k for k in keys if k not in dec]
         if missing:
             raise ValueError(f"{where} lacks {', '.join(missing)}: not a decoder the memory planner knows")
-        if any(k in hf for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+        if any(k in dec for k in ("num_experts", "num_local_experts", "n_routed_experts")):
             raise ValueError(f"{where} is a mixture-of-experts model; the memory planner knows dense decoders")
-        hidden, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+        vc = hf.get("vision_config")
+        vision = None
+        if vc is not None:
+            vision = VisionTower.from_config(vc, str(vc.get("model_type") or hf.get("model_type") or ""), where)
+        hidden, heads = int(dec["hidden_size"]), int(dec["num_attention_heads"])
         return cls(
             hidden=hidden,
-            layers=int(hf["num_hidden_layers"]),
+            layers=int(dec["num_hidden_layers"]),
             heads=heads,
-            kv_heads=int(hf.get("num_key_value_heads") or heads),
-            head_dim=int(hf.get("head_dim") or hidden // heads),
-            intermediate=int(hf["intermediate_size"]),
-            vocab=int(hf["vocab_size"]),
-            tied=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=bool(hf.get("attention_bias", hf.get("model_type") == "qwen2")),  # Qwen2 always has it
+            kv_heads=int(dec.get("num_key_value_heads") or heads),
+            head_dim=int(dec.get("head_dim") or hidden // heads),
+            intermediate=int(dec["intermediate_size"]),
+            vocab=int(dec["vocab_size"]),
+            # transformers ties a vision-language model's head when either level says so
+            tied=bool(hf.get("tie_word_embeddings") or text.get("tie_word_embeddings")),
+            qkv_bias=bool(dec.get("attention_bias", dec.get("model_type") in QKV_BIAS_TYPES)),  # Qwen2 always has it
+            vision=vision,
         )
 
     @property
@@ -120,26 +217,39 @@ class ModelShape:
         bias = self.q_dim + 2 * self.kv_dim if self.qkv_bias else 0
         return sum(a * b for a, b in self.linears().values()) + bias + 2 * self.hidden
 
+    def vision_params(self) -> int:
+        """The vision tower's parameters (0 for a text-only model)."""
+        return self.vision.params() if self.vision else 0
+
     def params(self, value_head: bool = False) -> int:
         """P = V h (embedding) + L x layer + h (final norm) + the head: V h (an untied LM head), 0 (tied), or
-        h + 1 (a critic's value head in place of the LM head)."""
+        h + 1 (a critic's value head in place of the LM head); + the vision tower's."""
         head = self.hidden + 1 if value_head else (0 if self.tied else self.vocab * self.hidden)
-        return self.vocab * self.hidden + self.layers * self.layer_params() + self.hidden + head
+        decoder = self.vocab * self.hidden + self.layers * self.layer_params() + self.hidden + head
+        return decoder + self.vision_params()
 
     def stage_params(self, pp: int) -> int:
         """Parameters of the largest of ``pp`` pipeline stages: ceil(L / pp) layers + the embedding (first stage)
-        or the LM head and final norm (last stage; a tied head is a copy of the embedding there)."""
+        or the LM head and final norm (last stage; a tied head is a copy of the embedding there), + the vision
+        tower (first stage)."""
         if pp <= 1:
             return self.params()
-        return -(-self.layers // pp) * self.layer_params() + self.vocab * self.hidden + self.hidden
+        layers = -(-self.layers // pp) * self.layer_params()
+        return layers + self.vocab * self.hidden + self.hidden + self.vision_params()
 
     def lora_params(self, rank: int, targets: Sequence[str]) -> int:
-        """A = r (d_in + d_out) per targeted module: each layer's targeted linears, and ``lm_head`` (h -> V) when
-        targeted; names outside :data:`LORA_MODULES` count 0."""
+        """A = r (d_in + d_out) per targeted module: each layer's targeted linears, ``lm_head`` (h -> V) when
+        targeted, and the vision tower's (:meth:`VisionTower.lora_params`); names outside :meth:`lora_modules`
+        count 0."""
         linears = self.linears()
         per_layer = sum(sum(linears[t]) for t in targets if t in linears)
         head = self.hidden + self.vocab if "lm_head" in targets else 0
-        return rank * (self.layers * per_layer + head)
+        vision = self.vision.lora_params(targets) if self.vision else 0
+        return rank * (self.layers * per_layer + head + vision)
+
+    def lora_modules(self) -> tuple[str, ...]:
+        """The module names :meth:`lora_params` counts: :data:`LORA_MODULES`, + the vision tower's."""
+        return LORA_MODULES + (tuple(self.vision.linears()) if self.vision else ())
 
     def kv_bytes_per_token(self, b: int) -> int:
         """Keys and values of one token over all layers: 2 L kv_heads head_dim b."""
@@ -201,7 +311,8 @@ def activation_bytes(
 ) -> float:
     """Activations a training micro-batch of n tokens keeps for its backward: n (L x layer + 2 b h); checkpointed
     n (L b h + 2 b h), each layer's input only. 2 b h: the embedding output and the final hidden states the LM
-    head reads. (Measured on an H200, 0.5B shape, 4k-16k tokens: within 0.4% without checkpointing, 8% with.)"""
+    head reads. (Measured on an H200, 0.5B shape, 4k-16k tokens: within 0.4% without checkpointing, 8% with.)
+    A vision tower's activations are not counted; its image tokens count here as the decoder's tokens."""
     kept = shape.layers * (b * shape.hidden if checkpointing else layer_activation_bytes(shape, b, liger, tp))
     return tokens * (kept + 2 * b * shape.hidden)
 
@@ -278,6 +389,11 @@ class RoleInputs:
     def b(self) -> int:
         return DTYPE_BYTES[self.worker.model_args.dtype]
 
+    @property
+    def frozen_tower(self) -> bool:
+        """Whether a trainer keeps its vision tower fixed (``model_args.freeze_vision_tower``): no gradients."""
+        return bool(getattr(self.worker.model_args, "freeze_vision_tower", False)) and self.shape.vision is not None
+
     def term(self, row: str, what: str, nbytes: float) -> Term:
         """A :class:`Term` of ``nbytes`` bytes; a role other than actor_train files it under its own row."""
         return Term(self.role, ROLE_ROWS.get(self.role, row), what, nbytes / GIB)
@@ -289,12 +405,13 @@ class RoleInputs:
         return strategy_options(self.worker, f"{self.role}.strategy_args.strategy_config")
 
     def trained(self, value_head: bool = False) -> tuple[int, int]:
-        """``(weights, trained)`` parameter counts: (P, P) in full training; (P + A, A) with LoRA."""
+        """``(weights, trained)`` parameter counts: (P, P) in full training, (P, P - the vision tower) with
+        ``freeze_vision_tower``; (P + A, A) with LoRA."""
         p = self.shape.params(value_head)
         rank, targets = self.lora
         if not rank:
-            return p, p
-        unknown = sorted(set(targets) - set(LORA_MODULES))
+            return p, p - (self.shape.vision_params() if self.frozen_tower else 0)
+        unknown = sorted(set(targets) - set(self.shape.lora_modules()))
         if unknown:
             self.notes.append(f"lora_target modules {unknown} are not known to the planner and count 0")
         adapters = self.shape.lora_params(rank, targets)

@@ -57,6 +57,7 @@ def deepspeed_train(x: RoleInputs) -> RoleMemory:
       DeepSpeed moves only the bf16 weights, gradients and gradient buffer); with offload_param it does nothing.
       With LoRA the frozen base weights stay too: DeepSpeed moves the parameters its optimizer holds, the adapters
       (measured on an H200: a 7B LoRA run's rollout phase held the trainer's 14.3 GiB base beside SGLang's pool).
+      A vision tower frozen by ``freeze_vision_tower`` stays at stages 1-3 for the same reason (not measured).
     """
     opts, b, d = x.options(), x.b, x.world
     stage, zero = int(opts.stage), opts.zero_optimization
@@ -86,6 +87,9 @@ def deepspeed_train(x: RoleInputs) -> RoleMemory:
         offloaded = tuple(t for t in resident if t.what != "gathered layers")
     elif x.lora[0]:  # the frozen base is no optimizer parameter: offload_states leaves it on the GPU
         offloaded = (x.term("weights", "frozen base weights (not offloaded)", w.gib * GIB), *offloaded)
+    elif x.frozen_tower and stage >= 1:  # likewise a frozen vision tower (ZeRO-0 moves the whole module)
+        tower = x.shape.vision_params() * b / (d if stage == 3 else 1)
+        offloaded = (x.term("weights", "frozen vision tower (not offloaded)", tower), *offloaded)
     return RoleMemory(
         x.role,
         "deepspeed_train",
