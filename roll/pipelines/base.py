@@ -128,7 +128,7 @@ class Pipeline(ABC):
         training phase: a colocated engine is released first, as for an RL update (it held its KV pool through the
         warm start before: a 7B LoRA run's warm start peaked 11 GiB above its RL training steps, on an H200)."""
         start, losses, train = time.perf_counter(), [], self.roles.actor_train
-        self.phases.activate(self.groups, {"actor_train", "reference", "critic"})
+        self.phases.activate(self.groups, {"actor_train", "reference", "critic"}, measure=False)
         budget = 60 * self.cfg.max_train_minutes
         for i, batch in enumerate(batches):
             parts = train.train_step(batch, SFT_LOSS, lr=lr)

@@ -159,6 +159,23 @@ def test_auto_policy_stays_resident_when_measured_to_fit(trainer_peak, resident)
         assert calls == [("actor_train", "offload"), ("actor_infer", "reload")]
 
 
+def test_auto_policy_does_not_judge_by_the_warm_start():
+    """The warm start's training phase (``measure=False``) is not measured: the decision waits for the first RL
+    update's phase, whose peak (here 60 GiB, against the warm start's 30) decides: offloading goes on."""
+    plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0])}, 1)
+    log: list = []
+    stats = {"reserved_gib": 0.5, "gpu_used_gib": 30.5, "gpu_total_gib": 80.0, "peak_reserved_gib": 30.0}
+    groups = {"actor_train": _Measured("actor_train", log, stats), "actor_infer": _Recorder("actor_infer", log)}
+    phases = ColocationPhases(plan.colocated, "auto")
+    phases.activate(groups, {"actor_train"}, measure=False)  # warm start
+    phases.activate(groups, {"actor_infer"})  # first rollout: nothing measured yet, nothing decided
+    assert phases.rollout_gib is None and phases.decision is None
+    phases.activate(groups, {"actor_train"})  # the RL update: the engine's 30 GiB measured
+    groups["actor_train"].stats["peak_reserved_gib"] = 60.0
+    phases.activate(groups, {"actor_infer"})
+    assert not phases.resident and "do not fit" in phases.decision
+
+
 def test_never_policy_moves_nothing_and_bad_policy_is_named():
     plan = plan_placement({"actor_train": _w([0]), "actor_infer": _w([0])}, 1)
     log: list = []
