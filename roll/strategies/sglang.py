@@ -152,11 +152,12 @@ class RequestTracker:
         ids = list(prompt)
         if prompt_images(prompt):  # SGLang expands each image's one pad token itself, from the images
             extra["image_data"] = pil_images(prompt_images(prompt))
-            ids = collapse_image_pads(ids, self._image_pad())
+            ids = collapse_image_pads(ids, self.image_pad())
         coro = self.engine.async_generate(input_ids=ids, sampling_params=params, return_logprob=True, rid=rid, **extra)
         self.tasks[rid] = self.loop.create_task(coro)
 
-    def _image_pad(self) -> int:
+    def image_pad(self) -> int:
+        """The model's ``<|image_pad|>`` id; a ValueError for a model without image tokens."""
         if self.image_pad_id is None:
             raise ValueError("sglang: a prompt with images for a model without image tokens (not a VL model)")
         return self.image_pad_id
@@ -308,7 +309,7 @@ class SGLangStrategy(InferenceStrategy):
         extra: dict[str, Any] = {"lora_path": [self.adapter_name] * len(prompts)} if self.adapter_name else {}
         if "images" in batch and any(batch["images"]):  # each image's pads cut to one: SGLang expands them again
             extra["image_data"] = [pil_images(images) or None for images in batch["images"]]
-            pad = self.tracker._image_pad()
+            pad = self.tracker.image_pad()
             prompts = [collapse_image_pads(p, pad) if im else p for p, im in zip(prompts, batch["images"])]
         outs = self.engine.generate(
             input_ids=prompts,
