@@ -259,6 +259,11 @@ class SGLangStrategy(InferenceStrategy):
         self.skip_names = frozenset({"lm_head.weight"} if tied else set())
         #: a VL model: SGLang loads weights under their checkpoint names (roll.models.vision.checkpoint_name)
         self.rename = checkpoint_name if is_vision_config(hf) else None
+        if self.rename and self.lora is not None:
+            raise ValueError(
+                "sglang: LoRA adapters of a vision-language model are not served (their peft names are not SGLang's "
+                "checkpoint names; unverified): train full weights, or use actor_infer strategy_name: hf_infer"
+            )
         self.engine = sglang.Engine(**kwargs)
         self.tracker = RequestTracker(self.engine, self.engine.loop, getattr(hf, "image_token_id", None))
         self.released = False
