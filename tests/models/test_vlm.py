@@ -60,13 +60,15 @@ class _Engine:
         """Nothing in flight."""
 
 
-def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = None):
-    """Two Sokoban groups of two envs seen as 48x48 frames (tile 8), ``max_actions`` turns each, through ``infer``."""
+def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = None, frames: bool = True):
+    """Two Sokoban groups of two envs seen as 48x48 frames (tile 8; as text only without ``frames``),
+    ``max_actions`` turns each, through ``infer``."""
     cfg = AgenticConfig()
+    shown = {"render_mode": "rgb_array", "tile_pixels": 8} if frames else {}
     cfg.custom_envs = {
         "SokobanVL": CustomEnvConfig(
             env_type="sokoban",
-            env_config={"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 8, "max_steps": 10},
+            env_config={"dim_room": [6, 6], **shown, "max_steps": 10},
             max_actions_per_traj=max_actions,
             max_tokens_per_step=5,
         )
@@ -86,7 +88,8 @@ def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = 
     result = manager.rollout(1, client)
     trajs = result.trajectories
     batch = trajectories_to_batch(trajs, manager.tokenizer.pad_token_id)
-    add_pixel_values(batch, batch["images"], ImageInputs(model_dir))
+    if frames:
+        add_pixel_values(batch, batch["images"], ImageInputs(model_dir))
     return manager, trajs, batch, result
 
 
@@ -239,6 +242,17 @@ def test_one_training_step_with_images(tiny_vl_model_dir, rollout, name, options
     from roll.models.loading import load_causal_lm
 
     assert type(load_causal_lm(str(tmp_path / "final"))).__name__ == "Qwen2_5_VLForConditionalGeneration"
+
+
+@pytest.mark.parametrize("name, options", [("deepspeed_train", {"zero_stage": 2}), ("fsdp2_train", {})])
+def test_a_batch_without_images_trains_a_vision_language_model(tiny_vl_model_dir, infer, name, options):
+    """A VL actor on a text env (or a ROLL VL config whose env draws no frames): the vision tower takes no part in
+    the forward. FSDP2 keeps the tower's blocks as units of their own; one never gathered must not fail backward."""
+    _, _, batch, _ = _rollout(tiny_vl_model_dir, infer, frames=False)
+    assert "pixel_values" not in batch and "images" not in batch
+    strategy = _worker(tiny_vl_model_dir, name, "actor_train", options)
+    metrics = strategy.train_step(batch, SFT_LOSS)
+    assert math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
 
 
 def test_a_text_model_refuses_images(tiny_model_dir):
