@@ -255,6 +255,25 @@ def test_a_batch_without_images_trains_a_vision_language_model(tiny_vl_model_dir
     assert math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
 
 
+@pytest.mark.parametrize("copies", [3, 2])
+def test_text_prompts_after_image_prompts_generate_as_before(tiny_vl_model_dir, copies):
+    """A VL engine's text prompts that start from shared keys (a group's copies) after a batch with images (of
+    another size, or the same): transformers keeps that batch's 3-D rotary offsets, which must not reach the text
+    prompts (a shape error, or shifted positions)."""
+    engine = _worker(tiny_vl_model_dir, "hf_infer", "actor_infer")
+    images = ImageInputs(tiny_vl_model_dir)
+    tok = engine.tokenizer
+    text = tok.encode("<|im_start|>user\nMove.<|im_end|>\n<|im_start|>assistant\n")
+    framed = images.expand(tok.encode(IMAGE_PLACEHOLDER) + text, [np.full((48, 48, 3), 90, np.uint8)])
+    greedy = GeneratingArgs(max_new_tokens=4, do_sample=False)
+    before = engine.generate([text] * copies, greedy)
+    engine.generate([ImagePrompt(framed, [np.full((48, 48, 3), 90, np.uint8)])] * 2, greedy)
+    after = engine.generate([text] * copies, greedy)
+    assert [o.token_ids for o in after] == [o.token_ids for o in before]
+    for a, b in zip(after, before):
+        torch.testing.assert_close(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-5, rtol=1e-5)
+
+
 def test_a_text_model_refuses_images(tiny_model_dir):
     strategy = _worker(tiny_model_dir, "hf_infer", "actor_infer")
     prompt = ImagePrompt([1, 2, 3], [np.zeros((24, 24, 3), np.uint8)])
