@@ -3,7 +3,8 @@ processor, image tokens) sees Sokoban frames through the env manager, ``hf_infer
 
 What is checked: image token counts and expansion (hand-computed), a rollout's engine log-probs equal the trainer's
 (``deepspeed_train``) on the rollout batch, the pixels reach the log-probs and the gradient reaches the vision tower
-(none with ``freeze_vision_tower``), and one training step with images in ``deepspeed_train`` and ``fsdp2_train``.
+(none with ``freeze_vision_tower``), and one training step with images in ``deepspeed_train`` and ``fsdp2_train``;
+a batch without images trains a VL model too, and ``hf_infer``'s text prompts after image prompts generate as before.
 """
 
 from __future__ import annotations
