@@ -318,18 +318,22 @@ class EnvManager:
         """The next turn's user message and prompt ids: the first prompt, a delta after the last reply
         (``turn_prompt: append``), or a new conversation that starts a sample (``fresh``: ROLL's step prompt
         with a summary of the last turns; ``overflow: restart``: where the delta would exceed sequence_length).
-        An observation's images come first in the message, one ``<|vision_start|><|image_pad|><|vision_end|>``
-        each, the pad repeated to the image's token count in the ids (:meth:`~roll.models.vision.ImageInputs.expand`).
+        An observation's images go where the template says ``{image}``, else first in the message, one
+        ``<|vision_start|><|image_pad|><|vision_end|>`` each, the pad repeated to the image's token count in the ids
+        (:meth:`~roll.models.vision.ImageInputs.expand`).
         """
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         obs, x.images = observation_text(observation), observation_images(observation)
         fresh = env.turn_prompt == "fresh"
         history, shown = history_summary(turns, env.history_length)
-        text = self._with_images(
-            x,
-            env.turn_text(
-                len(turns), obs, instruction=x.instruction, reward=reward, history=history, history_shown=shown
-            ),
+        text = env.turn_text(
+            len(turns),
+            obs,
+            instruction=x.instruction,
+            reward=reward,
+            history=history,
+            history_shown=shown,
+            images=len(x.images),
         )
         x.traj.messages.append({"role": role, "content": text})
         x.starts = fresh and bool(turns)
@@ -345,17 +349,11 @@ class EnvManager:
                 history=history,
                 history_shown=shown,
                 first=True,
+                images=len(x.images),
             )
-            text = self._with_images(x, text)
             x.traj.messages[-1] = {"role": role, "content": text}
             x.next_prompt, x.starts = self._expand(x, fmt.first_prompt(text, role)), True
         self._check_length(x)
-
-    def _with_images(self, x: _Live, text: str) -> str:
-        """``text`` after one image placeholder per image of the pending observation."""
-        from roll.models.vision import with_image_placeholders
-
-        return with_image_placeholders(text, len(x.images))
 
     def _expand(self, x: _Live, ids: list[int]) -> list[int]:
         """Prompt ids with each image's pad token repeated to its token count."""

@@ -17,6 +17,13 @@ from roll.config.validation import (
 from roll.config.worker import GeneratingArgs
 
 
+def _fields(template: str) -> list[str]:
+    """The placeholder names of a format string (``{a.b}`` -> ``a``)."""
+    import string
+
+    return [f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+
+
 @dataclass
 class CustomEnvConfig:
     """One env tag: which registered env, its kwargs, and per-tag rollout limits."""
@@ -36,14 +43,20 @@ class CustomEnvConfig:
     first_turn_template: str = fld(
         "{instruction}\n{observation}",
         "User message of the first turn ({instruction}, {observation}; also {turn_idx}, "
-        "{actions_left}, {max_response_length} as in ROLL's agent_template).",
+        "{actions_left}, {max_response_length} as in ROLL's agent_template; {image}: where the observation's "
+        "images go, else before the text).",
     )
     turn_template: str = fld(
         "{observation}",
         "User message of later turns ({observation}, {reward}, {turn_idx}, "
-        "{actions_left}, {max_response_length}; ROLL's step fields "
+        "{actions_left}, {max_response_length}, {image}; ROLL's step fields "
         "{env_instruction}, {step_count}, {history_length}, {history}, "
         "{current_step}, {current_observation}).",
+    )
+    instruction: str | None = fld(
+        None,
+        "The task rules the templates show as {instruction} / {env_instruction}, instead of the env's own "
+        "(ROLL's env_config.env_instruction); None = the env's.",
     )
     trajectory_mode: str = fld(
         "traj",
@@ -117,30 +130,32 @@ class CustomEnvConfig:
         "history",
         "current_step",
         "current_observation",
+        "image",
     )
 
     def check_templates(self, key: str) -> None:
         """Every ``{placeholder}`` of the two templates is one :meth:`turn_text` fills (else a ConfigError naming
         it and the known ones, before any worker starts)."""
-        import string
-
         for name in ("first_turn_template", "turn_template"):
             template = getattr(self, name)
             try:
-                fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+                fields = _fields(template)
             except ValueError as exc:  # an unmatched brace
                 raise ConfigError(
                     f"{key}.{name}", template, f"not a format string ({exc}); write a literal brace as {{{{ or }}}}"
                 ) from None
-            for field_name in fields:
-                base = field_name.split(".")[0].split("[")[0]
+            for base in fields:
                 if base not in self.TEMPLATE_FIELDS:
                     raise ConfigError(
                         f"{key}.{name}",
                         template,
-                        f"unknown placeholder {{{field_name}}}; roll fills "
+                        f"unknown placeholder {{{base}}}; roll fills "
                         f"{', '.join('{' + f + '}' for f in self.TEMPLATE_FIELDS)}",
                     )
+            if fields.count("image") > 1:
+                raise ConfigError(
+                    f"{key}.{name}", template, "{image} more than once; an observation's images are placed once"
+                )
 
     @property
     def uses_gateway(self) -> bool:
@@ -194,6 +209,7 @@ class CustomEnvConfig:
         history: str = "",
         history_shown: int = 0,
         first: bool = False,
+        images: int = 0,
     ) -> str:
         """The user message before turn ``turns_done + 1``: the first-turn template at 0 (or when ``first``: a
         conversation restarted, ``overflow: restart``), else the turn template;
@@ -201,9 +217,21 @@ class CustomEnvConfig:
         max_tokens_per_step. ROLL's step fields: ``env_instruction`` = ``instruction``, ``step_count`` =
         turns_done, ``current_step`` = turns_done + 1, ``current_observation`` = ``observation``, ``history`` (the
         summary of the last turns, :func:`roll.agentic.chat.history_summary`) and ``history_length`` = the turns
-        it shows (``history_shown``)."""
+        it shows (``history_shown``). ``instruction`` is :attr:`instruction` where that is set.
+
+        ``images``: the observation's image count. Their placeholders (one
+        ``<|vision_start|><|image_pad|><|vision_end|>`` each) go where the template says ``{image}`` (ROLL's
+        VLTrajEnvManager puts the frame between its pre-step and next-step text), else before the text; with
+        none, ``{image}`` is empty."""
         template = self.first_turn_template if turns_done == 0 or first else self.turn_template
-        return template.format(
+        instruction = self.instruction if self.instruction is not None else instruction
+        placeholders = ""
+        if images:
+            from roll.models.vision import with_image_placeholders
+
+            placeholders = with_image_placeholders("", images)
+        text = template.format(
+            image=placeholders,
             instruction=instruction,
             observation=observation,
             reward=reward,
@@ -217,6 +245,7 @@ class CustomEnvConfig:
             history=history,
             history_length=history_shown,
         )
+        return text if _fields(template).count("image") else placeholders + text
 
 
 @dataclass

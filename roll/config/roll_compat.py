@@ -15,7 +15,8 @@ Each fact has one owner: roll's dataclasses hold the canonical name; this module
 
 Paths are dotted, with ``<manager>`` for ``train_env_manager`` / ``val_env_manager``, ``<role>`` for a worker
 block and ``<tag>`` for a ``custom_envs`` entry. The env templates need more than a rename (ROLL's
-``agent_template`` serves every turn; roll has a first-turn and a later-turn template): :func:`_env_block`.
+``agent_template`` serves every turn, its VLTrajEnvManager's ``pre_step_template`` and ``next_step_template`` frame
+the image; roll has a first-turn and a later-turn template): :func:`_env_block`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ ACTION_PATTERNS = {"<answer>(.*?)</answer>": "answer", r"<think>(.*?)</think>\s*
 IGNORED: dict[str, str] = {
     "<tag>.use_thread_lock": "roll steps each env in one thread at a time",
     "<tag>.max_env_step_concurrent": "concurrency is <manager>.env_threads",
+    "<tag>.user_prompt_format": "ROLL's env managers do not read it; the answer format is in the templates",
     "<role>.model_args.model_type": "roll loads the model class from its config.json",
     "<role>.model_args.flash_attn": "use model_args.attn_implementation",
     "<role>.use_remove_padding": "roll packs sequences with use_sequence_packing",
@@ -72,8 +74,6 @@ IGNORED: dict[str, str] = {
 }
 #: ROLL keys of features roll does not have: key -> what to use instead (an error unless the value is off).
 UNSUPPORTED: dict[str, str] = {
-    "<tag>.pre_step_template": "use custom_envs.<tag>.first_turn_template / turn_template",
-    "<tag>.next_step_template": "use custom_envs.<tag>.turn_template",
     "<tag>.tool_wrapper": "tools are envs in roll (docs/envs.md, the tool_use env)",
     "<role>.model_args.freeze_module_prefix": "roll freezes one module, a vision-language model's vision tower: "
     "freeze_module_prefix naming it (vision_model, visual) becomes model_args.freeze_vision_tower; other "
@@ -133,7 +133,7 @@ def translate(tree: dict[str, Any], given: dict[str, Any] | None = None) -> list
     ignored: list[str] = []
     for name, env in (tree.get("custom_envs") or {}).items():
         if isinstance(env, dict):
-            _env_block(env, f"custom_envs.{name}")
+            ignored += _env_block(env, f"custom_envs.{name}")
     _train_sampling(tree, given if given is not None else tree)
     _block_envs(tree)
     written = given if given is not None else tree
@@ -223,15 +223,18 @@ UNSUPPORTED_MANAGERS = {
 }
 
 
-def _env_block(env: dict[str, Any], key: str) -> None:
+def _env_block(env: dict[str, Any], key: str) -> list[str]:
     """ROLL's env block: ``agent_template`` (every turn; fields ``{turn_idx}``, ``{observation}``,
     ``{actions_left}``, ``{max_response_length}``) becomes roll's ``turn_template`` and, after the env's
     instruction, its ``first_turn_template``; ``env_config.action_pattern`` becomes a named format when it is one.
     ``env_manager_cls: ...StepEnvManager`` sets ``turn_prompt: fresh`` and ``trajectory_mode: step`` (the template
     then holds ``{env_instruction}`` itself, on every turn); ``env_config.trajectory_mode`` (where ROLL's proxy env
-    manager reads it) moves to the block."""
+    manager reads it) moves to the block. A block with ROLL's templates and no ``max_steps`` of its own (ROLL
+    v0.2's env files) counts turns as ROLL does, up to ``env_config.max_steps``. ROLL's vision-language templates
+    and v0.2 keys: :func:`_vl_templates`, :func:`_v02_env_keys`. Returns the dropped keys for the warning line."""
     manager = env.get("env_manager_cls")
     name = manager.rsplit(".", 1)[-1] if isinstance(manager, str) else None
+    rolls_templates = any(n in env for n in ("agent_template", *VL_TEMPLATES))
     if name in UNSUPPORTED_MANAGERS:
         raise ConfigError(f"{key}.env_manager_cls", manager, UNSUPPORTED_MANAGERS[name])
     step = name == STEP_ENV_MANAGER
@@ -259,8 +262,73 @@ def _env_block(env: dict[str, Any], key: str) -> None:
                 )
         env["turn_template"] = template
         env["first_turn_template"] = template if step else "{instruction}\n" + template
+    ignored = _vl_templates(env, key, template is not None, step)
+    if isinstance(config, dict):
+        _v02_env_keys(env, config, key)
+        if rolls_templates and "max_steps" in config and not {"max_steps", "max_actions_per_traj"} & set(env):
+            env["max_actions_per_traj"] = config["max_steps"]  # ROLL's {actions_left} counts the env's max_steps
     if isinstance(config, dict) and isinstance(config.get("action_pattern"), str):
         config["action_pattern"] = ACTION_PATTERNS.get(config["action_pattern"], config["action_pattern"])
+    return ignored
+
+
+#: ROLL's VLTrajEnvManager's templates: a turn's user message is ``pre_step_template`` (``{turn_idx}``), the
+#: observation's frame, then ``next_step_template`` (``{actions_left}``, ``{max_response_length}``).
+VL_TEMPLATES = ("pre_step_template", "next_step_template")
+
+
+def _vl_templates(env: dict[str, Any], key: str, had_agent_template: bool, step: bool) -> list[str]:
+    """ROLL's ``pre_step_template`` + frame + ``next_step_template`` become roll's templates with ``{image}``
+    between them (the first turn after the env's instruction, as ROLL's VLTrajEnvManager writes it). ROLL v0.2's
+    ``reward_template`` (``{reward}``) goes before every later turn's template, as its managers wrote it (with
+    ROLL's StepEnvManager it is dropped and returned). A template set twice is a one-line error."""
+    pre, post = (env.pop(name, None) for name in VL_TEMPLATES)
+    if pre is not None or post is not None:
+        for name in ("turn_template", "first_turn_template"):
+            if had_agent_template or name in env:
+                other = "agent_template" if had_agent_template else name
+                raise ConfigError(
+                    f"{key}.pre_step_template",
+                    pre,
+                    f"ROLL's VLTrajEnvManager template, and {key}.{other} is set too; keep one",
+                )
+        body = (pre or "") + "{image}" + (post or "")
+        env["first_turn_template"], env["turn_template"] = "{instruction}" + body, body
+    reward = env.pop("reward_template", None)
+    if reward is None:
+        return []
+    if step:
+        return [f"{key}.reward_template"]
+    if not had_agent_template and pre is None and post is None:
+        raise ConfigError(
+            f"{key}.reward_template",
+            reward,
+            "ROLL writes it before agent_template or pre_step_template, and neither is set; with roll's "
+            "turn_template put {reward} in it",
+        )
+    env["turn_template"] = reward + env["turn_template"]
+    return []
+
+
+def _v02_env_keys(env: dict[str, Any], config: dict[str, Any], key: str) -> None:
+    """ROLL v0.2's env kwargs: ``dim_x`` and ``dim_y`` are ``dim_room: [dim_x, dim_y]``; ``env_instruction`` (the
+    task rules shown first) becomes the block's ``instruction``."""
+    if "dim_x" in config or "dim_y" in config:
+        if "dim_x" not in config or "dim_y" not in config or "dim_room" in config:
+            raise ConfigError(
+                f"{key}.env_config.dim_x",
+                config.get("dim_x"),
+                "ROLL's dim_x and dim_y are dim_room: [dim_x, dim_y]; set both, or dim_room alone",
+            )
+        config["dim_room"] = [config.pop("dim_x"), config.pop("dim_y")]
+    if "env_instruction" in config:
+        if "instruction" in env:
+            raise ConfigError(
+                f"{key}.env_config.env_instruction",
+                config["env_instruction"],
+                f"ROLL's name for {key}.instruction, which is set too; keep one",
+            )
+        env["instruction"] = config.pop("env_instruction")
 
 
 def _manager_cls(env: dict[str, Any], key: str) -> list[str]:
@@ -341,7 +409,7 @@ def is_alias_key(dotted: str) -> bool:
         bool(block and leaf in block)
         or _lookup(IGNORED, dotted) is not None
         or _lookup(UNSUPPORTED, dotted) is not None
-        or (dotted.startswith("custom_envs.") and leaf == "agent_template")
+        or (dotted.startswith("custom_envs.") and leaf in ("agent_template", "reward_template", *VL_TEMPLATES))
     )
 
 

@@ -88,9 +88,16 @@ def shard_model(
     )
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if options.offload_policy else OffloadPolicy()
     kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
-    for unit in reversed(wrap_units(model, options)):  # inner units first: a unit manages what is left to it
+    units = wrap_units(model, options)
+    for unit in reversed(units):  # inner units first: a unit manages what is left to it
         fully_shard(unit, reshard_after_forward=options.reshard_after_forward, **kwargs)
     fully_shard(model, reshard_after_forward=False, **kwargs)  # the root stays gathered until its backward is done
+    # FSDP sets up a unit's gathered parameters at its first gather, and a backward that accumulates gradients
+    # (reduce_dtype set, no gradient sync yet) fails on a unit that no forward has gathered: a vision-language
+    # model's vision blocks on a batch without images. So gather each unit once now, one at a time.
+    for unit in units:
+        unit.unshard()
+        unit.reshard()
     return model
 
 

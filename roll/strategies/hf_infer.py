@@ -120,6 +120,11 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         images = [im for p in prompts for im in prompt_images(p)]
         if images:
             extra.update(self._image_args(images, input_ids))
+        inner = getattr(self.model, "model", None)
+        if getattr(inner, "rope_deltas", None) is not None:
+            # a VL model keeps the 3-D rotary offsets of its last call's rows (transformers' rope_deltas) and adds
+            # them to the positions of a call that starts from kept keys: this batch computes its own
+            inner.rope_deltas = None
         stop_ids = [self.tokenizer.eos_token_id, *args.stop_token_ids]
         sample = args.do_sample and args.temperature > 0
         if (

@@ -253,6 +253,61 @@ def test_vl_env_manager_is_roll_s_env_manager_with_frames():
     assert "env_manager_cls" not in env and env["env_config"] == {"render_mode": "rgb_array"}
 
 
+def test_vl_templates_frame_the_image_as_roll_s_vl_manager_writes_it():
+    """ROLL's VLTrajEnvManager: a turn is pre_step_template, the frame, next_step_template, the first after the
+    env's instruction; ROLL v0.2's reward_template goes before later turns, env_config.env_instruction replaces the
+    env's instruction, dim_x / dim_y are dim_room, and the env's max_steps counts the turns (no max_steps of the
+    block)."""
+    from roll.config.agentic import CustomEnvConfig
+    from roll.models.vision import IMAGE_PLACEHOLDER
+
+    block = {
+        "env_type": "sokoban",
+        "pre_step_template": "\nTurn {turn_idx}:\nState:\n",
+        "next_step_template": "{actions_left} left, {max_response_length} tokens.",
+        "reward_template": "Reward: {reward}\n",
+        "user_prompt_format": "<answer> [your answer] </answer>",
+        "env_config": {"env_instruction": "RULES", "dim_x": 7, "dim_y": 6, "max_steps": 4, "render_mode": "rgb_array"},
+    }
+    tree = {"custom_envs": {"S": block}}
+    assert translate(tree) == ["custom_envs.S.user_prompt_format"]
+    env = CustomEnvConfig(**tree["custom_envs"]["S"])
+    assert env.env_config == {"dim_room": [7, 6], "max_steps": 4, "render_mode": "rgb_array"}
+    assert env.instruction == "RULES" and env.max_actions_per_traj == 4
+    env.check_templates("custom_envs.S")
+    first = env.turn_text(0, "GRID", instruction="the env's own", images=1)
+    assert first == f"RULES\nTurn 1:\nState:\n{IMAGE_PLACEHOLDER}4 left, 64 tokens."
+    later = env.turn_text(1, "GRID", reward=-0.1, images=2)
+    assert later == f"Reward: -0.1\n\nTurn 2:\nState:\n{IMAGE_PLACEHOLDER * 2}3 left, 64 tokens."
+    assert env.turn_text(1, "GRID", reward=0.0) == "Reward: 0.0\n\nTurn 2:\nState:\n3 left, 64 tokens."  # no frame
+    plain = CustomEnvConfig(turn_template="{observation}")  # no {image}: the images go first
+    assert plain.turn_text(1, "GRID", images=1) == IMAGE_PLACEHOLDER + "GRID"
+
+
+@pytest.mark.parametrize(
+    "block, match",
+    [
+        ({"agent_template": "{observation}", "pre_step_template": "x"}, r"pre_step_template=.*agent_template is set"),
+        ({"next_step_template": "x", "turn_template": "y"}, r"pre_step_template=None: .*turn_template is set too"),
+        ({"reward_template": "{reward}"}, r"reward_template=.*neither is set"),
+        ({"env_config": {"dim_x": 6}}, r"env_config.dim_x=6: .*set both"),
+        ({"env_config": {"dim_x": 6, "dim_y": 6, "dim_room": [6, 6]}}, r"dim_x=6: .*dim_room alone"),
+        ({"instruction": "a", "env_config": {"env_instruction": "b"}}, r"env_instruction='b': .*keep one"),
+    ],
+)
+def test_vl_and_v02_keys_set_twice_are_one_line_errors(block, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        translate({"custom_envs": {"S": block}})
+    assert "\n" not in str(info.value)
+
+
+def test_an_image_placeholder_is_placed_once():
+    from roll.config.agentic import CustomEnvConfig
+
+    with pytest.raises(ConfigError, match=r"turn_template=.*\{image\} more than once"):
+        CustomEnvConfig(turn_template="{image}{image}").check_templates("custom_envs.S")
+
+
 def test_freeze_module_prefix_of_the_vision_tower_is_freeze_vision_tower():
     tree = {"actor_train": {"model_args": {"freeze_module_prefix": "vision_model"}}}
     assert translate(tree) == [] and tree["actor_train"]["model_args"] == {"freeze_vision_tower": True}

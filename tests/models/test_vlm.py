@@ -3,7 +3,8 @@ processor, image tokens) sees Sokoban frames through the env manager, ``hf_infer
 
 What is checked: image token counts and expansion (hand-computed), a rollout's engine log-probs equal the trainer's
 (``deepspeed_train``) on the rollout batch, the pixels reach the log-probs and the gradient reaches the vision tower
-(none with ``freeze_vision_tower``), and one training step with images in ``deepspeed_train`` and ``fsdp2_train``.
+(none with ``freeze_vision_tower``), and one training step with images in ``deepspeed_train`` and ``fsdp2_train``;
+a batch without images trains a VL model too, and ``hf_infer``'s text prompts after image prompts generate as before.
 """
 
 from __future__ import annotations
@@ -60,13 +61,15 @@ class _Engine:
         """Nothing in flight."""
 
 
-def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = None):
-    """Two Sokoban groups of two envs seen as 48x48 frames (tile 8), ``max_actions`` turns each, through ``infer``."""
+def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = None, frames: bool = True):
+    """Two Sokoban groups of two envs seen as 48x48 frames (tile 8; as text only without ``frames``),
+    ``max_actions`` turns each, through ``infer``."""
     cfg = AgenticConfig()
+    shown = {"render_mode": "rgb_array", "tile_pixels": 8} if frames else {}
     cfg.custom_envs = {
         "SokobanVL": CustomEnvConfig(
             env_type="sokoban",
-            env_config={"dim_room": [6, 6], "render_mode": "rgb_array", "tile_pixels": 8, "max_steps": 10},
+            env_config={"dim_room": [6, 6], **shown, "max_steps": 10},
             max_actions_per_traj=max_actions,
             max_tokens_per_step=5,
         )
@@ -86,7 +89,8 @@ def _rollout(model_dir: str, infer: Any, max_actions: int = 2, generator: Any = 
     result = manager.rollout(1, client)
     trajs = result.trajectories
     batch = trajectories_to_batch(trajs, manager.tokenizer.pad_token_id)
-    add_pixel_values(batch, batch["images"], ImageInputs(model_dir))
+    if frames:
+        add_pixel_values(batch, batch["images"], ImageInputs(model_dir))
     return manager, trajs, batch, result
 
 
@@ -239,6 +243,36 @@ def test_one_training_step_with_images(tiny_vl_model_dir, rollout, name, options
     from roll.models.loading import load_causal_lm
 
     assert type(load_causal_lm(str(tmp_path / "final"))).__name__ == "Qwen2_5_VLForConditionalGeneration"
+
+
+@pytest.mark.parametrize("name, options", [("deepspeed_train", {"zero_stage": 2}), ("fsdp2_train", {})])
+def test_a_batch_without_images_trains_a_vision_language_model(tiny_vl_model_dir, infer, name, options):
+    """A VL actor on a text env (or a ROLL VL config whose env draws no frames): the vision tower takes no part in
+    the forward. FSDP2 keeps the tower's blocks as units of their own; one never gathered must not fail backward."""
+    _, _, batch, _ = _rollout(tiny_vl_model_dir, infer, frames=False)
+    assert "pixel_values" not in batch and "images" not in batch
+    strategy = _worker(tiny_vl_model_dir, name, "actor_train", options)
+    metrics = strategy.train_step(batch, SFT_LOSS)
+    assert math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
+
+
+@pytest.mark.parametrize("copies", [3, 2])
+def test_text_prompts_after_image_prompts_generate_as_before(tiny_vl_model_dir, copies):
+    """A VL engine's text prompts that start from shared keys (a group's copies) after a batch with images (of
+    another size, or the same): transformers keeps that batch's 3-D rotary offsets, which must not reach the text
+    prompts (a shape error, or shifted positions)."""
+    engine = _worker(tiny_vl_model_dir, "hf_infer", "actor_infer")
+    images = ImageInputs(tiny_vl_model_dir)
+    tok = engine.tokenizer
+    text = tok.encode("<|im_start|>user\nMove.<|im_end|>\n<|im_start|>assistant\n")
+    framed = images.expand(tok.encode(IMAGE_PLACEHOLDER) + text, [np.full((48, 48, 3), 90, np.uint8)])
+    greedy = GeneratingArgs(max_new_tokens=4, do_sample=False)
+    before = engine.generate([text] * copies, greedy)
+    engine.generate([ImagePrompt(framed, [np.full((48, 48, 3), 90, np.uint8)])] * 2, greedy)
+    after = engine.generate([text] * copies, greedy)
+    assert [o.token_ids for o in after] == [o.token_ids for o in before]
+    for a, b in zip(after, before):
+        torch.testing.assert_close(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-5, rtol=1e-5)
 
 
 def test_a_text_model_refuses_images(tiny_model_dir):
