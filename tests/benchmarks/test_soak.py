@@ -44,7 +44,8 @@ def small(run_dir: Path, model_dir: str) -> list[str]:
 
 @pytest.mark.slow
 def test_sigkilled_driver_resumes_with_each_step_logged_once_and_equal_metrics(tmp_path, tiny_model_dir):
-    # the reference runs beside the killed one (their own folders): most of a step is waiting out env timeouts
+    # the reference runs beside the killed one (their own folders): while one waits out env timeouts (hangs,
+    # calls that never return) the other computes; each run's steps and checks are unchanged
     with ThreadPoolExecutor(1) as pool:
         straight = pool.submit(
             soak.run_with_kills,
