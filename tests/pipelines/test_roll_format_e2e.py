@@ -2,8 +2,10 @@
 on CPU for their 2 steps, with only the model path and hardware keys overridden (ROLL_CPU_OVERRIDES): the
 defaults list pulls the shared env file, env blocks come by interpolation, ROLL's key names are translated, and
 the keys without meaning in roll are named in one warning line. The GiGPO config pulls ROLL's step env file
-(StepEnvManager, ROLL's step placeholders): one training sample per turn. The VL config (ROLL's VLTrajEnvManager
-layout) runs one step with the tiny Qwen2.5-VL model: its frames reach the prompts where ROLL's templates put them."""
+(StepEnvManager, ROLL's step placeholders): one training sample per turn. agentic_sokoban runs on Ray, as ROLL's
+would; the other two in one process (``distributed=local``: the same translation and pipeline, ~25 s less each
+without Ray's start-up and actors). The VL config (ROLL's VLTrajEnvManager layout) runs one step with the tiny
+Qwen2.5-VL model: its frames reach the prompts where ROLL's templates put them."""
 
 from __future__ import annotations
 
@@ -31,14 +33,14 @@ ROLL_CPU_OVERRIDES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name, tags",
+    "name, tags, distributed",
     [
-        ("agentic_sokoban", {"SimpleSokoban"}),
-        ("agentic_frozen_lake", {"FrozenLake"}),
-        ("agentic_sokoban_gigpo", {"SimpleSokoban"}),
+        ("agentic_sokoban", {"SimpleSokoban"}, "ray"),
+        ("agentic_frozen_lake", {"FrozenLake"}, "local"),
+        ("agentic_sokoban_gigpo", {"SimpleSokoban"}, "local"),
     ],
 )
-def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name, tags):
+def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name, tags, distributed):
     cmd = [
         sys.executable,
         str(REPO / "examples" / "start_agentic_pipeline.py"),
@@ -49,6 +51,7 @@ def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name
         f"pretrain={tiny_model_dir}",
         f"reward_pretrain={tiny_model_dir}",
         *ROLL_CPU_OVERRIDES,
+        f"distributed={distributed}",
     ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -108,6 +111,7 @@ def test_roll_format_vl_config_trains_on_frames_on_cpu(tmp_path, tiny_vl_model_d
         *ROLL_CPU_OVERRIDES,
         *VL_CPU_OVERRIDES,
         *VL_WARM_START,
+        "distributed=local",  # one process: the VL path under Ray is test_sokoban_vl_tiny's
     ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

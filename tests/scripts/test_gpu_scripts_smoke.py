@@ -247,18 +247,6 @@ def test_verl_varlen_registers_the_attention_verl_is_told_to_use():
 
 # ------------------------------------------------------------------------------------------------ the Python scripts
 @pytest.mark.slow
-def test_verify_learning_gpu_smoke_passes_its_checks(tmp_path):
-    cmd = [sys.executable, "scripts/verify_learning_gpu.py", "--smoke", str(tmp_path), "--steps", "2"]
-    proc = _run(tmp_path, [*cmd, "--config-name", "sokoban_qwen05b_megatron", "sft_warmup.steps=30"])
-    lines = _all_pass(proc, at_least=8)  # run, signal, grad norm, 3 probes, 2 agreements
-    assert any("megatron_train: grad norm > 0" in line for line in lines)
-    result = json.loads((tmp_path / "results" / "learning_sokoban_qwen05b_megatron_cpu.json").read_text())
-    assert result["passed"] and result["smoke"] and result["probed_batch_of_step"] == 1
-    assert set(result["probes"]) == {"megatron_train", "deepspeed_train", "fsdp2_train"}
-    assert not (ROOT / "benchmarks" / "results" / "learning_sokoban_qwen05b_megatron_cpu.json").exists()
-
-
-@pytest.mark.slow
 def test_verify_agent_gateway_smoke_tabulates_both_sides(tmp_path):
     proc = _run(tmp_path, [sys.executable, "scripts/verify_agent_gateway.py", "--smoke", str(tmp_path)])
     assert proc.returncode == 0, _tail(proc)
@@ -304,6 +292,8 @@ def test_verify_gpu_step_smoke_rlvr_and_kernels(tmp_path):
 
 @pytest.mark.slow
 def test_verify_gpu_megatron_smoke_learn_and_a_mismatch_bound_of_zero(tmp_path):
+    """The learn run is ``scripts/verify_learning_gpu.py --smoke`` on sokoban_qwen05b_megatron (2 steps, a 30-step
+    warm start, the three backends): its own checks are read from its log and results here (one run for both)."""
     proc = _run(tmp_path, ["bash", "scripts/verify_gpu_megatron.sh"], STEPS=2, RUNS="learn sokoban", MISMATCH_MAX=0)
     verdicts = _verdicts(proc)
     failed = [line for v, line in verdicts if v == "FAIL"]
@@ -312,7 +302,16 @@ def test_verify_gpu_megatron_smoke_learn_and_a_mismatch_bound_of_zero(tmp_path):
     )
     assert ("PASS", "[verify] learn: PASS no FAIL line") in verdicts
     assert ("PASS", "[verify] sokoban: PASS 2 steps logged") in verdicts
-    assert json.loads((tmp_path / "out" / "learning_sokoban_qwen05b_megatron_cpu.json").read_text())["passed"]
+    # verify_learning_gpu.py itself: exit 0, every check line PASS (run, signal, grad norm, 3 probes, 2 agreements)
+    assert "[verify] learn: exit 0 after" in proc.stdout, _tail(proc)
+    learn = subprocess.CompletedProcess([], 0, (tmp_path / "out" / "learn.log").read_text(), "")
+    lines = _all_pass(learn, at_least=8)
+    assert any("megatron_train: grad norm > 0" in line for line in lines)
+    result = json.loads((tmp_path / "out" / "learning_sokoban_qwen05b_megatron_cpu.json").read_text())
+    assert result["passed"] and result["smoke"] and result["probed_batch_of_step"] == 1
+    assert set(result["probes"]) == {"megatron_train", "deepspeed_train", "fsdp2_train"}
+    assert (tmp_path / "work" / "results" / "learning_sokoban_qwen05b_megatron_cpu.json").is_file()  # smoke: in WORK
+    assert not (ROOT / "benchmarks" / "results" / "learning_sokoban_qwen05b_megatron_cpu.json").exists()
 
 
 @pytest.mark.slow
