@@ -322,6 +322,8 @@ class EnvManager:
         ``<|vision_start|><|image_pad|><|vision_end|>`` each, the pad repeated to the image's token count in the ids
         (:meth:`~roll.models.vision.ImageInputs.expand`).
         """
+        from roll.models.vision import with_image_placeholders
+
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         obs, x.images = observation_text(observation), observation_images(observation)
         fresh = env.turn_prompt == "fresh"
@@ -333,7 +335,7 @@ class EnvManager:
             reward=reward,
             history=history,
             history_shown=shown,
-            images=len(x.images),
+            image_text=with_image_placeholders("", len(x.images)),
         )
         x.traj.messages.append({"role": role, "content": text})
         x.starts = fresh and bool(turns)
@@ -349,7 +351,7 @@ class EnvManager:
                 history=history,
                 history_shown=shown,
                 first=True,
-                images=len(x.images),
+                image_text=with_image_placeholders("", len(x.images)),
             )
             x.traj.messages[-1] = {"role": role, "content": text}
             x.next_prompt, x.starts = self._expand(x, fmt.first_prompt(text, role)), True

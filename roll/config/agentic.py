@@ -209,7 +209,7 @@ class CustomEnvConfig:
         history: str = "",
         history_shown: int = 0,
         first: bool = False,
-        images: int = 0,
+        image_text: str = "",
     ) -> str:
         """The user message before turn ``turns_done + 1``: the first-turn template at 0 (or when ``first``: a
         conversation restarted, ``overflow: restart``), else the turn template;
@@ -219,17 +219,13 @@ class CustomEnvConfig:
         summary of the last turns, :func:`roll.agentic.chat.history_summary`) and ``history_length`` = the turns
         it shows (``history_shown``). ``instruction`` is :attr:`instruction` where that is set.
 
-        ``images``: the observation's image count. Their placeholders (one
-        ``<|vision_start|><|image_pad|><|vision_end|>`` each) go where the template says ``{image}`` (ROLL's
-        VLTrajEnvManager puts the frame between its pre-step and next-step text), else before the text; with
-        none, ``{image}`` is empty."""
+        ``image_text``: the observation's images as prompt text (one ``<|vision_start|><|image_pad|><|vision_end|>``
+        each, :func:`roll.models.vision.with_image_placeholders`); it goes where the template says ``{image}``
+        (ROLL's VLTrajEnvManager puts the frame between its pre-step and next-step text), else before the text; with
+        no images, ``{image}`` is empty."""
         template = self.first_turn_template if turns_done == 0 or first else self.turn_template
         instruction = self.instruction if self.instruction is not None else instruction
-        placeholders = ""
-        if images:
-            from roll.models.vision import with_image_placeholders
-
-            placeholders = with_image_placeholders("", images)
+        placeholders = image_text
         text = template.format(
             image=placeholders,
             instruction=instruction,

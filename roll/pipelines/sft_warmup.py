@@ -18,7 +18,7 @@ from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
 from roll.envs.base import observation_images, observation_text
-from roll.models.vision import ImageInputs, add_pixel_values
+from roll.models.vision import ImageInputs, add_pixel_values, with_image_placeholders
 
 #: Why a seed gave no demonstration (counted in the error when none does).
 NO_PLAN = "solution() returned no plan"
@@ -60,7 +60,12 @@ def demo_trajectory(
     rng = random.Random(seed)
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
     frames = observation_images(obs)
-    text = spec.turn_text(0, observation_text(obs), instruction=info["env_instruction"], images=len(frames))
+    text = spec.turn_text(
+        0,
+        observation_text(obs),
+        instruction=info["env_instruction"],
+        image_text=with_image_placeholders("", len(frames)),
+    )
     prompt = _with_frames(formatter.first_prompt(text), frames, images)
     while plan and len(traj.turns) < spec.max_actions_per_traj:
         detour = noise > 0 and rng.random() < noise
@@ -82,7 +87,9 @@ def demo_trajectory(
             break
         plan = env.solution() if noise > 0 else plan[1:]
         frames = observation_images(obs)
-        text = spec.turn_text(len(traj.turns), observation_text(obs), reward=reward, images=len(frames))
+        text = spec.turn_text(
+            len(traj.turns), observation_text(obs), reward=reward, image_text=with_image_placeholders("", len(frames))
+        )
         prompt = _with_frames(formatter.turn_delta(text), frames, images)
     return traj if traj.success else NO_SUCCESS
 

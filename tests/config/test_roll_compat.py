@@ -275,13 +275,13 @@ def test_vl_templates_frame_the_image_as_roll_s_vl_manager_writes_it():
     assert env.env_config == {"dim_room": [7, 6], "max_steps": 4, "render_mode": "rgb_array"}
     assert env.instruction == "RULES" and env.max_actions_per_traj == 4
     env.check_templates("custom_envs.S")
-    first = env.turn_text(0, "GRID", instruction="the env's own", images=1)
+    first = env.turn_text(0, "GRID", instruction="the env's own", image_text=IMAGE_PLACEHOLDER)
     assert first == f"RULES\nTurn 1:\nState:\n{IMAGE_PLACEHOLDER}4 left, 64 tokens."
-    later = env.turn_text(1, "GRID", reward=-0.1, images=2)
+    later = env.turn_text(1, "GRID", reward=-0.1, image_text=IMAGE_PLACEHOLDER * 2)
     assert later == f"Reward: -0.1\n\nTurn 2:\nState:\n{IMAGE_PLACEHOLDER * 2}3 left, 64 tokens."
     assert env.turn_text(1, "GRID", reward=0.0) == "Reward: 0.0\n\nTurn 2:\nState:\n3 left, 64 tokens."  # no frame
     plain = CustomEnvConfig(turn_template="{observation}")  # no {image}: the images go first
-    assert plain.turn_text(1, "GRID", images=1) == IMAGE_PLACEHOLDER + "GRID"
+    assert plain.turn_text(1, "GRID", image_text=IMAGE_PLACEHOLDER) == IMAGE_PLACEHOLDER + "GRID"
 
 
 @pytest.mark.parametrize(
