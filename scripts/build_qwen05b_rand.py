@@ -73,32 +73,21 @@ VL3B_VISION = dict(
 def build_vl(path: pathlib.Path, max_image_pixels: int = 128 * 28 * 28) -> None:
     """The ``vl3b`` shape at ``path`` (random weights, bf16)."""
     import torch
-    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
     from roll.models.tiny import env_corpus
-    from roll.models.tiny_vl import VIDEO_PAD, vl_image_processor, vl_tokenizer
+    from roll.models.tiny_vl import save_vl_model, vl_config, vl_tokenizer
 
     start = time.time()
     tok, ids = vl_tokenizer(env_corpus(), 1024)
-    cfg = Qwen2_5_VLConfig(
-        text_config={**VL3B_TEXT, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id},
-        vision_config=VL3B_VISION,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids[VIDEO_PAD],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
+    cfg = vl_config(tok, ids, VL3B_TEXT, VL3B_VISION)
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = Qwen2_5_VLForConditionalGeneration(cfg)
     torch.set_default_dtype(torch.float32)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    vl_image_processor(max_image_pixels).save_pretrained(path)
+    save_vl_model(path, model, tok, max_image_pixels)
     n = sum(p.numel() for p in model.parameters())
     print(f"[verify] built {path}: {n / 1e6:.0f}M parameters in {time.time() - start:.1f}s")
 

@@ -13,24 +13,11 @@ Config: ``custom_envs.<tag>: {env_manager_cls: proxy, agent_runner_cls: examples
 
 from __future__ import annotations
 
-import base64
-import io
-
 import openai
-from PIL import Image
 
+from roll.agentic.gateway.images import image_url_part
 from roll.agentic.gateway.runners import AgentResult, AgentTask
 from roll.envs import make_env
-
-
-def image_part(frame) -> dict:
-    """An H x W x 3 uint8 frame as an OpenAI ``image_url`` content part (PNG, base64 data URL)."""
-    buffer = io.BytesIO()
-    Image.fromarray(frame).save(buffer, format="PNG")
-    return {
-        "type": "image_url",
-        "image_url": {"url": "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()},
-    }
 
 
 def play(task: AgentTask, system_prompt: str = "You are a Sokoban player.", text: str = "Move.") -> AgentResult:
@@ -43,7 +30,7 @@ def play(task: AgentTask, system_prompt: str = "You are a Sokoban player.", text
     messages: list = [{"role": "system", "content": system_prompt}]
     success, metrics = False, {}
     for _ in range(task.max_turns):
-        parts = [image_part(frame) for frame in observation.images]
+        parts = [image_url_part(frame) for frame in observation.images]
         messages.append({"role": "user", "content": [*parts, {"type": "text", "text": text}]})
         try:
             reply = client.chat.completions.create(model=task.model, messages=messages)

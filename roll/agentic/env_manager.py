@@ -328,31 +328,21 @@ class EnvManager:
         obs, x.images = observation_text(observation), observation_images(observation)
         fresh = env.turn_prompt == "fresh"
         history, shown = history_summary(turns, env.history_length)
-        text = env.turn_text(
-            len(turns),
-            obs,
+        fields: dict[str, Any] = dict(
             instruction=x.instruction,
             reward=reward,
             history=history,
             history_shown=shown,
             image_text=with_image_placeholders("", len(x.images)),
         )
+        text = env.turn_text(len(turns), obs, **fields)
         x.traj.messages.append({"role": role, "content": text})
         x.starts = fresh and bool(turns)
         x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
         x.next_prompt = self._expand(x, x.next_prompt)
         x.observation = obs
         if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
-            text = env.turn_text(
-                len(turns),
-                obs,
-                instruction=x.instruction,
-                reward=reward,
-                history=history,
-                history_shown=shown,
-                first=True,
-                image_text=with_image_placeholders("", len(x.images)),
-            )
+            text = env.turn_text(len(turns), obs, first=True, **fields)
             x.traj.messages[-1] = {"role": role, "content": text}
             x.next_prompt, x.starts = self._expand(x, fmt.first_prompt(text, role)), True
         self._check_length(x)

@@ -49,14 +49,16 @@ def build_tiny_vl_model(
     """
     arguments = {k: v for k, v in locals().items() if k not in ("path", "corpus")}
     import torch
-    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
     path = Path(path)
     lines = env_corpus() if corpus is None else list(corpus)
     tokenizer, ids = vl_tokenizer(lines, vocab_size)
     half = hidden_size // num_attention_heads // 2
     section = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
-    config = Qwen2_5_VLConfig(
+    config = vl_config(
+        tokenizer,
+        ids,
         text_config={
             "vocab_size": len(tokenizer),
             "hidden_size": hidden_size,
@@ -68,8 +70,6 @@ def build_tiny_vl_model(
             "initializer_range": initializer_range,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
             "tie_word_embeddings": True,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": None,
         },
         vision_config={
@@ -82,21 +82,12 @@ def build_tiny_vl_model(
             "window_size": 56,
             "initializer_range": initializer_range,
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids[VIDEO_PAD],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    processor = vl_image_processor(max_image_pixels)
     spec = build_spec(**arguments, corpus=corpus if corpus is None else lines)
     tmp = path.with_name(path.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
+    save_vl_model(tmp, model, tokenizer, max_image_pixels)
     (tmp / SPEC_FILE).write_text(json.dumps(spec, sort_keys=True))
     if path.exists():
         shutil.rmtree(path)
@@ -109,6 +100,33 @@ def vl_tokenizer(lines: list[str], vocab_size: int) -> tuple[Any, dict[str, int]
     tokenizer = build_tokenizer(lines, vocab_size)
     tokenizer.add_tokens([*VISION_TOKENS, VIDEO_PAD], special_tokens=True)
     return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in (*VISION_TOKENS, VIDEO_PAD)}
+
+
+def vl_config(tokenizer: Any, ids: dict[str, int], text_config: dict, vision_config: dict) -> Any:
+    """A tied ``Qwen2_5_VLConfig`` of the given decoder and tower shapes, with ``tokenizer``'s EOS and padding and
+    the image and video token ids ``ids`` (:func:`vl_tokenizer`)."""
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        text_config={**text_config, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id},
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids[VIDEO_PAD],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+
+
+def save_vl_model(path: Path, model: Any, tokenizer: Any, max_image_pixels: int) -> None:
+    """Save ``model`` (with a generation config of ``tokenizer``'s EOS and padding), ``tokenizer`` and the image
+    processor of :func:`vl_image_processor` as a Hugging Face directory ``path``."""
+    from transformers import GenerationConfig
+
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    vl_image_processor(max_image_pixels).save_pretrained(path)
 
 
 def vl_image_processor(max_image_pixels: int) -> Any:

@@ -88,9 +88,10 @@ def shard_model(
     )
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if options.offload_policy else OffloadPolicy()
     kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
-    units = wrap_units(model, options)
-    for unit in reversed(units):  # inner units first: a unit manages what is left to it
+    units = [  # inner units first: a unit manages what is left to it
         fully_shard(unit, reshard_after_forward=options.reshard_after_forward, **kwargs)
+        for unit in reversed(wrap_units(model, options))
+    ]
     fully_shard(model, reshard_after_forward=False, **kwargs)  # the root stays gathered until its backward is done
     # FSDP sets up a unit's gathered parameters at its first gather, and a backward that accumulates gradients
     # (reduce_dtype set, no gradient sync yet) fails on a unit that no forward has gathered: a vision-language

@@ -121,7 +121,7 @@ class HFInferStrategy(InferenceStrategy, ScoringStrategy):
         if images:
             extra.update(self._image_args(images, input_ids))
         inner = getattr(self.model, "model", None)
-        if getattr(inner, "rope_deltas", None) is not None:
+        if inner is not None and getattr(inner, "rope_deltas", None) is not None:
             # a VL model keeps the 3-D rotary offsets of its last call's rows (transformers' rope_deltas) and adds
             # them to the positions of a call that starts from kept keys: this batch computes its own
             inner.rope_deltas = None

@@ -6,15 +6,12 @@ sample."""
 
 from __future__ import annotations
 
-import base64
-import io
-
 import numpy as np
 import openai
 import pytest
 import torch
-from PIL import Image
 
+from roll.agentic.gateway.images import image_url_part
 from roll.agentic.gateway.server import Gateway
 from roll.config.worker import GeneratingArgs, WorkerConfig
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
@@ -28,18 +25,12 @@ from roll.strategies.registry import build_strategy
 SAMPLING = GeneratingArgs(max_new_tokens=5, temperature=1.0, top_p=1.0, top_k=0, do_sample=True)
 
 
-def data_url(image: np.ndarray) -> str:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
 def frame(seed: int, size: int = 24) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
 
 
 def user(text: str, *images: np.ndarray) -> dict:
-    parts = [{"type": "image_url", "image_url": {"url": data_url(im)}} for im in images]
+    parts = [image_url_part(im) for im in images]
     return {"role": "user", "content": [*parts, {"type": "text", "text": text}]}
 
 

@@ -31,6 +31,26 @@ ROLL_CPU_OVERRIDES = [
 ]
 
 
+def _start(tmp_path: Path, name: str, model_dir: str, *overrides: str) -> subprocess.CompletedProcess:
+    """ROLL-layout config ``name`` through the start script from ``tmp_path``, with ``model_dir`` as its models,
+    :data:`ROLL_CPU_OVERRIDES` and ``overrides``; asserts exit code 0."""
+    cmd = [
+        sys.executable,
+        str(REPO / "examples" / "start_agentic_pipeline.py"),
+        "--config-path",
+        str(CONFIGS),
+        "--config-name",
+        name,
+        f"pretrain={model_dir}",
+        f"reward_pretrain={model_dir}",
+        *ROLL_CPU_OVERRIDES,
+        *overrides,
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, tags, distributed",
@@ -41,20 +61,7 @@ ROLL_CPU_OVERRIDES = [
     ],
 )
 def test_roll_format_config_runs_two_steps_on_cpu(tmp_path, tiny_model_dir, name, tags, distributed):
-    cmd = [
-        sys.executable,
-        str(REPO / "examples" / "start_agentic_pipeline.py"),
-        "--config-path",
-        str(CONFIGS),
-        "--config-name",
-        name,
-        f"pretrain={tiny_model_dir}",
-        f"reward_pretrain={tiny_model_dir}",
-        *ROLL_CPU_OVERRIDES,
-        f"distributed={distributed}",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _start(tmp_path, name, tiny_model_dir, f"distributed={distributed}")
     warnings = [line for line in proc.stderr.splitlines() if "ROLL keys without meaning in roll" in line]
     assert len(warnings) == 1 and f"custom_envs.{sorted(tags)[0]}.use_thread_lock" in warnings[0]
     rows = [json.loads(line) for line in (tmp_path / "output" / "logs" / "metrics.jsonl").read_text().splitlines()]
@@ -99,22 +106,10 @@ def test_roll_format_vl_config_trains_on_frames_on_cpu(tmp_path, tiny_vl_model_d
     """ROLL's VL layout (VLTrajEnvManager, pre_step_template + frame + next_step_template, reward_template,
     render_mode: rgb_array) with the tiny Qwen2.5-VL model: every turn's prompt holds its frame as image tokens
     between the two templates' text, the dumps keep the frames, and the RL step had a learning signal."""
-    cmd = [
-        sys.executable,
-        str(REPO / "examples" / "start_agentic_pipeline.py"),
-        "--config-path",
-        str(CONFIGS),
-        "--config-name",
-        "agentic_vl_sokoban",
-        f"pretrain={tiny_vl_model_dir}",
-        f"reward_pretrain={tiny_vl_model_dir}",
-        *ROLL_CPU_OVERRIDES,
-        *VL_CPU_OVERRIDES,
-        *VL_WARM_START,
-        "distributed=local",  # one process: the VL path under Ray is test_sokoban_vl_tiny's
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # one process (distributed=local): the VL path under Ray is test_sokoban_vl_tiny's
+    proc = _start(
+        tmp_path, "agentic_vl_sokoban", tiny_vl_model_dir, *VL_CPU_OVERRIDES, *VL_WARM_START, "distributed=local"
+    )
     warnings = [line for line in proc.stderr.splitlines() if "ROLL keys without meaning in roll" in line]
     assert len(warnings) == 1
     assert all(f"custom_envs.FrozenLake.{k}" in warnings[0] for k in ("env_manager_cls", "user_prompt_format"))

@@ -31,6 +31,17 @@ DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?)
 PART_TYPES = ("text", "image_url")
 
 
+def image_url_part(image: np.ndarray) -> dict[str, Any]:
+    """An H x W x 3 uint8 image as an OpenAI ``image_url`` content part, a PNG data URL: what a harness sends and
+    :func:`decode_data_url` reads back."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
 def decode_data_url(url: Any, where: str) -> np.ndarray:
     """The pixels of a ``data:image/...;base64,...`` URL as an H x W x 3 uint8 RGB array.
 

@@ -192,18 +192,9 @@ def observation_content(text: str, observation: Any) -> str | list[dict[str, Any
     images = observation_images(observation)
     if not images:
         return text
-    import base64
-    import io
+    from roll.agentic.gateway.images import image_url_part
 
-    from PIL import Image
-
-    parts: list[dict[str, Any]] = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="PNG")
-        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-        parts.append({"type": "image_url", "image_url": {"url": url}})
-    return [*parts, {"type": "text", "text": text}]
+    return [*[image_url_part(image) for image in images], {"type": "text", "text": text}]
 
 
 class EnvRunner(AgentRunner):
