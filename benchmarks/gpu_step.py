@@ -60,13 +60,17 @@ def peak_flops(device_name: str) -> float | None:
 
 
 def count_parameters(model_path: str) -> int:
-    """Parameters of the model at ``model_path`` (tied embeddings counted once), built on the meta device."""
+    """Parameters of the model at ``model_path`` (tied embeddings counted once; a vision-language model's vision
+    tower included), built on the meta device."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from roll.models.loading import is_vision_config
 
     config = AutoConfig.from_pretrained(model_path)
+    auto = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = auto.from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 

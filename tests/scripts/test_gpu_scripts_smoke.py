@@ -206,6 +206,18 @@ def test_gpu_step_summary_by_hand(tmp_path):
     assert result["step_s"] == 4.0 and result["mfu"] == 6 * 100 * 500.0 / 989.4e12 and result["median_of_steps"] == [2]
 
 
+def test_gpu_step_counts_a_vision_language_models_parameters(tiny_vl_model_dir):
+    """A Qwen2.5-VL directory is counted whole (decoder and vision tower), as transformers builds it; the causal-LM
+    auto class refuses its config, which is how the H200 run's summary failed after its five steps."""
+    from transformers import AutoModelForImageTextToText
+
+    gpu_step = _module("benchmarks/gpu_step.py")
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_dir)
+    tower = sum(p.numel() for p in model.model.visual.parameters())
+    assert tower > 0
+    assert gpu_step.count_parameters(tiny_vl_model_dir) == sum(p.numel() for p in model.parameters())
+
+
 def test_nccl_check_catches_a_sync_that_does_not_arrive(tmp_path, monkeypatch):
     nccl = _module("scripts/check_nccl_weight_sync.py")
     assert nccl.cli(["--smoke", str(tmp_path)]) == 0
