@@ -83,6 +83,15 @@ class PPOConfig:
         "Skip the separate old-log-prob pass where it is exact (ppo_epochs 1, the rollout batch is one "
         "optimizer step, no KL penalty in the reward): the old log-probs are the training forward's, detached.",
     )
+    old_log_probs_source: str = fld(
+        "trainer",
+        "Where the old log-probs of the PPO ratio come from. trainer: a forward pass of actor_train before the "
+        "update (or the update's own forward where that is exact, skip_old_log_probs). engine: the inference "
+        "engine's sampling log-probs of the generated tokens, with no extra pass (the behaviour policy itself; "
+        "equal to the trainer's up to rounding where both compute in fp32, e.g. hf_infer on CPU: 3e-7). With "
+        "engine, rollout/logprob_mismatch is not logged (there is no trainer pass to compare with).",
+        choices=["trainer", "engine"],
+    )
     async_generation_ratio: float = fld(
         0.0,
         "k: 0 = generate, then train (synchronous); k >= 1 = rollouts go on while the trainer trains, and no "

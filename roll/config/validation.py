@@ -317,6 +317,20 @@ def optimizer_steps_per_rollout(cfg: Any, role: str, samples_per_step: int) -> i
 def check_ppo(cfg: Any) -> None:
     """Algorithm settings that contradict each other or need a missing role (what an estimator, loss or KL type
     needs is checked against the registries in the preflight)."""
+    if cfg.old_log_probs_source == "engine":
+        for key, on, why in (
+            ("add_token_level_kl", cfg.add_token_level_kl, "the KL penalty in the reward"),
+            ("train_infer_correction", cfg.train_infer_correction.on(), "the train/inference correction"),
+            ("enable_old_logprobs_recompute", cfg.enable_old_logprobs_recompute, "recomputing them"),
+            ("async_generation_ratio", bool(cfg.async_generation_ratio), "decoupled PPO's proximal policy"),
+        ):
+            if on:
+                raise ConfigError(
+                    "old_log_probs_source",
+                    "engine",
+                    f"cannot be combined with {key} ({why} needs the trainer's old log-probs); set "
+                    f"old_log_probs_source: trainer or turn {key} off",
+                )
     if cfg.add_token_level_kl and cfg.use_kl_loss and not cfg.allow_kl_in_reward_and_loss:
         raise ConfigError(
             "use_kl_loss",

@@ -146,7 +146,8 @@ class AgenticPipeline(Pipeline):
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
-        metrics.update(logprob_mismatch(batch))
+        if cfg.old_log_probs_source == "trainer":  # engine: the old log-probs are the engine's own
+            metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))

@@ -345,7 +345,8 @@ class RLVRPipeline(Pipeline):
         metrics.update(self.trainer.advantages(batch, step))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         metrics.update(self.trainer.update(step, batch, metrics.get("actor/reward_kl")))
-        metrics.update(logprob_mismatch(batch))
+        if cfg.old_log_probs_source == "trainer":  # engine: the old log-probs are the engine's own
+            metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         # updates between the batch's (oldest) weights and the trained ones
         metrics["rollout/policy_lag"] = metrics.get("rollout/staleness_mean", 0.0)

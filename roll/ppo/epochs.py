@@ -16,7 +16,7 @@ from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import episode_rows, from_episode_frame, several_samples, to_episode_frame
 from roll.distributed.roles import CriticProxy, TrainProxy
-from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask
+from roll.ppo.loss_fns import CriticValueLoss, PPOActorLoss, actor_mask, loss_mask
 
 
 def actor_loss_config(cfg: BaseConfig) -> ActorLossConfig:
@@ -61,6 +61,22 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
         and not cfg.enable_old_logprobs_recompute
         and not cfg.async_generation_ratio
     )
+
+
+def engine_old_log_probs(batch: Batch) -> torch.Tensor:
+    """``old_log_probs_source: engine``: the engine's sampling log-probs (``rollout_log_probs``) as the old
+    log-probs, (B, L-1). Every trained token must have one (an end-of-turn token appended after a length cut is
+    not trained); a ValueError says how many do not (an inference strategy that returns no log-probs)."""
+    if "rollout_log_probs" not in batch:
+        raise ValueError("old_log_probs_source='engine': the batch has no engine log-probs (rollout_log_probs)")
+    trained = loss_mask(batch) > 0
+    missing = int((trained & (batch["rollout_log_prob_mask"] <= 0)).sum())
+    if missing:
+        raise ValueError(
+            f"old_log_probs_source='engine': {missing} of {int(trained.sum())} trained tokens have no engine "
+            "log-prob (the inference strategy returned none for them); set old_log_probs_source: trainer"
+        )
+    return batch["rollout_log_probs"].float() * batch["rollout_log_prob_mask"]
 
 
 def train_actor(cfg: BaseConfig, train: TrainProxy, batch: Batch, seed: int) -> dict[str, float]:

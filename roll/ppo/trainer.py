@@ -3,7 +3,8 @@
 In the order of one step (CleanRL's order, after the rollout):
 
 1. :meth:`PPOTrainer.log_probs`: old log-probs from ``actor_train`` (skipped where the training forward gives the
-   same values, see :func:`~roll.ppo.epochs.skip_old_log_probs`), reference log-probs (from ``reference``, or, with
+   same values, see :func:`~roll.ppo.epochs.skip_old_log_probs`; the engine's with ``old_log_probs_source:
+   engine``), reference log-probs (from ``reference``, or, with
    LoRA, from ``actor_train`` with its adapters off), critic values.
 2. :meth:`PPOTrainer.advantages`: episode scores -> the pipeline's score normalization
    (:class:`~roll.ppo.advantage_step.EpisodeScoreNorm` for agentic episodes,
@@ -29,7 +30,7 @@ from roll.data.layout import episode_rows
 from roll.distributed.roles import Roles
 from roll.ppo.advantage_step import advantage_step, score_normalizer
 from roll.ppo.correction import apply_train_infer_correction
-from roll.ppo.epochs import skip_old_log_probs, train_actor, train_critic
+from roll.ppo.epochs import engine_old_log_probs, skip_old_log_probs, train_actor, train_critic
 from roll.ppo.signal import SignalWatch
 
 
@@ -63,7 +64,9 @@ class PPOTrainer:
         ``time/*``."""
         cfg, roles, start, timings = self.cfg, self.roles, time.perf_counter(), {}
         episodes = len(episode_rows(batch))
-        if not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
+        if cfg.old_log_probs_source == "engine":  # the behaviour policy's own log-probs: no pass
+            batch["old_log_probs"] = engine_old_log_probs(batch)
+        elif not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)
             check_batch_if(cfg.strict_data_check, batch, "old_log_probs", required=("old_log_probs",))

@@ -65,8 +65,8 @@ DERIVED = ("health/", "rollout/zero_signal_frac")
 #: benchmarks/seeds.py reads); compared where the reference has them (the agentic validation's).
 NEW_KEYS = ("val/batch_size",)
 #: Overrides for this tree only, for keys the reference does not know: issue 41's imperfect demonstrator is off,
-#: as the reference's plans are perfect.
-THIS_TREE = {"sokoban": ("sft_warmup.demo_noise=0",), "rlvr": ()}
+#: as the reference's plans are perfect, and the old log-probs come from the trainer's pass, as they did.
+THIS_TREE = {"sokoban": ("sft_warmup.demo_noise=0", "old_log_probs_source=trainer"), "rlvr": ()}
 RUNS = {
     "sokoban": (
         "sokoban_tiny",
