@@ -89,7 +89,9 @@ class PPOConfig:
         "update (or the update's own forward where that is exact, skip_old_log_probs). engine: the inference "
         "engine's sampling log-probs of the generated tokens, with no extra pass (the behaviour policy itself; "
         "equal to the trainer's up to rounding where both compute in fp32, e.g. hf_infer on CPU: 3e-7). With "
-        "engine, rollout/logprob_mismatch is not logged (there is no trainer pass to compare with).",
+        "engine, rollout/logprob_mismatch is not logged (there is no trainer pass to compare with). Where a KL "
+        "penalty in the reward, the train/inference correction, enable_old_logprobs_recompute or asynchronous "
+        "generation needs the trainer's old log-probs, its pass runs anyway (a warning at launch says so).",
         choices=["trainer", "engine"],
     )
     async_generation_ratio: float = fld(

@@ -220,6 +220,28 @@ UNUSED: dict[str, tuple[tuple[str, ...], Any, str]] = {
 }
 
 
+def trainer_old_log_probs_needed_by(cfg: Any) -> str | None:
+    """The key whose setting needs the trainer's old log-probs before the update (so ``old_log_probs_source:
+    engine`` yields to the trainer's pass), or None: a KL penalty in the reward, the train/inference correction
+    (it compares the two), ``enable_old_logprobs_recompute`` and asynchronous generation (decoupled PPO's proximal
+    policy)."""
+    for key, on in (
+        ("add_token_level_kl", cfg.add_token_level_kl),
+        ("train_infer_correction", cfg.train_infer_correction.on()),
+        ("enable_old_logprobs_recompute", cfg.enable_old_logprobs_recompute),
+        ("async_generation_ratio", bool(cfg.async_generation_ratio)),
+    ):
+        if on:
+            return key
+    return None
+
+
+def engine_old_log_probs(cfg: Any) -> bool:
+    """Whether the PPO ratio's old log-probs are the engine's (``old_log_probs_source: engine`` and nothing that
+    needs the trainer's, :func:`trainer_old_log_probs_needed_by`)."""
+    return cfg.old_log_probs_source == "engine" and trainer_old_log_probs_needed_by(cfg) is None
+
+
 def unused_settings(cfg: Any) -> list[str]:
     """One warning per :data:`UNUSED` key that ``cfg``'s pipeline (its ``pipeline``) does not act on, set to
     another value than the one acted on: the key, the value, why and what to do."""
@@ -232,6 +254,12 @@ def unused_settings(cfg: Any) -> list[str]:
         if value != (defaults[key] if acted_on == DEFAULT else acted_on):
             where = "is ignored" if pipelines == PIPELINES else f"is not used by the {pipeline} pipeline"
             out.append(f"{key}={value!r} {where}: {why}")
+    needed_by = trainer_old_log_probs_needed_by(cfg)
+    if cfg.old_log_probs_source == "engine" and needed_by:
+        out.append(
+            f"old_log_probs_source='engine' does not apply: {needed_by} needs the trainer's old log-probs, so the "
+            "trainer's pass runs before each update (set old_log_probs_source: trainer to silence this)"
+        )
     return out
 
 
@@ -317,20 +345,6 @@ def optimizer_steps_per_rollout(cfg: Any, role: str, samples_per_step: int) -> i
 def check_ppo(cfg: Any) -> None:
     """Algorithm settings that contradict each other or need a missing role (what an estimator, loss or KL type
     needs is checked against the registries in the preflight)."""
-    if cfg.old_log_probs_source == "engine":
-        for key, on, why in (
-            ("add_token_level_kl", cfg.add_token_level_kl, "the KL penalty in the reward"),
-            ("train_infer_correction", cfg.train_infer_correction.on(), "the train/inference correction"),
-            ("enable_old_logprobs_recompute", cfg.enable_old_logprobs_recompute, "recomputing them"),
-            ("async_generation_ratio", bool(cfg.async_generation_ratio), "decoupled PPO's proximal policy"),
-        ):
-            if on:
-                raise ConfigError(
-                    "old_log_probs_source",
-                    "engine",
-                    f"cannot be combined with {key} ({why} needs the trainer's old log-probs); set "
-                    f"old_log_probs_source: trainer or turn {key} off",
-                )
     if cfg.add_token_level_kl and cfg.use_kl_loss and not cfg.allow_kl_in_reward_and_loss:
         raise ConfigError(
             "use_kl_loss",

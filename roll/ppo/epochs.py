@@ -63,7 +63,7 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
     )
 
 
-def engine_old_log_probs(batch: Batch) -> torch.Tensor:
+def old_log_probs_of_engine(batch: Batch) -> torch.Tensor:
     """``old_log_probs_source: engine``: the engine's sampling log-probs (``rollout_log_probs``) as the old
     log-probs, (B, L-1). Every trained token must have one (an end-of-turn token appended after a length cut is
     not trained); a ValueError says how many do not (an inference strategy that returns no log-probs)."""

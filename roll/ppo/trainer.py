@@ -24,13 +24,14 @@ from collections.abc import Callable
 from roll.algorithms.kl import make_kl_controller
 from roll.config.base import BaseConfig
 from roll.config.lora import reference_from_actor, wants_reference
+from roll.config.validation import engine_old_log_probs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import episode_rows
 from roll.distributed.roles import Roles
 from roll.ppo.advantage_step import advantage_step, score_normalizer
 from roll.ppo.correction import apply_train_infer_correction
-from roll.ppo.epochs import engine_old_log_probs, skip_old_log_probs, train_actor, train_critic
+from roll.ppo.epochs import old_log_probs_of_engine, skip_old_log_probs, train_actor, train_critic
 from roll.ppo.signal import SignalWatch
 
 
@@ -64,8 +65,8 @@ class PPOTrainer:
         ``time/*``."""
         cfg, roles, start, timings = self.cfg, self.roles, time.perf_counter(), {}
         episodes = len(episode_rows(batch))
-        if cfg.old_log_probs_source == "engine":  # the behaviour policy's own log-probs: no pass
-            batch["old_log_probs"] = engine_old_log_probs(batch)
+        if engine_old_log_probs(cfg):  # the behaviour policy's own log-probs: no pass
+            batch["old_log_probs"] = old_log_probs_of_engine(batch)
         elif not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from roll.config.loader import load_config
-from roll.config.validation import ConfigError
+from roll.config.validation import ConfigError, engine_old_log_probs, unused_settings
 from roll.data.batch import Batch
-from roll.ppo.epochs import engine_old_log_probs
+from roll.ppo.epochs import old_log_probs_of_engine
 
 #: a tiny Sokoban run in one process; 8 episodes a rollout in mini-batches of 2: four optimizer steps, so the
 #: trainer source runs its separate pass (not the skipped one) and the later mini-batches' ratios move off 1
@@ -62,7 +62,7 @@ def _batch(trained: list[list[int]], engine: list[list[float]], has: list[list[i
 
 def test_engine_log_probs_are_the_old_log_probs_where_trained():
     batch = _batch([[0, 1, 1], [1, 0, 0]], [[9.0, -0.5, -1.25], [-2.0, 7.0, 7.0]], [[0, 1, 1], [1, 0, 0]])
-    old = engine_old_log_probs(batch)
+    old = old_log_probs_of_engine(batch)
     # the trained tokens keep the engine's values; the rest is 0 (never read: the loss mask is 0 there)
     assert old.tolist() == [[0.0, -0.5, -1.25], [-2.0, 0.0, 0.0]]
 
@@ -70,24 +70,30 @@ def test_engine_log_probs_are_the_old_log_probs_where_trained():
 def test_a_trained_token_without_an_engine_log_prob_is_refused():
     batch = _batch([[0, 1, 1], [1, 0, 0]], [[0.0, -0.5, 0.0], [-2.0, 0.0, 0.0]], [[0, 1, 0], [1, 0, 0]])
     with pytest.raises(ValueError, match="1 of 3 trained tokens have no engine log-prob"):
-        engine_old_log_probs(batch)
+        old_log_probs_of_engine(batch)
     with pytest.raises(ValueError, match="no engine log-probs"):
-        engine_old_log_probs(Batch(tensors={"response_mask": torch.ones(1, 3, dtype=torch.long)}))
+        old_log_probs_of_engine(Batch(tensors={"response_mask": torch.ones(1, 3, dtype=torch.long)}))
 
 
 @pytest.mark.parametrize(
-    "other",
+    "config,other",
     [
-        "add_token_level_kl=true",
-        "enable_old_logprobs_recompute=true",
-        "async_generation_ratio=1",
-        "train_infer_correction.is_weight.enabled=true",
+        ("algo_ppo", "add_token_level_kl=true"),  # algo_ppo has the reference worker a KL penalty needs
+        ("sokoban_tiny", "enable_old_logprobs_recompute=true"),
+        ("sokoban_tiny", "async_generation_ratio=1"),
+        ("sokoban_tiny", "train_infer_correction.is_weight.enabled=true"),
     ],
 )
-def test_the_engine_source_refuses_what_needs_the_trainers_log_probs(other):
-    with pytest.raises(ConfigError, match="old_log_probs_source") as err:
-        load_config("sokoban_tiny", overrides=["old_log_probs_source=engine", other])
-    assert other.split("=")[0].split(".")[0] in str(err.value)
+def test_the_trainers_pass_runs_where_a_setting_needs_it_and_a_warning_says_so(config, other):
+    """sokoban_tiny sets engine; a KL penalty in the reward, the correction, recompute or async need the trainer's
+    old log-probs, so the engine's are not used, and the launch warns naming the key (nothing silently ignored)."""
+    assert engine_old_log_probs(load_config("sokoban_tiny"))
+    cfg = load_config(config, overrides=[other, "old_log_probs_source=engine"])
+    assert not engine_old_log_probs(cfg)
+    key = other.split("=")[0].split(".")[0]
+    assert [w for w in unused_settings(cfg) if w.startswith("old_log_probs_source='engine'") and key in w]
+    quiet = load_config(config, overrides=[other, "old_log_probs_source=trainer"])
+    assert not [w for w in unused_settings(quiet) if "old_log_probs_source" in w]
 
 
 def test_an_unknown_source_names_the_allowed_values():
