@@ -63,14 +63,13 @@ def count_parameters(model_path: str) -> int:
     """Parameters of the model at ``model_path`` (tied embeddings counted once; a vision-language model's vision
     tower included), built on the meta device."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoConfig
 
-    from roll.models.loading import is_vision_config
+    from roll.models.loading import auto_model_class
 
     config = AutoConfig.from_pretrained(model_path)
-    auto = AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
     with torch.device("meta"):
-        model = auto.from_config(config)
+        model = auto_model_class(config).from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -21,6 +23,14 @@ def load_tokenizer(path: str):
 def is_vision_config(config: object) -> bool:
     """Whether a model config is a vision-language one (it has a ``vision_config``; :mod:`roll.models.vision`)."""
     return getattr(config, "vision_config", None) is not None
+
+
+def auto_model_class(config: object) -> type[Any]:
+    """transformers' auto class that builds a model of ``config``: ``AutoModelForImageTextToText`` for a
+    vision-language config (:func:`is_vision_config`), else ``AutoModelForCausalLM``."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
 
 
 def scoring_attention(attn_implementation: str | None, dtype: str, packed: bool) -> str | None:
@@ -44,13 +54,12 @@ def load_causal_lm(
     """``AutoModelForCausalLM.from_pretrained`` with roll's dtype names (``AutoModelForImageTextToText`` for a
     vision-language config, e.g. Qwen2.5-VL: :mod:`roll.models.vision`); ``use_liger_kernel``: with Liger's fused
     kernels (:func:`roll.models.kernels.apply_liger`)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoConfig
 
     kwargs = {"dtype": DTYPES[dtype], "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    vision = is_vision_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
-    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    auto = auto_model_class(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
     model = auto.from_pretrained(path, **kwargs)
     if use_liger_kernel:
         from roll.models.kernels import apply_liger

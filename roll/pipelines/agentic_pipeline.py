@@ -16,7 +16,6 @@ from roll.agentic.failures import RolloutFailed
 from roll.agentic.render_dump import dump_val_renders, env_descriptions
 from roll.agentic.scheduler import RolloutScheduler, manager_cpus, rollout_metrics
 from roll.config.agentic import AgenticConfig
-from roll.config.validation import engine_old_log_probs
 from roll.data.checks import check_batch_if
 from roll.data.layout import rollout_log_probs, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
@@ -147,8 +146,7 @@ class AgenticPipeline(Pipeline):
         # 5. update: critic, then actor epochs; KL controller; weight sync to the inference engine
         metrics.update(trainer.update(step, batch, metrics.get("actor/reward_kl")))
         # 6. metrics: train-inference log-prob mismatch (the trainer's pre-update log-probs), throughput, rollouts
-        if not engine_old_log_probs(cfg):  # else the old log-probs are the engine's own: nothing to compare
-            metrics.update(logprob_mismatch(batch))
+        metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         timings["time/step"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(trajs))

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from roll.config.rlvr import RLVRConfig
-from roll.config.validation import engine_old_log_probs
 from roll.config.worker import GeneratingArgs
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
@@ -346,8 +345,7 @@ class RLVRPipeline(Pipeline):
         metrics.update(self.trainer.advantages(batch, step))
         self.dumps.rlvr("train", step, prompt_groups, self.train_examples, batch)
         metrics.update(self.trainer.update(step, batch, metrics.get("actor/reward_kl")))
-        if not engine_old_log_probs(cfg):  # else the old log-probs are the engine's own: nothing to compare
-            metrics.update(logprob_mismatch(batch))
+        metrics.update(logprob_mismatch(batch))
         metrics.update(perf_metrics(self.roles, batch, metrics, cfg.ppo_epochs))  # reads time/train
         # updates between the batch's (oldest) weights and the trained ones
         metrics["rollout/policy_lag"] = metrics.get("rollout/staleness_mean", 0.0)

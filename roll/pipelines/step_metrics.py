@@ -9,10 +9,11 @@ from roll.distributed.roles import Roles
 def logprob_mismatch(batch: Batch) -> dict[str, float]:
     """``mean |logp_inference - logp_train|`` over the generated tokens with an engine log-prob
     (``rollout_log_prob_mask``), and the max, against the trainer's ``old_log_probs`` of the same tokens (log-prob
-    frame, :mod:`roll.data.layout`). Empty when no token has an engine log-prob."""
+    frame, :mod:`roll.data.layout`). Empty when no token has an engine log-prob, and when the old log-probs are
+    the engine's own (``old_log_probs_source: engine``)."""
     mask = batch["rollout_log_prob_mask"]
     count = float(mask.sum())
-    if not count:
+    if not count or batch.info.get("old_log_probs_of_engine"):
         return {}
     diff = (batch["rollout_log_probs"] - batch["old_log_probs"].float()).abs() * mask
     return {"rollout/logprob_mismatch": float(diff.sum()) / count, "rollout/logprob_mismatch_max": float(diff.max())}

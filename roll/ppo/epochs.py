@@ -11,7 +11,7 @@ import torch
 from roll.algorithms.aggregation import episode_token_weights, is_token_unit
 from roll.algorithms.losses import ActorLossConfig
 from roll.config.base import BaseConfig
-from roll.config.validation import global_train_batch
+from roll.config.validation import global_train_batch, trainer_old_log_probs_needed_by
 from roll.data.batch import Batch
 from roll.data.checks import check_batch_if
 from roll.data.layout import episode_rows, from_episode_frame, several_samples, to_episode_frame
@@ -48,18 +48,14 @@ def skip_old_log_probs(cfg: BaseConfig, batch_size: int, step: int) -> bool:
     """Whether step ``step``'s separate old-log-prob pass can be skipped because it would equal the training
     forward's (detached) log-probs: ``skip_old_log_probs`` on, the actor trains this step (past
     ``critic_warmup``), one ppo epoch, the whole batch one optimizer step (so the forward runs before any update),
-    no KL penalty in the reward and no train/inference correction (both need the old log-probs first), and neither
-    ``enable_old_logprobs_recompute`` nor ``async_generation_ratio >= 1`` (the proximal policy of decoupled PPO is
-    recomputed by the trainer before it updates)."""
+    and no setting that needs the old log-probs before the update
+    (:func:`~roll.config.validation.trainer_old_log_probs_needed_by`)."""
     return (
         cfg.skip_old_log_probs
         and step > cfg.critic_warmup
         and cfg.ppo_epochs == 1
         and batch_size == actor_mini_batch(cfg)
-        and not cfg.add_token_level_kl
-        and not cfg.train_infer_correction.on()
-        and not cfg.enable_old_logprobs_recompute
-        and not cfg.async_generation_ratio
+        and trainer_old_log_probs_needed_by(cfg) is None
     )
 
 

@@ -67,6 +67,7 @@ class PPOTrainer:
         episodes = len(episode_rows(batch))
         if engine_old_log_probs(cfg):  # the behaviour policy's own log-probs: no pass
             batch["old_log_probs"] = old_log_probs_of_engine(batch)
+            batch.info["old_log_probs_of_engine"] = True  # nothing to compare them with (logprob_mismatch)
         elif not skip_old_log_probs(cfg, episodes, step):  # else the update's forward provides them (the same values)
             t = time.perf_counter()
             batch["old_log_probs"] = roles.actor_train.compute_log_probs(batch)

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny_runs import TINY_LOCAL_RUN
+
 REPO = Path(__file__).resolve().parents[2]
 #: the code before asynchronous rollouts existed
 REFERENCE = "f07da49"
@@ -40,20 +42,7 @@ REFERENCE = "f07da49"
 PATCHES = [("roll/models/prefix_sharing.py", "return 1.0 / (8 * hidden_size)", "return 1.0 / (4 * hidden_size)")]
 ADDED = {"rollout/template_breaks": 0.0}  # trajectory_mode (issue 30): no sample splits in these runs
 
-COMMON = [
-    "tiny_model.hidden_size=32",
-    "tiny_model.intermediate_size=64",
-    "tiny_model.num_hidden_layers=1",
-    "tiny_model.vocab_size=400",
-    "track_with=stdout",
-    "distributed=local",
-    "save_steps=0",
-    "max_steps=3",
-    "sft_warmup.steps=3",
-    "zero_signal_patience=0",
-    "actor_train.num_cpus_per_worker=1",
-    "actor_infer.num_cpus_per_worker=1",
-]
+COMMON = [*TINY_LOCAL_RUN, "max_steps=3", "sft_warmup.steps=3"]
 #: Keys that count generated tokens since issue 40 (the end-of-turn token appended after a length cut was counted
 #: before): each is at most one token per turn below its reference, never above; then left out of the comparison.
 RECOUNTED = ("response_tokens_per_turn", "generated_tokens")

@@ -14,17 +14,12 @@ from roll.config.loader import load_config
 from roll.config.validation import ConfigError, engine_old_log_probs, unused_settings
 from roll.data.batch import Batch
 from roll.ppo.epochs import old_log_probs_of_engine
+from tests.tiny_runs import TINY_LOCAL_RUN
 
 #: a tiny Sokoban run in one process; 8 episodes a rollout in mini-batches of 2: four optimizer steps, so the
 #: trainer source runs its separate pass (not the skipped one) and the later mini-batches' ratios move off 1
 OVERRIDES = [
-    "tiny_model.hidden_size=32",
-    "tiny_model.intermediate_size=64",
-    "tiny_model.num_hidden_layers=1",
-    "tiny_model.vocab_size=400",
-    "track_with=stdout",
-    "distributed=local",
-    "save_steps=0",
+    *TINY_LOCAL_RUN,
     "max_steps=2",
     "max_train_minutes=0",
     "eval_steps=0",
@@ -33,7 +28,6 @@ OVERRIDES = [
     "sft_warmup.steps=3",
     "sft_warmup.batch_size=4",
     "sft_warmup.num_demos=12",
-    "zero_signal_patience=0",
     "rollout_batch_size=8",
     "train_env_manager.env_groups=2",
     "train_env_manager.group_size=4",
@@ -42,8 +36,6 @@ OVERRIDES = [
     "actor_train.training_args.per_device_train_batch_size=2",
     "actor_train.training_args.gradient_accumulation_steps=1",
     "actor_train.training_args.warmup_steps=0",
-    "actor_train.num_cpus_per_worker=1",
-    "actor_infer.num_cpus_per_worker=1",
 ]
 
 
