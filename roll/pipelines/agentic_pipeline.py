@@ -71,16 +71,10 @@ class AgenticPipeline(Pipeline):
     # ------------------------------------------------------------------ phases
     def warm_start(self) -> dict[str, float]:
         """Supervised warm start on solver demonstrations (``sft_warmup``), then sync to inference."""
-        from roll.pipelines.sft_warmup import make_demo_batches
+        from roll.pipelines.sft_warmup import demo_env, make_demo_batches
 
         cfg, sft = self.cfg, self.cfg.sft_warmup
-        tag = sft.tag or cfg.train_env_manager.tags[0]
-        spec = cfg.custom_envs[tag]
-        kwargs = {
-            "format_penalty": cfg.train_env_manager.format_penalty,
-            "action_format": cfg.train_env_manager.action_format,
-            **dict(spec.env_config),
-        }
+        tag, spec, kwargs = demo_env(cfg)
         batches = make_demo_batches(
             spec,
             kwargs,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Sequence
-from typing import overload
+from typing import Any, overload
 
 from roll.agentic.chat import ChatFormatter
 from roll.agentic.env_manager import group_seed
-from roll.config.agentic import CustomEnvConfig
+from roll.config.agentic import AgenticConfig, CustomEnvConfig
 from roll.data.batch import Batch
 from roll.data.layout import trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
@@ -27,6 +27,19 @@ NO_SUCCESS = (
     "the plan did not reach success (no step reported info['success']=True before the episode ended or "
     "the plan ran out)"
 )
+
+
+def demo_env(cfg: AgenticConfig) -> tuple[str, CustomEnvConfig, dict[str, Any]]:
+    """``(tag, spec, env kwargs)`` of the env the warm start's demonstrator plays: ``sft_warmup.tag`` (default: the
+    first train tag), with the train env manager's format penalty and action format."""
+    tag = cfg.sft_warmup.tag or cfg.train_env_manager.tags[0]
+    spec = cfg.custom_envs[tag]
+    kwargs = {
+        "format_penalty": cfg.train_env_manager.format_penalty,
+        "action_format": cfg.train_env_manager.action_format,
+        **dict(spec.env_config),
+    }
+    return tag, spec, kwargs
 
 
 def demo_trajectory(
