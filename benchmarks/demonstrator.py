@@ -27,12 +27,11 @@ def success_rates(config_name: str, noises: list[float], rooms: int, overrides: 
     from transformers import AutoTokenizer
 
     from roll.agentic.chat import ChatFormatter
-    from roll.agentic.env_manager import group_seed
     from roll.config.agentic import AgenticConfig
     from roll.config.loader import load_config
     from roll.envs import make_env
     from roll.models.tiny_vl import ensure_tiny_model_of
-    from roll.pipelines.sft_warmup import NO_PLAN, demo_env, demo_trajectory
+    from roll.pipelines.sft_warmup import NO_PLAN, demo_env, demo_seed, demo_trajectory
 
     cfg = load_config(config_name, None, overrides, schema=AgenticConfig)
     if cfg.tiny_model is not None:  # the formatter needs the model's tokenizer: build it as a run would
@@ -44,8 +43,7 @@ def success_rates(config_name: str, noises: list[float], rooms: int, overrides: 
     for noise in noises:
         solved, planned, turns = 0, 0, []
         for index in range(rooms):
-            seed = group_seed(cfg.sft_warmup.seed, "sft", 0, index)
-            traj = demo_trajectory(env, spec, formatter, seed, tag, noise=noise)
+            traj = demo_trajectory(env, spec, formatter, demo_seed(cfg.sft_warmup.seed, index), tag, noise=noise)
             if traj == NO_PLAN:
                 continue
             planned += 1

@@ -129,12 +129,7 @@ class EnvManager:
     def _make_env(self, spec: GroupSpec) -> Any:
         from roll.envs import make_env
 
-        kwargs = {
-            "format_penalty": self.cfg.format_penalty,
-            "action_format": self.cfg.action_format,
-            **dict(spec.env.env_config),
-        }
-        return make_env(spec.env.env_type, kwargs)
+        return make_env(spec.env.env_type, spec.env.env_kwargs(self.cfg.format_penalty, self.cfg.action_format))
 
     def _build(self, specs: list[GroupSpec]) -> list[Any]:
         """Fresh envs for ``specs``, built concurrently under ``env_step_timeout`` (constructors are user code)."""

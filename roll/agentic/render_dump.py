@@ -96,11 +96,7 @@ def dump_val_renders(cfg: Any, trajs: Sequence[Trajectory], step: int) -> int:
     total = 0
     for traj in trajs:
         spec = cfg.custom_envs[traj.tag]
-        kwargs = {
-            "format_penalty": manager.format_penalty,
-            "action_format": manager.action_format,
-            **dict(spec.env_config),
-        }
+        kwargs = spec.env_kwargs(manager.format_penalty, manager.action_format)
         total += dump_episode(traj, spec.env_type, kwargs, root / traj.traj_id)
     return total
 

@@ -200,6 +200,11 @@ class CustomEnvConfig:
                         "proxy with agent_runner_cls); roll's env manager plays this tag: remove the key, or set both",
                     )
 
+    def env_kwargs(self, format_penalty: float, action_format: str) -> dict[str, Any]:
+        """The env constructor's keyword arguments: the env manager's ``format_penalty`` and ``action_format``, then
+        this tag's ``env_config`` (which may override them)."""
+        return {"format_penalty": format_penalty, "action_format": action_format, **dict(self.env_config)}
+
     def turn_text(
         self,
         turns_done: int,

@@ -34,12 +34,13 @@ def demo_env(cfg: AgenticConfig) -> tuple[str, CustomEnvConfig, dict[str, Any]]:
     first train tag), with the train env manager's format penalty and action format."""
     tag = cfg.sft_warmup.tag or cfg.train_env_manager.tags[0]
     spec = cfg.custom_envs[tag]
-    kwargs = {
-        "format_penalty": cfg.train_env_manager.format_penalty,
-        "action_format": cfg.train_env_manager.action_format,
-        **dict(spec.env_config),
-    }
-    return tag, spec, kwargs
+    manager = cfg.train_env_manager
+    return tag, spec, spec.env_kwargs(manager.format_penalty, manager.action_format)
+
+
+def demo_seed(seed: int, index: int) -> int:
+    """The room of the warm start's ``index``-th demonstration attempt under ``sft_warmup.seed`` = ``seed``."""
+    return group_seed(seed, "sft", 0, index)
 
 
 def demo_trajectory(
@@ -140,7 +141,7 @@ def make_demo_batches(
     missed: Counter = Counter()
     index = 0
     while len(demos) < num_demos and index < num_demos * 5:
-        traj = demo_trajectory(env, spec, formatter, group_seed(seed, "sft", 0, index), tag, images, noise)
+        traj = demo_trajectory(env, spec, formatter, demo_seed(seed, index), tag, images, noise)
         index += 1
         if isinstance(traj, str):
             missed[traj] += 1

@@ -23,18 +23,17 @@ def test_noise_lowers_the_demonstrators_success_and_lengthens_its_episodes(tmp_p
     assert noisy["mean_turns"] > exact["mean_turns"]
 
     # without noise the demonstrator plays the solver's plan, move for move: its episodes are the plans' lengths
-    from roll.agentic.env_manager import group_seed
     from roll.config.agentic import AgenticConfig
     from roll.config.loader import load_config
     from roll.envs import make_env
-    from roll.pipelines.sft_warmup import demo_env
+    from roll.pipelines.sft_warmup import demo_env, demo_seed
 
     cfg = load_config("sokoban_tiny", None, overrides, schema=AgenticConfig)
     _, spec, kwargs = demo_env(cfg)
     env = make_env(spec.env_type, kwargs)
     lengths = []
     for index in range(60):
-        env.reset(seed=group_seed(cfg.sft_warmup.seed, "sft", 0, index))
+        env.reset(seed=demo_seed(cfg.sft_warmup.seed, index))
         lengths.append(len(env.solution()))
     assert exact["mean_turns"] == pytest.approx(statistics.mean(lengths))
 

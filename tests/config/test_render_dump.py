@@ -69,3 +69,12 @@ def test_dump_val_renders_layout_and_off_switch(tmp_path):
         "frame_000.png",
         "frame_001.png",
     ]
+
+
+def test_env_kwargs_put_the_managers_values_under_the_tags_env_config():
+    spec = CustomEnvConfig(env_type="sokoban", env_config={"dim_room": [6, 6], "action_format": "bare"})
+    assert spec.env_kwargs(-0.1, "answer_tags") == {
+        "format_penalty": -0.1,
+        "action_format": "bare",  # the tag's own env_config wins over the manager's
+        "dim_room": [6, 6],
+    }

@@ -208,10 +208,7 @@ class EnvRunner(AgentRunner):
 
         from roll.envs import make_env
 
-        env = make_env(
-            task.env.env_type,
-            {"format_penalty": task.format_penalty, "action_format": task.action_format, **dict(task.env.env_config)},
-        )
+        env = make_env(task.env.env_type, task.env.env_kwargs(task.format_penalty, task.action_format))
         obs, info = env.reset(seed=task.seed)
         client = openai.OpenAI(
             base_url=task.base_url, api_key=task.api_key, max_retries=0, timeout=task.timeout_s or None
