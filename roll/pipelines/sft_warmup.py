@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, overload
 
-from roll.agentic.chat import ChatFormatter
+from roll.agentic.chat import ChatFormatter, history_summary
 from roll.agentic.env_manager import group_seed
 from roll.config.agentic import AgenticConfig, CustomEnvConfig
 from roll.data.batch import Batch
-from roll.data.layout import trajectories_to_batch
+from roll.data.layout import several_samples, trajectories_to_batch
 from roll.data.trajectory import Trajectory, Turn
 from roll.envs.base import observation_images, observation_text
 from roll.models.vision import ImageInputs, add_pixel_values, with_image_placeholders
@@ -62,6 +62,9 @@ def demo_trajectory(
     plans again from where it stands. Its successful episodes keep those detours, so a policy imitating it makes
     them too; RL has to learn to do better. ``noise`` = 0 follows the first plan.
 
+    The turns are prompted as the env manager prompts them: with ``turn_prompt: fresh`` each later turn is a new
+    conversation (its ``{history}`` summarising the last turns) that starts a sample, else a delta after the reply.
+
     Raises:
         ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
     """
@@ -80,13 +83,20 @@ def demo_trajectory(
         instruction=info["env_instruction"],
         image_text=with_image_placeholders("", len(frames)),
     )
-    prompt = _with_frames(formatter.first_prompt(text), frames, images)
+    prompt, starts = _with_frames(formatter.first_prompt(text), frames, images), False
     while plan and len(traj.turns) < spec.max_actions_per_traj:
         detour = noise > 0 and rng.random() < noise
         action = rng.choice(env.valid_actions) if detour else plan[0]
         written = env.parser.render(action)
         reply = formatter.encode(written) + [formatter.eos_id]
-        turn = Turn(prompt_ids=prompt, response_ids=reply, response_log_probs=[], observation=observation_text(obs))
+        turn = Turn(
+            prompt_ids=prompt,
+            response_ids=reply,
+            response_log_probs=[],
+            observation=observation_text(obs),
+            response_text=written,
+            starts_sample=starts,
+        )
         turn.images = frames
         traj.turns.append(turn)
         obs, reward, terminated, truncated, info = env.step(written)
@@ -95,16 +105,24 @@ def demo_trajectory(
                 f"sft_warmup: env {spec.env_type!r} rejected its own solution action {action!r} written "
                 f"as {written!r} (action_format={env.action_format!r})"
             )
-        traj.turns[-1].reward = float(reward)
+        traj.turns[-1].reward, traj.turns[-1].parsed_action = float(reward), info.get("parsed_action")
+        traj.turns[-1].action_is_valid = True
         if terminated or truncated:
             traj.success = bool(info.get("success"))
             break
         plan = env.solution() if noise > 0 else plan[1:]
         frames = observation_images(obs)
+        history, shown = history_summary(traj.turns, spec.history_length)
         text = spec.turn_text(
-            len(traj.turns), observation_text(obs), reward=reward, image_text=with_image_placeholders("", len(frames))
+            len(traj.turns),
+            observation_text(obs),
+            reward=reward,
+            history=history,
+            history_shown=shown,
+            image_text=with_image_placeholders("", len(frames)),
         )
-        prompt = _with_frames(formatter.turn_delta(text), frames, images)
+        starts = spec.turn_prompt == "fresh"
+        prompt = _with_frames(formatter.first_prompt(text) if starts else formatter.turn_delta(text), frames, images)
     return traj if traj.success else NO_SUCCESS
 
 
@@ -163,16 +181,24 @@ def make_demo_batches(
             order += extra
         picked, order = order[:batch_size], order[batch_size:]
         picks.append(picked)
-    return DemoBatches(demos, picks, tokenizer.pad_token_id, images)
+    return DemoBatches(demos, picks, tokenizer.pad_token_id, images, spec.trajectory_mode)
 
 
 class DemoBatches(Sequence[Batch]):
     """The warm start's batches, each built when it is read: batch ``k`` is the demonstrations ``picks[k]`` in the
     token layout (and, for an env with images, their pixel values: built ahead for every step they would hold
-    gigabytes)."""
+    gigabytes). Episodes become samples as rollouts do (``mode``: the tag's ``trajectory_mode``); a batch whose
+    episodes have several samples (``step`` mode, ``turn_prompt: fresh``) is one optimizer step, as in RL."""
 
-    def __init__(self, demos: list[Trajectory], picks: list[list[int]], pad_id: int, images: ImageInputs | None):
-        self.demos, self.picks, self.pad_id, self.images = demos, picks, pad_id, images
+    def __init__(
+        self,
+        demos: list[Trajectory],
+        picks: list[list[int]],
+        pad_id: int,
+        images: ImageInputs | None,
+        mode: str = "traj",
+    ):
+        self.demos, self.picks, self.pad_id, self.images, self.mode = demos, picks, pad_id, images, mode
 
     def __len__(self) -> int:
         return len(self.picks)
@@ -186,7 +212,9 @@ class DemoBatches(Sequence[Batch]):
     def __getitem__(self, k: int | slice) -> Batch | list[Batch]:
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        batch = trajectories_to_batch([self.demos[i] for i in self.picks[k]], self.pad_id)
+        batch = trajectories_to_batch([self.demos[i] for i in self.picks[k]], self.pad_id, self.mode)
+        if several_samples(batch):
+            batch.info["one_optimizer_step"] = True
         if "images" in batch and self.images is not None:
             add_pixel_values(batch, batch["images"], self.images)
         return batch

@@ -115,3 +115,38 @@ def test_demo_noise_is_checked_before_any_worker():
 
     with pytest.raises(ConfigError, match=r"sft_warmup.demo_noise=1.0.*\[0, 1\)"):
         load_config("sokoban_tiny", None, ["sft_warmup.demo_noise=1.0"], schema=AgenticConfig)
+
+
+@pytest.mark.parametrize("mode", ["traj", "step"])
+def test_fresh_turn_prompts_are_demonstrated_as_rollouts_see_them(tiny_model_dir, mode):
+    """With ``turn_prompt: fresh`` (ROLL's step prompts) each later turn is a new conversation, system + the turn
+    template with ``{history}`` (the last turn: its observation, action and reward), that starts a sample; the
+    batch has one sample per turn and is one optimizer step (its sample count varies with the turns). With the
+    default (append) the turns are deltas and an episode is one sample."""
+    from dataclasses import replace
+
+    from roll.agentic.chat import ChatFormatter
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    spec = replace(
+        SPEC, turn_prompt="fresh", trajectory_mode=mode, turn_template="{history}\n{observation}", history_length=2
+    )
+    sizes = dict(num_demos=3, batch_size=3, steps=1, seed=42)
+    batches = make_demo_batches(spec, dict(spec.env_config), tokenizer, "S", **sizes)
+    formatter, parser = ChatFormatter(tokenizer, spec.system_prompt), ActionParser("answer")
+    turns = 0
+    for traj in batches.demos:
+        first, *later = traj.turns
+        assert not first.starts_sample and all(t.starts_sample for t in later)
+        for before, turn in zip(traj.turns, later):
+            action = parser.parse(tokenizer.decode(before.response_ids[:-1]))
+            history = f"(step: {len(traj.turns[: traj.turns.index(turn)])}, observation: {before.observation}, "
+            history += f"action: {action}, reward: {before.reward})"
+            assert turn.prompt_ids == formatter.first_prompt(f"{history}\n{turn.observation}")
+        turns += len(traj.turns)
+    batch = batches[0]
+    assert turns == 8 and len(batch) == turns and batch.info.get("one_optimizer_step") is True
+
+    appended = make_demo_batches(SPEC, dict(SPEC.env_config), tokenizer, "S", **sizes)
+    assert len(appended[0]) == 3 and "one_optimizer_step" not in appended[0].info
+    assert not any(t.starts_sample for traj in appended.demos for t in traj.turns)
