@@ -9,9 +9,10 @@ Per seed (one run at a time, as in ``benchmarks/seeds.py``, whose per-seed overr
    left out, on both sides.
 2. **Control**: the same config, initial weights (the RL run's model directory), demonstration seed and validation
    rooms, with ``max_steps=0`` (no RL) and ``max_train_minutes`` = the RL run's training time: its warm start runs
-   until that budget is spent. It gets demonstrations for 1.5 x the steps its pace in the RL run's own warm start
-   predicts, so that none repeats (``num_demos`` = steps x batch). Demonstration generation is not counted on
-   either side.
+   until that budget is spent. Its step limit is 4 x the steps its pace in the RL run's own warm start predicts
+   (the budget, not the limit, ends it: a warm start slowed by other work on the machine underestimates the pace
+   2x), with demonstrations for 1.5 x (``num_demos``; beyond them they repeat, which made no difference to the
+   control in docs/verified.md). Demonstration generation is not counted on either side.
 
 The table gives validation success after the warm start (the RL run's step 0), after RL, and of the control, the
 paired differences, and their mean over seeds with the standard error (sd / sqrt(n)). Once a seed's control ran, the
@@ -74,9 +75,11 @@ def training_time(rows: list[dict]) -> tuple[float, float, int]:
     return sft, sum(steps), len(steps)
 
 
-def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int, seconds: float) -> list[str]:
+def control_overrides(
+    rl_dir: Path, run_dir: Path, steps: int, batch: int, seconds: float, demos: int | None = None
+) -> list[str]:
     """The control's overrides on top of the seed's: the RL run's initial model, no RL, supervised steps for
-    ``seconds`` of training (at most ``steps``)."""
+    ``seconds`` of training (at most ``steps``) on ``demos`` demonstrations (default: ``steps x batch``)."""
     return [
         f"pretrain={rl_dir / 'model'}",
         f"output_dir={run_dir}",
@@ -84,7 +87,7 @@ def control_overrides(rl_dir: Path, run_dir: Path, steps: int, batch: int, secon
         "max_steps=0",
         "eval_steps=1",
         f"sft_warmup.steps={steps}",
-        f"sft_warmup.num_demos={steps * batch}",
+        f"sft_warmup.num_demos={demos or steps * batch}",
         f"max_train_minutes={seconds / 60:.4f}",
     ]
 
@@ -129,10 +132,12 @@ def control_args(
     args: argparse.Namespace, seed: int, rl_dir: Path, ctl_dir: Path, sft_steps: int, batch: int
 ) -> list[str]:
     """The control's overrides: the seed's, the study's extra ones, then the control's own (the RL run's initial
-    model and measured training time, demonstrations for 1.5 x the steps its warm-start pace predicts)."""
+    model and measured training time, a step limit of 4 x the steps its warm-start pace predicts, demonstrations
+    for 1.5 x)."""
     sft_s, rl_s, _ = training_time(read_rows(rl_dir))
-    steps = max(sft_steps, round(1.5 * (sft_s + rl_s) / (sft_s / sft_steps)))
-    own = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s)
+    paced = (sft_s + rl_s) / (sft_s / sft_steps)
+    steps = max(sft_steps, round(4 * paced))
+    own = control_overrides(rl_dir, ctl_dir, steps, batch, sft_s + rl_s, max(sft_steps, round(1.5 * paced)) * batch)
     keys = {o.split("=", 1)[0] for o in own}  # the control's values replace the study's for these keys
     return seed_overrides(seed, ctl_dir) + [o for o in args.extra if o.split("=", 1)[0].lstrip("+") not in keys] + own
 

@@ -49,3 +49,20 @@ def test_side_by_side_gives_each_control_its_rl_runs_time(tmp_path):
     assert f"pretrain={tmp_path.resolve() / 'seed1' / 'rl' / 'model'}" in proc.stdout
     assert f"max_train_minutes={row['rl_train_s'] / 60:.4f}" in proc.stdout
     assert row["control_sft_steps"] >= 4  # at least the warm start's steps fit in the RL run's time
+
+
+def test_the_control_is_ended_by_its_budget_not_its_step_limit(tmp_path):
+    """The control's step limit is 4x what the RL run's warm-start pace predicts (a warm start slowed by other work
+    underestimates the pace), its demonstrations 1.5x, and its budget the RL run's training time. Here the warm start
+    did 100 steps in 10 s and RL 5 steps of 2 s: 20 s of training, 200 steps at that pace."""
+    import argparse
+
+    rl_dir = tmp_path / "rl"
+    (rl_dir / "logs").mkdir(parents=True)
+    rows = [{"step": 0, "time/sft": 10.0}] + [{"step": k, "time/step": 2.0} for k in range(1, 6)]
+    (rl_dir / "logs" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = argparse.Namespace(extra=["sft_warmup.steps=7", "max_steps=5"])
+    own = rl_vs_sft.control_args(args, 1, rl_dir, tmp_path / "control", sft_steps=100, batch=16)
+    assert "sft_warmup.steps=800" in own and "sft_warmup.num_demos=4800" in own  # 4 x 200 steps, 1.5 x 200 x 16
+    assert "max_train_minutes=0.3333" in own and "max_steps=0" in own
+    assert "sft_warmup.steps=7" not in own and "max_steps=5" not in own  # the control's values replace the study's
