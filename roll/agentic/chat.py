@@ -6,7 +6,8 @@ text that follows an assistant reply's end-of-turn token (``<|im_end|>``): e.g. 
 <|im_end|>\\n<|im_start|>assistant\\n``. :meth:`ChatFormatter.conformance` re-renders the whole conversation with the
 template and reports whether the ids agree (templates that strip earlier ``<think>`` blocks do not).
 :func:`history_summary` writes the ``{history}`` of ROLL's step prompts (``turn_prompt: fresh``), where every turn
-is a new conversation.
+is a new conversation; :func:`next_turn` writes the user message and prompt ids before each turn (the env manager's
+rollouts and the warm start's demonstrations share it).
 """
 
 from __future__ import annotations
@@ -108,3 +109,36 @@ def history_summary(turns: Sequence[Any], history_length: int | None) -> tuple[s
             action += " (not a valid action: answer in the required format)"
         parts.append(f"(step: {k}, observation: {turn.observation}, action: {action}, reward: {turn.reward})")
     return ", ".join(parts), keep
+
+
+def next_turn(
+    spec: Any,
+    formatter: ChatFormatter,
+    turns: Sequence[Any],
+    observation: str,
+    *,
+    instruction: str = "",
+    reward: float = 0.0,
+    image_text: str = "",
+    role: str = "user",
+    restart: bool = False,
+) -> tuple[str, list[int], bool]:
+    """``(user message, prompt ids, starts a sample)`` before turn ``len(turns) + 1`` of an env of ``spec`` (a
+    :class:`~roll.config.agentic.CustomEnvConfig`): the first prompt, a delta after the last reply (``turn_prompt:
+    append``), or a new conversation that starts a sample (``fresh``: ROLL's step prompt, its ``{history}`` the
+    summary of the last turns). ``restart``: a new conversation with the first-turn template (``overflow:
+    restart``). ``image_text``: the observation's image placeholders (the ids are not expanded)."""
+    history, shown = history_summary(turns, spec.history_length)
+    text = spec.turn_text(
+        len(turns),
+        observation,
+        instruction=instruction,
+        reward=reward,
+        history=history,
+        history_shown=shown,
+        first=restart,
+        image_text=image_text,
+    )
+    new = spec.turn_prompt == "fresh" or restart
+    ids = formatter.first_prompt(text, role) if not turns or new else formatter.turn_delta(text, role)
+    return text, ids, new and bool(turns)

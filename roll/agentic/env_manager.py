@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.agentic.chat import ChatFormatter, history_summary
+from roll.agentic.chat import ChatFormatter, next_turn
 from roll.agentic.failures import record_error, record_failure
 from roll.calls import CallOutcome, CallPool, TooManyHungCalls
 from roll.config.agentic import CustomEnvConfig, EnvManagerConfig
@@ -321,25 +321,20 @@ class EnvManager:
 
         env, turns, fmt = x.spec.env, x.traj.turns, self.formatters[x.spec.tag]
         obs, x.images = observation_text(observation), observation_images(observation)
-        fresh = env.turn_prompt == "fresh"
-        history, shown = history_summary(turns, env.history_length)
         fields: dict[str, Any] = dict(
             instruction=x.instruction,
             reward=reward,
-            history=history,
-            history_shown=shown,
             image_text=with_image_placeholders("", len(x.images)),
+            role=role,
         )
-        text = env.turn_text(len(turns), obs, **fields)
+        text, ids, x.starts = next_turn(env, fmt, turns, obs, **fields)
         x.traj.messages.append({"role": role, "content": text})
-        x.starts = fresh and bool(turns)
-        x.next_prompt = fmt.first_prompt(text, role) if not turns or fresh else fmt.turn_delta(text, role)
-        x.next_prompt = self._expand(x, x.next_prompt)
+        x.next_prompt = self._expand(x, ids)
         x.observation = obs
         if turns and not x.starts and env.overflow == "restart" and self._too_long(x):  # continue, not truncate
-            text = env.turn_text(len(turns), obs, first=True, **fields)
+            text, ids, x.starts = next_turn(env, fmt, turns, obs, restart=True, **fields)
             x.traj.messages[-1] = {"role": role, "content": text}
-            x.next_prompt, x.starts = self._expand(x, fmt.first_prompt(text, role)), True
+            x.next_prompt = self._expand(x, ids)
         self._check_length(x)
 
     def _expand(self, x: _Live, ids: list[int]) -> list[int]:

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, overload
 
-from roll.agentic.chat import ChatFormatter, history_summary
+from roll.agentic.chat import ChatFormatter, next_turn
 from roll.agentic.env_manager import group_seed
 from roll.config.agentic import AgenticConfig, CustomEnvConfig
 from roll.data.batch import Batch
@@ -62,8 +62,9 @@ def demo_trajectory(
     plans again from where it stands. Its successful episodes keep those detours, so a policy imitating it makes
     them too; RL has to learn to do better. ``noise`` = 0 follows the first plan.
 
-    The turns are prompted as the env manager prompts them: with ``turn_prompt: fresh`` each later turn is a new
-    conversation (its ``{history}`` summarising the last turns) that starts a sample, else a delta after the reply.
+    The turns are prompted as the env manager prompts them (:func:`~roll.agentic.chat.next_turn`, the env's
+    instruction in every turn's template): with ``turn_prompt: fresh`` each later turn is a new conversation (its
+    ``{history}`` summarising the last turns) that starts a sample, else a delta after the reply.
 
     Raises:
         ValueError: the env does not accept a rendered solution action (the format or the solver is broken).
@@ -76,14 +77,19 @@ def demo_trajectory(
         return TOO_LONG
     rng = random.Random(seed)
     traj = Trajectory(f"sft-{seed}", env_id=0, group_id=0, tag=tag, seed=seed)
-    frames = observation_images(obs)
-    text = spec.turn_text(
-        0,
-        observation_text(obs),
-        instruction=info["env_instruction"],
-        image_text=with_image_placeholders("", len(frames)),
-    )
-    prompt, starts = _with_frames(formatter.first_prompt(text), frames, images), False
+    instruction = info["env_instruction"]
+
+    def prompt_of(obs: Any, reward: float = 0.0) -> tuple[list[int], bool, list]:
+        """The next turn's prompt ids (frames expanded), whether it starts a sample, and its frames."""
+        frames = observation_images(obs)
+        placeholders = with_image_placeholders("", len(frames))
+        text = observation_text(obs)
+        _, ids, starts = next_turn(
+            spec, formatter, traj.turns, text, instruction=instruction, reward=reward, image_text=placeholders
+        )
+        return _with_frames(ids, frames, images), starts, frames
+
+    prompt, starts, frames = prompt_of(obs)
     while plan and len(traj.turns) < spec.max_actions_per_traj:
         detour = noise > 0 and rng.random() < noise
         action = rng.choice(env.valid_actions) if detour else plan[0]
@@ -111,18 +117,7 @@ def demo_trajectory(
             traj.success = bool(info.get("success"))
             break
         plan = env.solution() if noise > 0 else plan[1:]
-        frames = observation_images(obs)
-        history, shown = history_summary(traj.turns, spec.history_length)
-        text = spec.turn_text(
-            len(traj.turns),
-            observation_text(obs),
-            reward=reward,
-            history=history,
-            history_shown=shown,
-            image_text=with_image_placeholders("", len(frames)),
-        )
-        starts = spec.turn_prompt == "fresh"
-        prompt = _with_frames(formatter.first_prompt(text) if starts else formatter.turn_delta(text), frames, images)
+        prompt, starts, frames = prompt_of(obs, float(reward))
     return traj if traj.success else NO_SUCCESS
 
 

@@ -150,3 +150,27 @@ def test_fresh_turn_prompts_are_demonstrated_as_rollouts_see_them(tiny_model_dir
     appended = make_demo_batches(SPEC, dict(SPEC.env_config), tokenizer, "S", **sizes)
     assert len(appended[0]) == 3 and "one_optimizer_step" not in appended[0].info
     assert not any(t.starts_sample for traj in appended.demos for t in traj.turns)
+
+
+@pytest.mark.parametrize("turn_prompt", ["append", "fresh"])
+def test_later_demonstrated_turns_show_the_env_instruction(tiny_model_dir, turn_prompt):
+    """A turn template with ``{instruction}`` shows the env's instruction in every demonstrated turn, as rollouts
+    show it (:func:`roll.agentic.chat.next_turn`; the warm start once left it empty after the first turn)."""
+    from dataclasses import replace
+
+    from roll.agentic.chat import ChatFormatter
+    from roll.envs import make_env
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    spec = replace(SPEC, turn_template="{instruction}|{observation}", turn_prompt=turn_prompt)
+    _, info = make_env(spec.env_type, dict(spec.env_config)).reset(seed=0)
+    instruction = info["env_instruction"]
+    assert instruction
+    batches = make_demo_batches(spec, dict(spec.env_config), tokenizer, "S", num_demos=2, batch_size=2, steps=1, seed=3)
+    formatter = ChatFormatter(tokenizer, spec.system_prompt)
+    later = [turn for traj in batches.demos for turn in traj.turns[1:]]
+    assert later
+    for turn in later:
+        text = f"{instruction}|{turn.observation}"
+        expected = formatter.first_prompt(text) if turn_prompt == "fresh" else formatter.turn_delta(text)
+        assert turn.prompt_ids == expected
