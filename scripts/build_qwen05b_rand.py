@@ -92,7 +92,9 @@ def build_vl(path: pathlib.Path, max_image_pixels: int = 128 * 28 * 28) -> None:
     print(f"[verify] built {path}: {n / 1e6:.0f}M parameters in {time.time() - start:.1f}s")
 
 
-def main(path: pathlib.Path, shape: str = "0.5b") -> None:
+def main(path: pathlib.Path, shape: str = "0.5b", config_only: bool = False) -> None:
+    """Build the random model of ``shape`` at ``path``; ``config_only``: its config.json and tokenizer, no weights
+    (what the memory planner reads, e.g. for a CPU smoke run of a 7B config)."""
     if (path / "config.json").is_file():
         print(f"[verify] model already at {path}")
         return
@@ -116,6 +118,12 @@ def main(path: pathlib.Path, shape: str = "0.5b") -> None:
         bos_token_id=None,
         hidden_act="silu",
     )
+    if config_only:
+        path.mkdir(parents=True, exist_ok=True)
+        cfg.save_pretrained(path)
+        tok.save_pretrained(path)
+        print(f"[verify] wrote the {shape} config and tokenizer (no weights) to {path}")
+        return
     torch.manual_seed(0)
     if shape != "0.5b":  # initialized in bf16 directly: a 7B model never exists in fp32 (0.5b: as always built)
         torch.set_default_dtype(torch.bfloat16)
@@ -133,5 +141,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=pathlib.Path)
     parser.add_argument("--shape", choices=[*sorted(SHAPES), "vl3b"], default="0.5b")
+    parser.add_argument("--config-only", action="store_true", help="config.json and tokenizer only, no weights")
     args = parser.parse_args()
-    main(args.path, args.shape)
+    main(args.path, args.shape, args.config_only)

@@ -82,8 +82,10 @@ for mode in "$@"; do
                 || rc=1;;
         refuse)
             if [ "$SMOKE" = 1 ]; then  # no GPU here: the planner's verdict for an 80 GiB one, through roll doctor
-                python3 -m roll doctor --gpu-memory-gib 80 --config-name sokoban_qwen7b_lora "${LORA_KEYS[@]}" \
-                    > "$OUT/refuse.log" 2>&1
+                # the planner reads the 7B shape from a config.json: write it (no weights) where this run owns it
+                python3 scripts/build_qwen05b_rand.py "$WORK/qwen7b-config" --shape 7b --config-only > /dev/null
+                python3 -m roll doctor --gpu-memory-gib 80 --config-name sokoban_qwen7b_lora \
+                    pretrain="$WORK/qwen7b-config" "${LORA_KEYS[@]}" > "$OUT/refuse.log" 2>&1
                 got=$? want=1
                 grep -q "does not fit" "$OUT/refuse.log" || got="$got (no 'does not fit')"
             else

@@ -61,6 +61,9 @@ THIS_TREE = {
         "sft_warmup.demo_noise=0",
         "old_log_probs_source=trainer",
         "actor_train.training_args.learning_rate=5e-4",
+        "custom_envs.SimpleSokoban.turn_prompt=append",  # the reference's prompts and samples (issue 41's default
+        "custom_envs.SimpleSokoban.trajectory_mode=traj",  # now prompts every turn afresh, one sample per turn)
+        "actor_train.use_dynamic_batching_in_train=false",
     ),
     "rlvr": (),
 }
